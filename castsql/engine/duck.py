@@ -1,0 +1,64 @@
+"""A DuckDB connection set up for CastSQL: httpfs loaded from its pip package
+(never downloaded at run time) and S3 credentials shared with the storage layer."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import duckdb
+
+from castsql.errors import CastSQLError
+from castsql.storage import S3Config
+
+
+def _extension_path(package: str, name: str) -> Path | None:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    base = Path(next(iter(spec.submodule_search_locations))) / "extensions" / f"v{duckdb.__version__}"
+    path = base / f"{name}.duckdb_extension"
+    return path if path.exists() else None
+
+
+def load_httpfs(con: duckdb.DuckDBPyConnection) -> None:
+    path = _extension_path("duckdb_extension_httpfs", "httpfs")
+    if path is None:
+        raise CastSQLError(
+            f"DuckDB's httpfs extension for DuckDB {duckdb.__version__} is not installed "
+            f"(pip install duckdb-extension-httpfs=={duckdb.__version__})"
+        )
+    con.execute(f"LOAD '{path}'")
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def configure_s3(con: duckdb.DuckDBPyConnection, config: S3Config, name: str = "castsql_s3") -> None:
+    """Create (or replace) a DuckDB S3 secret from ``config``."""
+    load_httpfs(con)
+    opts = ["TYPE s3", f"REGION {_sql_str(config.region)}"]
+    if config.key:
+        opts.append(f"KEY_ID {_sql_str(config.key)}")
+    if config.secret:
+        opts.append(f"SECRET {_sql_str(config.secret)}")
+    if config.session_token:
+        opts.append(f"SESSION_TOKEN {_sql_str(config.session_token)}")
+    if config.endpoint_url:
+        scheme, _, hostport = config.endpoint_url.partition("://")
+        opts += [
+            f"ENDPOINT {_sql_str(hostport.rstrip('/'))}",
+            "URL_STYLE 'path'",
+            f"USE_SSL {'true' if scheme == 'https' else 'false'}",
+        ]
+    con.execute(f"CREATE OR REPLACE SECRET {name} ({', '.join(opts)})")
+
+
+def new_connection(*, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(config={"autoinstall_known_extensions": False})
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    # Parquet footers of immutable files never go stale: keep them.
+    con.execute("SET parquet_metadata_cache = true")
+    return con

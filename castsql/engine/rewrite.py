@@ -1,0 +1,224 @@
+"""Time-travel clauses in SQL, found with DuckDB's own tokenizer.
+
+Recognised after a table name (optionally qualified or quoted):
+
+    t AS OF VERSION 3          t VERSION AS OF 3         t AT (VERSION => 3)
+    t AS OF TIMESTAMP '…'      t TIMESTAMP AS OF '…'     t AT (TIMESTAMP => '…')
+    t FOR SYSTEM_TIME AS OF '…' (SQL:2011), and TIMESTAMP '…' literals in place of '…'
+
+Each clause is replaced by the name the caller gives that version, keeping the
+table's own name (or the user's alias) as the alias, so ``t.col`` still works.
+Because the tokenizer skips comments and yields string literals and quoted
+identifiers as single tokens, text inside them is never touched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+
+from castsql.errors import CastSQLError
+
+
+class SQLRewriteError(CastSQLError):
+    """A time-travel clause is malformed."""
+
+
+@dataclass(frozen=True)
+class Token:
+    start: int
+    end: int
+    kind: str  # keyword, identifier, numeric_const, string_const, operator
+    text: str
+
+    @property
+    def word(self) -> str:
+        return self.text.upper() if self.kind in ("keyword", "identifier") else self.text
+
+
+@dataclass(frozen=True)
+class TimeTravel:
+    """A table reference with a version or a timestamp."""
+
+    name: tuple[str, ...]  # name parts, unquoted: ("t",) or ("wh", "t")
+    version: int | None = None
+    timestamp: str | None = None
+
+
+_NUM_RE = re.compile(r"[0-9][0-9_]*(\.[0-9]*)?([eE][+-]?[0-9]+)?|\.[0-9]+")
+_IDENT_RE = re.compile(r"[A-Za-z_\x80-\uffff][A-Za-z0-9_$\x80-\uffff]*")
+
+
+def _token_end(sql: str, start: int, kind: str) -> int:
+    ch = sql[start]
+    if kind == "string_const" or (kind == "identifier" and ch == '"'):
+        quote = "'" if kind == "string_const" else '"'
+        if kind == "string_const" and ch != "'":  # E'..', X'..' prefixes
+            start = sql.index("'", start)
+        i = start + 1
+        while i < len(sql):
+            if sql[i] == quote:
+                if i + 1 < len(sql) and sql[i + 1] == quote:
+                    i += 2
+                    continue
+                return i + 1
+            i += 1
+        return len(sql)
+    if kind == "numeric_const":
+        m = _NUM_RE.match(sql, start)
+        return m.end() if m else start + 1
+    if kind in ("keyword", "identifier"):
+        m = _IDENT_RE.match(sql, start)
+        return m.end() if m else start + 1
+    # Operators: DuckDB reports one token per operator run; take up to the next token.
+    return start + 1
+
+
+def tokenize(sql: str) -> list[Token]:
+    raw = duckdb.tokenize(sql)
+    out = []
+    for i, (start, tt) in enumerate(raw):
+        kind = str(tt).rsplit(".", 1)[-1]
+        end = _token_end(sql, start, kind)
+        if kind == "operator":
+            nxt = raw[i + 1][0] if i + 1 < len(raw) else len(sql)
+            end = start
+            while end < nxt and not sql[end].isspace() and sql[end : end + 2] not in ("--", "/*"):
+                end += 1
+            end = max(end, start + 1)
+        out.append(Token(start, end, kind, sql[start:end]))
+    return out
+
+
+def _unquote(tok: Token) -> str:
+    if tok.text.startswith('"'):
+        return tok.text[1:-1].replace('""', '"')
+    return tok.text
+
+
+def _string_value(tok: Token) -> str:
+    return tok.text[tok.text.index("'") + 1 : -1].replace("''", "'")
+
+
+_NOT_ALIAS = {
+    "WHERE", "JOIN", "INNER", "LEFT", "RIGHT", "FULL", "CROSS", "NATURAL", "ON", "USING", "GROUP", "ORDER",
+    "LIMIT", "OFFSET", "UNION", "EXCEPT", "INTERSECT", "HAVING", "WINDOW", "QUALIFY", "POSITIONAL", "ASOF",
+    "ANTI", "SEMI", "SAMPLE", "TABLESAMPLE", "LATERAL", "RETURNING", "SET", "FROM", "SELECT", "AS",
+}  # fmt: skip
+
+
+class _Matcher:
+    def __init__(self, toks: list[Token], i: int) -> None:
+        self.toks, self.i = toks, i
+
+    def peek(self, k: int = 0) -> Token | None:
+        j = self.i + k
+        return self.toks[j] if j < len(self.toks) else None
+
+    def words(self, *ws: str) -> bool:
+        for k, w in enumerate(ws):
+            t = self.peek(k)
+            if t is None or t.word != w or t.kind not in ("keyword", "identifier", "operator"):
+                return False
+        self.i += len(ws)
+        return True
+
+    def take(self) -> Token:
+        t = self.peek()
+        if t is None:
+            raise SQLRewriteError("time-travel clause ends early")
+        self.i += 1
+        return t
+
+
+def _version_value(m: _Matcher) -> int:
+    t = m.take()
+    if t.kind != "numeric_const" or not t.text.replace("_", "").isdigit():
+        raise SQLRewriteError(f"expected a version number at {t.text!r} (position {t.start})")
+    return int(t.text.replace("_", ""))
+
+
+def _time_value(m: _Matcher) -> str:
+    t = m.take()
+    if t.kind in ("keyword", "identifier") and t.word in ("TIMESTAMP", "TIMESTAMPTZ"):
+        t = m.take()
+    if t.kind != "string_const":
+        raise SQLRewriteError(f"expected a timestamp string at {t.text!r} (position {t.start})")
+    return _string_value(t)
+
+
+def _clause(m: _Matcher) -> tuple[int | None, str | None] | None:
+    """Match a time-travel clause at the matcher's position; None if there is none."""
+    if m.words("AS", "OF", "VERSION") or m.words("VERSION", "AS", "OF"):
+        return _version_value(m), None
+    if (
+        m.words("AS", "OF", "TIMESTAMP")
+        or m.words("TIMESTAMP", "AS", "OF")
+        or m.words("FOR", "SYSTEM_TIME", "AS", "OF")
+    ):
+        return None, _time_value(m)
+    if m.words("AT", "("):
+        if m.words("VERSION", "=>"):
+            v = _version_value(m)
+            ts = None
+        elif m.words("TIMESTAMP", "=>"):
+            v, ts = None, _time_value(m)
+        else:
+            return None
+        if not m.words(")"):
+            raise SQLRewriteError("expected ')' after AT (…")
+        return v, ts
+    return None
+
+
+def rewrite(sql: str, replace: Callable[[TimeTravel], str]) -> tuple[str, list[TimeTravel]]:
+    """Replace every time-travel reference with ``replace(ref)``; returns the
+    new SQL and the references found, in order.
+
+    Example::
+
+        >>> rewrite("SELECT * FROM t AS OF VERSION 3", lambda r: f"t_v{r.version}")[0]
+        'SELECT * FROM t_v3 AS "t"'
+    """
+    toks = tokenize(sql)
+    out: list[str] = []
+    refs: list[TimeTravel] = []
+    pos = 0
+    i = 0
+    while i < len(toks):
+        t = toks[i]
+        if t.kind != "identifier":
+            i += 1
+            continue
+        # A possibly qualified name: ident (. ident)*
+        j = i
+        parts = [_unquote(toks[j])]
+        while j + 2 < len(toks) and toks[j + 1].text == "." and toks[j + 2].kind == "identifier":
+            j += 2
+            parts.append(_unquote(toks[j]))
+        m = _Matcher(toks, j + 1)
+        clause = _clause(m)
+        if clause is None:
+            i = j + 1
+            continue
+        ref = TimeTravel(tuple(parts), version=clause[0], timestamp=clause[1])
+        refs.append(ref)
+        nxt = m.peek()
+        has_alias = nxt is not None and (
+            (nxt.kind == "keyword" and nxt.word == "AS") or (nxt.kind == "identifier" and nxt.word not in _NOT_ALIAS)
+        )
+        alias = "" if has_alias else ' AS "' + parts[-1].replace('"', '""') + '"'
+        out.append(sql[pos : t.start])
+        out.append(replace(ref) + alias)
+        pos = toks[m.i - 1].end
+        i = m.i
+    out.append(sql[pos:])
+    return "".join(out), refs
+
+
+def referenced_names(sql: str) -> set[str]:
+    """Lower-cased identifiers in ``sql`` (candidates for table names)."""
+    return {_unquote(t).lower() for t in tokenize(sql) if t.kind == "identifier"}

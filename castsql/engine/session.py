@@ -1,0 +1,259 @@
+"""A CastSQL session: tables by name, SQL with time travel, Arrow out.
+
+Each table is a DuckDB view of the live rows of its latest version; every query
+first checks which version is latest (one pointer read, one probe), so a new
+commit is seen by the next query without reopening anything. ``t AS OF
+VERSION n`` and friends are rewritten to views of that version (see
+:mod:`castsql.engine.rewrite`). Every version a query sees is fixed for the
+whole query: snapshot isolation.
+
+Example::
+
+    >>> import pyarrow as pa, tempfile, os
+    >>> from castsql.storage import open_storage
+    >>> from castsql.format import TableLog, write_data_files
+    >>> root = os.path.join(tempfile.mkdtemp(), "events")
+    >>> log = TableLog.create(open_storage(root), pa.schema([("id", pa.int64())]))
+    >>> _ = log.append(write_data_files(log.storage, pa.table({"id": [1, 2, 3]})))
+    >>> s = Session(root)
+    >>> s.sql("SELECT count(*) AS n FROM events").to_pylist()
+    [{'n': 3}]
+    >>> s.sql("SELECT count(*) AS n FROM events AS OF VERSION 0").to_pylist()
+    [{'n': 0}]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from castsql.engine import audit
+from castsql.engine.duck import configure_s3, new_connection
+from castsql.engine.rewrite import TimeTravel, referenced_names, rewrite, tokenize
+from castsql.engine.views import create_view, ident, sql_str
+from castsql.errors import CastSQLError, TableNotFound, VersionNotFound
+from castsql.format import TableLog
+from castsql.format.layout import POINTER_KEY, manifest_key
+from castsql.format.manifest import parse_time
+from castsql.snapshot import Predicate, Snapshot, resolve
+from castsql.storage import S3Config, Storage, open_storage
+
+
+class QueryError(CastSQLError):
+    """DuckDB refused or failed a query; the message is DuckDB's."""
+
+
+def _is_table(storage: Storage) -> bool:
+    return storage.exists(POINTER_KEY) or storage.exists(manifest_key(0))
+
+
+class Session:
+    """SQL over CastSQL tables. Open a table (named by the last component of
+    its path) or a warehouse (a directory or prefix of tables, each named by
+    its sub-directory)."""
+
+    def __init__(
+        self,
+        uri: str | None = None,
+        *,
+        s3: S3Config | None = None,
+        threads: int | None = None,
+        connection: duckdb.DuckDBPyConnection | None = None,
+    ) -> None:
+        self.con = connection or new_connection(threads=threads)
+        self.s3 = s3
+        self._logs: dict[str, TableLog] = {}
+        self._display: dict[str, str] = {}
+        self._latest: dict[str, int] = {}  # table -> version its plain view shows
+        self._pinned: set[str] = set()  # version views already created
+        self._s3_ready = False
+        self.uris: list[str] = []
+        if uri is not None:
+            self.open(uri)
+
+    # ------------------------------------------------------------ catalog
+
+    def open(self, uri: str, name: str | None = None) -> list[str]:
+        """Add a table or every table of a warehouse; returns the names added."""
+        storage = open_storage(uri, s3=self.s3)
+        if storage.root.startswith("s3://") and not self._s3_ready:
+            configure_s3(self.con, getattr(storage, "config", None) or self.s3 or S3Config.from_env())
+            self._s3_ready = True
+        if _is_table(storage):
+            found = {name or storage.root.rstrip("/").rsplit("/", 1)[-1]: storage}
+        else:
+            found = {}
+            for child in storage.list_dirs():
+                sub = storage.child(child)
+                if _is_table(sub):
+                    found[child] = sub
+            if not found:
+                raise TableNotFound(f"{storage.root}: neither a table nor a warehouse of tables")
+        for n, st in found.items():
+            self._logs[n.lower()] = TableLog(st)
+            self._display[n.lower()] = n
+            self._latest.pop(n.lower(), None)
+        self.uris.append(storage.root)
+        return list(found)
+
+    @property
+    def tables(self) -> list[str]:
+        return sorted(self._display.values())
+
+    def log(self, table: str) -> TableLog:
+        """The version log of ``table``; TableNotFound names the known tables."""
+        try:
+            return self._logs[table.lower()]
+        except KeyError:
+            known = ", ".join(self.tables) or "none"
+            raise TableNotFound(f"no table named {table!r} (tables: {known})") from None
+
+    def snapshot(self, table: str, version: int | None = None) -> Snapshot:
+        return resolve(self.log(table), version)
+
+    def refresh(self) -> None:
+        """Forget cached state; the next query re-reads every table."""
+        self._latest.clear()
+
+    # ------------------------------------------------------------ views
+
+    def _sync_latest(self, table: str) -> None:
+        key = table.lower()
+        snap = resolve(self._logs[key])
+        if self._latest.get(key) != snap.version:
+            create_view(self.con, self._display[key], snap)
+            self._latest[key] = snap.version
+
+    def version_view(self, table: str, version: int) -> str:
+        """Name of a view of ``table`` at ``version`` (created on first use)."""
+        log = self.log(table)
+        disp = self._display[table.lower()]
+        name = f"{disp}@v{version}"
+        if name not in self._pinned:
+            try:
+                snap = resolve(log, version)
+            except VersionNotFound as e:
+                raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
+            create_view(self.con, name, snap)
+            self._pinned.add(name)
+        return name
+
+    def resolve_time(self, table: str, when: str | datetime) -> int:
+        t = parse_time(when) if isinstance(when, str) else when
+        try:
+            return self.log(table).version_at(t)
+        except VersionNotFound as e:
+            raise VersionNotFound(f"table {self._display[table.lower()]}: {str(e).split(': ', 1)[-1]}") from None
+        except ValueError:
+            raise CastSQLError(f"table {table}: {when!r} is not a timestamp") from None
+
+    def _replace(self, ref: TimeTravel) -> str:
+        table = ref.name[-1]
+        if ref.version is not None:
+            version = ref.version
+        else:
+            try:
+                version = self.resolve_time(table, ref.timestamp or "")
+            except CastSQLError:
+                raise
+        return ident(self.version_view(table, version))
+
+    def prepare(self, sql: str) -> str:
+        """``sql`` with time travel and audit calls rewritten, every view it needs in place."""
+        sql = audit.rewrite_audit_calls(self, sql)
+        sql, _ = rewrite(sql, self._replace)
+        for name in referenced_names(sql):
+            if name in self._logs:
+                self._sync_latest(name)
+        return sql
+
+    # ------------------------------------------------------------ queries
+
+    def _run(self, sql: str) -> duckdb.DuckDBPyRelation | None:
+        prepared = self.prepare(sql)
+        try:
+            return self.con.sql(prepared)
+        except duckdb.Error as e:
+            raise QueryError(_one_line(e)) from None
+
+    def sql(self, query: str) -> pa.Table:
+        """Run ``query``; the result as an Arrow table (empty for statements without one).
+
+        Example: ``session.sql("SELECT * FROM t AS OF VERSION 3 WHERE id < 10")``.
+        """
+        rel = self._run(query)
+        if rel is None:
+            return pa.table({})
+        try:
+            return rel.to_arrow_table()
+        except duckdb.Error as e:
+            raise QueryError(_one_line(e)) from None
+
+    def reader(self, query: str, batch_size: int = 122_880) -> pa.RecordBatchReader:
+        """Run ``query``; the result streamed as Arrow record batches."""
+        rel = self._run(query)
+        if rel is None:
+            return pa.RecordBatchReader.from_batches(pa.schema([]), [])
+        try:
+            return rel.to_arrow_reader(batch_size)
+        except duckdb.Error as e:
+            raise QueryError(_one_line(e)) from None
+
+    def scan(
+        self,
+        table: str,
+        columns: Sequence[str] | None = None,
+        filter: Sequence[Predicate] | Predicate | None = None,
+        version: int | None = None,
+    ) -> pa.Table:
+        """Rows of ``table`` (at ``version``), only ``columns``, where every predicate holds.
+
+        Example: ``session.scan("t", ["id"], Predicate("id", ">=", 10), version=2)``.
+        """
+        preds = [filter] if isinstance(filter, Predicate) else list(filter or [])
+        snap = self.snapshot(table, version)
+        names = snap.schema.names
+        for c in list(columns or []) + [p.column for p in preds]:
+            if c not in names:
+                raise CastSQLError(f"table {table}: no column {c!r} (columns: {', '.join(names)})")
+        view = f"{self._display[table.lower()]}@scan"
+        create_view(self.con, view, snap, predicates=preds)
+        cols = ", ".join(ident(c) for c in columns) if columns else "*"
+        where = " AND ".join(f"{ident(p.column)} {p.op} ?" for p in preds)
+        q = f"SELECT {cols} FROM {ident(view)}" + (f" WHERE {where}" if where else "")
+        try:
+            return self.con.execute(q, [p.value for p in preds]).to_arrow_table()
+        except duckdb.Error as e:
+            raise QueryError(_one_line(e)) from None
+
+    def history(self, table: str) -> pa.Table:
+        """One row per kept version: time, operation, files and rows added and deleted."""
+        return audit.history(self, table)
+
+    def changes(self, table: str, start: int, end: int | None = None) -> pa.Table:
+        """Rows inserted and deleted by each version in (start, end]; see :mod:`castsql.engine.audit`."""
+        return audit.changes(self, table, start, end)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _one_line(e: Exception) -> str:
+    msg = str(e).strip()
+    first = msg.splitlines()[0] if msg else type(e).__name__
+    # DuckDB adds a "LINE n:" excerpt with a caret: keep it, it points at the error.
+    extra = [ln for ln in msg.splitlines()[1:] if ln.strip()]
+    return first if not extra else first + " " + " ".join(s.strip() for s in extra[:1])
+
+
+_ = (tokenize, sql_str)

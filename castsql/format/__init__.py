@@ -1,0 +1,26 @@
+"""The table format: layout, manifests, tombstones, commits, and data file writing.
+
+Nothing here imports DuckDB, Spark or the shell.
+"""
+
+from castsql.format.change import Change
+from castsql.format.log import RetryPolicy, TableLog
+from castsql.format.manifest import DataFile, Manifest
+from castsql.format.schema import Column, Schema
+from castsql.format.tombstone import KeyRangeDelete, PositionDelete, RowGroupDelete, TombstoneRecord
+from castsql.format.writer import write_data_files
+
+__all__ = [
+    "Change",
+    "Column",
+    "DataFile",
+    "KeyRangeDelete",
+    "Manifest",
+    "PositionDelete",
+    "RetryPolicy",
+    "RowGroupDelete",
+    "Schema",
+    "TableLog",
+    "TombstoneRecord",
+    "write_data_files",
+]

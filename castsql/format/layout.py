@@ -1,0 +1,69 @@
+"""Where each object of a table lives, relative to the table root."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import uuid
+from datetime import UTC, datetime
+
+from castsql.errors import FormatError
+
+POINTER_KEY = "_latest_manifest"
+MANIFEST_DIR = "manifest"
+DATA_DIR = "data"
+TOMBSTONE_DIR = "tombstone"
+
+_MANIFEST_RE = re.compile(r"^manifest/v(\d{8,})\.json$")
+
+
+def manifest_key(version: int) -> str:
+    """``manifest/v00000123.json``; versions past 10^8 simply get more digits."""
+    if version < 0:
+        raise ValueError(f"version must be >= 0, got {version}")
+    return f"{MANIFEST_DIR}/v{version:08d}.json"
+
+
+def manifest_version(key: str) -> int | None:
+    """The version a manifest key names, or None if ``key`` is not a manifest."""
+    m = _MANIFEST_RE.match(key)
+    return int(m.group(1)) if m else None
+
+
+def _hour_dir(now: datetime | None) -> str:
+    now = (now or datetime.now(UTC)).astimezone(UTC)
+    return now.strftime("%Y/%m/%d/%H")
+
+
+def new_data_key(now: datetime | None = None) -> str:
+    return f"{DATA_DIR}/{_hour_dir(now)}/{uuid.uuid4().hex}.parquet"
+
+
+def new_tombstone_key(now: datetime | None = None) -> str:
+    return f"{TOMBSTONE_DIR}/{_hour_dir(now)}/{uuid.uuid4().hex}.del"
+
+
+def to_table_key(path: str, table_root: str, *, what: str) -> str:
+    """Turn a path as written in a manifest into a key relative to the table root.
+
+    Manifests written by CastSQL hold relative keys; the seed's manifests hold
+    full URIs (``s3://bucket/table/data/…``). Both are accepted, but the object
+    must lie inside the table root: a manifest cannot make a reader open
+    arbitrary files or URLs.
+    """
+    root = table_root.rstrip("/")
+    if "://" in path or path.startswith("/"):
+        full = path.removeprefix("file://")
+        if root.startswith("s3a://"):
+            root = "s3://" + root[len("s3a://") :]
+        if full.startswith("s3a://"):
+            full = "s3://" + full[len("s3a://") :]
+        if not full.startswith(root + "/"):
+            raise FormatError(f"{what} {path!r} lies outside the table root {table_root}")
+        key = full[len(root) + 1 :]
+    else:
+        key = path
+    norm = posixpath.normpath(key)
+    if norm.startswith("../") or norm == ".." or norm.startswith("/") or norm == ".":
+        raise FormatError(f"{what} {path!r} lies outside the table root {table_root}")
+    return norm

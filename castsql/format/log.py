@@ -1,0 +1,420 @@
+"""A table's versions: reading the pointer and manifests, and committing.
+
+Commit rule (docs/FORMAT.md, "Commit protocol"): version N+1 is committed the
+moment ``manifest/v(N+1).json`` is created by a create-only put whose
+``previous`` is N. The pointer ``_latest_manifest`` is moved afterwards with a
+compare-and-swap, but it is only a hint that is never ahead of the truth:
+readers and writers start at the pointer and roll forward over any manifests
+that exist past it. A writer that dies between the two puts therefore leaves a
+committed version that everyone sees, and the next writer moves the pointer.
+
+Example::
+
+    >>> import pyarrow as pa, tempfile
+    >>> from castsql.storage import open_storage
+    >>> from castsql.format import TableLog, write_data_files
+    >>> st = open_storage(tempfile.mkdtemp())
+    >>> log = TableLog.create(st, pa.schema([("id", pa.int64())]), primary_key="id")
+    >>> files = write_data_files(st, pa.table({"id": [1, 2, 3]}), log.latest().schema)
+    >>> log.append(files).version
+    1
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from castsql.errors import CommitConflict, FormatError, TableExists, TableNotFound, VersionNotFound
+from castsql.format.change import Change
+from castsql.format.files import FileIndex
+from castsql.format.layout import (
+    MANIFEST_DIR,
+    POINTER_KEY,
+    manifest_key,
+    manifest_version,
+    new_tombstone_key,
+    to_table_key,
+)
+from castsql.format.manifest import DataFile, Manifest, format_time, parse_manifest
+from castsql.format.schema import Schema
+from castsql.format.tombstone import (
+    KeyRangeDelete,
+    PositionDelete,
+    RowGroupDelete,
+    TombstoneRecord,
+    parse_tombstones,
+    serialize_tombstones,
+)
+from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries with full-jitter exponential backoff."""
+
+    max_attempts: int = 200
+    base_delay: float = 0.002
+    max_delay: float = 0.25
+
+    def sleep(self, attempt: int) -> None:
+        time.sleep(random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt)))
+
+
+def default_writer_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def parse_pointer(data: bytes, where: str) -> int:
+    try:
+        obj = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FormatError(f"{where}: pointer is not valid JSON ({e})") from None
+    v = obj.get("version") if isinstance(obj, dict) else None
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise FormatError(f'{where}: pointer must be {{"version": <non-negative integer>}}, got {data[:80]!r}')
+    return v
+
+
+def pointer_bytes(version: int, commit_id: str) -> bytes:
+    # The commit id makes every pointer body (and so its ETag) unique.
+    return json.dumps({"version": version, "commit_id": commit_id, "updated_at": format_time(_now())}).encode()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class TableLog:
+    """The versions of the table rooted at ``storage``."""
+
+    def __init__(self, storage: Storage, *, retry: RetryPolicy | None = None, writer: str | None = None) -> None:
+        self.storage = storage
+        self.retry = retry or RetryPolicy()
+        self.writer = writer or default_writer_id()
+        self._manifests: OrderedDict[int, Manifest] = OrderedDict()
+        self._tombstones: OrderedDict[str, list[TombstoneRecord]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"TableLog({self.storage.root!r})"
+
+    @property
+    def uri(self) -> str:
+        return self.storage.root
+
+    # ------------------------------------------------------------------ create
+
+    @classmethod
+    def create(
+        cls,
+        storage: Storage,
+        schema: Schema | pa.Schema,
+        *,
+        primary_key: str | None = None,
+        writer: str | None = None,
+        exist_ok: bool = False,
+    ) -> TableLog:
+        """Create an empty table (version 0). With ``exist_ok`` an existing
+        table of the same schema is opened instead."""
+        log = cls(storage, writer=writer)
+        if isinstance(schema, pa.Schema):
+            schema = Schema.from_arrow(schema)
+        if primary_key is not None and schema.column(primary_key) is None:
+            raise FormatError(f"{storage.root}: primary key {primary_key!r} is not a column ({schema.names})")
+        commit_id = uuid.uuid4().hex
+        m = Manifest(
+            version=0,
+            previous=None,
+            created_at=_now(),
+            schema=schema,
+            primary_key=primary_key,
+            operation="CREATE",
+            commit_id=commit_id,
+            writer=log.writer,
+        )
+        if storage.exists(POINTER_KEY):
+            existing = log.latest()
+            if not exist_ok:
+                raise TableExists(f"{storage.root}: a table already exists here (version {existing.version})")
+            existing.schema.check_compatible(schema, f"{storage.root}")
+            return log
+        try:
+            storage.put_if_absent(manifest_key(0), m.to_bytes())
+        except PreconditionFailed:
+            if not exist_ok:
+                raise TableExists(f"{storage.root}: a table already exists here") from None
+            log.latest().schema.check_compatible(schema, f"{storage.root}")
+            return log
+        with contextlib.suppress(PreconditionFailed):  # someone rolled it forward already
+            storage.put_if_absent(POINTER_KEY, pointer_bytes(0, commit_id))
+        return log
+
+    # ------------------------------------------------------------------ read
+
+    def _read_manifest(self, version: int) -> Manifest:
+        """Manifest ``version`` or ObjectNotFound; cached (manifests never change)."""
+        with self._lock:
+            m = self._manifests.get(version)
+            if m is not None:
+                self._manifests.move_to_end(version)
+                return m
+        key = manifest_key(version)
+        data = self.storage.get(key)
+        m = parse_manifest(data, self.storage.uri(key))
+        if m.version != version:
+            raise FormatError(f"{self.storage.uri(key)}: holds version {m.version}, expected {version}")
+        with self._lock:
+            self._manifests[version] = m
+            while len(self._manifests) > 64:
+                self._manifests.popitem(last=False)
+        return m
+
+    def _read_pointer(self) -> tuple[int | None, str | None]:
+        try:
+            data, etag = self.storage.get_with_etag(POINTER_KEY)
+        except ObjectNotFound:
+            return None, None
+        return parse_pointer(data, self.storage.uri(POINTER_KEY)), etag
+
+    def _head(self) -> tuple[Manifest, int | None, str | None]:
+        """The latest committed manifest, with the pointer's version and ETag."""
+        pv, etag = self._read_pointer()
+        if pv is None:
+            # The creator may have died between manifest 0 and the pointer.
+            try:
+                m = self._read_manifest(0)
+            except ObjectNotFound:
+                raise TableNotFound(f"{self.storage.root}: no table here (no {POINTER_KEY})") from None
+        else:
+            try:
+                m = self._read_manifest(pv)
+            except ObjectNotFound:
+                raise FormatError(
+                    f"{self.storage.uri(POINTER_KEY)}: names version {pv}, but {manifest_key(pv)} does not exist"
+                ) from None
+        while True:  # roll forward over versions committed after the pointer moved
+            try:
+                m = self._read_manifest(m.version + 1)
+            except ObjectNotFound:
+                return m, pv, etag
+
+    def latest(self) -> Manifest:
+        """The latest committed version (one pointer GET, then one manifest GET
+        per version past the pointer, plus one that finds none)."""
+        return self._head()[0]
+
+    def latest_version(self) -> int:
+        return self.latest().version
+
+    def manifest(self, version: int) -> Manifest:
+        """Manifest of a committed version; VersionNotFound if there is none."""
+        if not isinstance(version, int) or version < 0:
+            raise VersionNotFound(f"{self.storage.root}: version {version!r} is not a version number")
+        try:
+            return self._read_manifest(version)
+        except ObjectNotFound:
+            pass
+        latest = self.latest()
+        if version > latest.version:
+            raise VersionNotFound(
+                f"{self.storage.root}: version {version} does not exist (latest is {latest.version})"
+            ) from None
+        oldest = min(self.versions(), default=latest.version)
+        raise VersionNotFound(
+            f"{self.storage.root}: version {version} was garbage-collected (oldest kept is {oldest})"
+        ) from None
+
+    def versions(self) -> list[int]:
+        """Committed versions whose manifests are still kept, ascending."""
+        latest = self.latest().version
+        vs = sorted(
+            v
+            for info in self.storage.list(MANIFEST_DIR + "/")
+            if (v := manifest_version(info.key)) is not None and v <= latest
+        )
+        return vs
+
+    def history(self) -> list[Manifest]:
+        """Every kept version's manifest, oldest first."""
+        return [self._read_manifest(v) for v in self.versions()]
+
+    def version_at(self, when: datetime) -> int:
+        """The latest version committed at or before ``when``."""
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        vs = self.versions()
+        lo, hi, found = 0, len(vs) - 1, None
+        # created_at never decreases along the chain (commit() enforces it).
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self._read_manifest(vs[mid]).created_at <= when:
+                found, lo = vs[mid], mid + 1
+            else:
+                hi = mid - 1
+        if found is None:
+            first = self._read_manifest(vs[0]).created_at if vs else None
+            raise VersionNotFound(
+                f"{self.storage.root}: no version at or before {format_time(when)}"
+                + (f" (the oldest kept version was committed at {format_time(first)})" if first else "")
+            )
+        return found
+
+    def tombstones(self, key: str) -> list[TombstoneRecord]:
+        """Records of one tombstone file (cached; tombstones never change)."""
+        key = to_table_key(key, self.storage.root, what="tombstone")
+        with self._lock:
+            recs = self._tombstones.get(key)
+            if recs is not None:
+                self._tombstones.move_to_end(key)
+                return recs
+        try:
+            data = self.storage.get(key)
+        except ObjectNotFound:
+            raise FormatError(f"{self.storage.uri(key)}: tombstone file is missing") from None
+        recs = parse_tombstones(data, self.storage.uri(key))
+        with self._lock:
+            self._tombstones[key] = recs
+            while len(self._tombstones) > 4096:
+                self._tombstones.popitem(last=False)
+        return recs
+
+    # ------------------------------------------------------------------ commit
+
+    def commit(self, change: Change) -> Manifest:
+        """Commit ``change`` as the next version, rebasing it on whatever won
+        any race meanwhile. Raises CommitConflict if it cannot be applied or
+        every attempt lost."""
+        commit_id = uuid.uuid4().hex
+        for attempt in range(self.retry.max_attempts):
+            base, pv, etag = self._head()
+            new = change.apply(base, self.storage.root).evolve(
+                version=base.version + 1,
+                previous=base.version,
+                # Never earlier than the base: time travel by timestamp bisects.
+                created_at=max(_now(), base.created_at),
+                commit_id=commit_id,
+                writer=self.writer,
+            )
+            try:
+                self.storage.put_if_absent(manifest_key(new.version), new.to_bytes())
+            except PreconditionFailed:
+                # A client retry of a put that did land reports a loss: check.
+                if not self._is_ours(new.version, commit_id):
+                    self.retry.sleep(attempt)
+                    continue
+            with self._lock:
+                self._manifests[new.version] = new
+            self._advance_pointer(new.version, commit_id, pv, etag)
+            return new
+        raise CommitConflict(
+            f"{self.storage.root}: {change.operation} lost the commit race {self.retry.max_attempts} times; "
+            "nothing was committed"
+        )
+
+    def _is_ours(self, version: int, commit_id: str) -> bool:
+        try:
+            return self._read_manifest(version).commit_id == commit_id
+        except (ObjectNotFound, FormatError):
+            return False
+
+    def _advance_pointer(self, version: int, commit_id: str, pv: int | None, etag: str | None) -> None:
+        """Move the pointer up to ``version`` unless it already points further.
+
+        Best effort: the manifest put already committed the version, and a
+        failure here only leaves readers one roll-forward GET more to do.
+        """
+        body = pointer_bytes(version, commit_id)
+        for attempt in range(self.retry.max_attempts):
+            if pv is not None and pv >= version:
+                return
+            try:
+                if etag is None:
+                    self.storage.put_if_absent(POINTER_KEY, body)
+                else:
+                    self.storage.put_if_match(POINTER_KEY, body, etag)
+                return
+            except PreconditionFailed:
+                pv, etag = self._read_pointer()
+                if attempt:
+                    self.retry.sleep(attempt)
+
+    # ------------------------------------------------------------------ writers' calls
+
+    def append(self, files: Sequence[DataFile], *, schema: Schema | None = None, operation: str = "APPEND") -> Manifest:
+        """Commit new data files (from :func:`write_data_files`) as one version."""
+        if not files:
+            raise ValueError("append needs at least one data file")
+        summary = {
+            "added_files": len(files),
+            "added_rows": sum(f.total_rows for f in files),
+            "added_bytes": sum(f.size_bytes for f in files),
+        }
+        return self.commit(Change(operation, add_files=tuple(files), schema=schema, summary=summary))
+
+    def delete(
+        self,
+        records: Iterable[TombstoneRecord],
+        *,
+        read_version: int | None = None,
+        deleted_rows: int | None = None,
+        operation: str = "DELETE",
+    ) -> Manifest | None:
+        """Write one tombstone file holding ``records`` and commit it.
+
+        Records are checked against ``read_version`` (default: latest): every
+        file they name must be in it, row groups and positions must exist, and
+        key ranges need a primary key. Returns None (commits nothing) when there
+        are no records.
+        """
+        records = list(records)
+        if not records:
+            return None
+        base = self.latest() if read_version is None else self.manifest(read_version)
+        targets = self.validate_tombstones(records, base, where=f"{self.storage.root}: delete")
+        key = new_tombstone_key()
+        self.storage.put_new(key, serialize_tombstones(records))
+        summary: dict[str, Any] = {"added_tombstones": 1, "tombstone_records": len(records)}
+        if deleted_rows is not None:
+            summary["deleted_rows"] = deleted_rows
+        return self.commit(
+            Change(operation, add_tombstones=(key,), tombstone_targets=frozenset(targets), summary=summary)
+        )
+
+    def validate_tombstones(self, records: Sequence[TombstoneRecord], base: Manifest, *, where: str) -> set[str]:
+        """Check records against ``base``; return the table keys of the files they name."""
+        index = FileIndex(base, self.storage.root)
+        targets = set()
+        for i, r in enumerate(records):
+            at = f"{where}: record {i}"
+            f = index.lookup(r.file, at)
+            targets.add(index.key_of(f))
+            rg = r.row_group if isinstance(r, RowGroupDelete | PositionDelete) else None
+            if rg is not None and rg >= f.row_group_count:
+                raise FormatError(f"{at}: row group {rg} of {f.name} does not exist (it has {f.row_group_count})")
+            if isinstance(r, PositionDelete) and len(r.positions):
+                if r.row_group is None:
+                    limit = f.total_rows
+                elif f.row_group_rows is not None:
+                    limit = f.row_group_rows[r.row_group]
+                else:
+                    limit = f.total_rows
+                if r.positions.max() >= limit:
+                    scope = f"row group {r.row_group} of {f.name}" if r.row_group is not None else f.name
+                    raise FormatError(f"{at}: row {r.positions.max()} is past the end of {scope} ({limit} rows)")
+            if isinstance(r, KeyRangeDelete) and base.primary_key is None:
+                raise FormatError(f"{at}: key-range tombstone on a table with no primary key")
+        return targets

@@ -1,0 +1,146 @@
+"""Table schemas: column names with type names that round-trip to Arrow.
+
+Type names are Arrow's own spelling (``int64``, ``string``,
+``timestamp[us, tz=UTC]``, ``decimal128(10, 2)``…), as in the seed's example.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from castsql.errors import FormatError, SchemaMismatch
+
+_SIMPLE: dict[str, pa.DataType] = {
+    "bool": pa.bool_(),
+    "boolean": pa.bool_(),
+    "int8": pa.int8(),
+    "int16": pa.int16(),
+    "int32": pa.int32(),
+    "int64": pa.int64(),
+    "uint8": pa.uint8(),
+    "uint16": pa.uint16(),
+    "uint32": pa.uint32(),
+    "uint64": pa.uint64(),
+    "float": pa.float32(),
+    "float32": pa.float32(),
+    "halffloat": pa.float16(),
+    "double": pa.float64(),
+    "float64": pa.float64(),
+    "string": pa.string(),
+    "utf8": pa.string(),
+    "large_string": pa.string(),
+    "binary": pa.binary(),
+    "large_binary": pa.binary(),
+    "date32": pa.date32(),
+    "date32[day]": pa.date32(),
+    "date": pa.date32(),
+}
+_TS_RE = re.compile(r"^timestamp\[(s|ms|us|ns)(?:,\s*tz=([^\]]+))?\]$")
+_DEC_RE = re.compile(r"^decimal(?:128)?\((\d+),\s*(\d+)\)$")
+
+
+def type_from_name(name: str) -> pa.DataType:
+    """Arrow type for a manifest type name. Raises FormatError for unknown names."""
+    key = name.strip()
+    if key in _SIMPLE:
+        return _SIMPLE[key]
+    if m := _TS_RE.match(key):
+        return pa.timestamp(m.group(1), tz=m.group(2))
+    if m := _DEC_RE.match(key):
+        return pa.decimal128(int(m.group(1)), int(m.group(2)))
+    raise FormatError(f"unknown column type {name!r}")
+
+
+def normalize_type(t: pa.DataType) -> pa.DataType:
+    """The type CastSQL stores for ``t``: large/view strings become ``string``,
+    every timestamp becomes microseconds (UTC when it had a zone)."""
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return pa.string()
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return pa.binary()
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", tz="UTC" if t.tz else None)
+    if pa.types.is_dictionary(t):
+        return normalize_type(t.value_type)
+    return t
+
+
+def type_name(t: pa.DataType) -> str:
+    name = str(t)
+    type_from_name(name)  # refuse types we could not read back
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def column(self, name: str) -> Column | None:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        return None
+
+    def to_arrow(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, type_from_name(c.type)) for c in self.columns])
+
+    @classmethod
+    def from_arrow(cls, schema: pa.Schema) -> Schema:
+        names = [f.name for f in schema]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise SchemaMismatch(f"duplicate column names {sorted(dupes)}")
+        try:
+            cols = tuple(Column(f.name, type_name(normalize_type(f.type))) for f in schema)
+        except FormatError as e:
+            raise SchemaMismatch(f"unsupported column type: {e}") from None
+        return cls(cols)
+
+    def to_json(self) -> dict:
+        return {"columns": [{"name": c.name, "type": c.type} for c in self.columns]}
+
+    @classmethod
+    def from_json(cls, obj: object, where: str) -> Schema:
+        if not isinstance(obj, dict) or not isinstance(obj.get("columns"), list):
+            raise FormatError(f"{where}: 'schema' must be an object with a 'columns' list")
+        cols = []
+        for i, c in enumerate(obj["columns"]):
+            if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not isinstance(c.get("type"), str):
+                raise FormatError(f"{where}: schema column {i} must have string 'name' and 'type'")
+            try:
+                type_from_name(c["type"])
+            except FormatError as e:
+                raise FormatError(f"{where}: column {c['name']!r}: {e}") from None
+            cols.append(Column(c["name"], c["type"]))
+        return cls(tuple(cols))
+
+    def check_compatible(self, other: Schema, what: str) -> None:
+        """Raise SchemaMismatch unless ``other`` has exactly our columns and types
+        (column order may differ)."""
+        mine = {c.name: c.type for c in self.columns}
+        theirs = {c.name: c.type for c in other.columns}
+        missing = [n for n in mine if n not in theirs]
+        extra = [n for n in theirs if n not in mine]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append(f"missing columns {missing}")
+            if extra:
+                parts.append(f"unknown columns {extra}")
+            raise SchemaMismatch(f"{what}: {'; '.join(parts)} (table columns: {list(mine)})")
+        for n, t in mine.items():
+            if type_from_name(t) != type_from_name(theirs[n]):
+                raise SchemaMismatch(f"{what}: column {n!r} has type {theirs[n]}, the table has {t}")

@@ -1,0 +1,134 @@
+"""Tombstone files: JSON lines, each one delete, never rewriting data.
+
+Kinds (see docs/FORMAT.md):
+
+- ``{"file": F, "row_group": N}`` — every row of row group N of F;
+- ``{"file": F, "pk_min": A, "pk_max": B}`` — rows of F whose primary key is in [A, B];
+- ``{"file": F, "row_group": N, "deleted_rows": [0, 5]}`` — positions counted from
+  the start of row group N;
+- ``{"file": F, "deleted_rows": [...]}`` — positions counted from the start of F;
+- ``"deleted_rows_bitmap": "<base64>"`` in place of ``deleted_rows`` — the same
+  positions as a serialized roaring bitmap (pyroaring / CRoaring portable format).
+
+``F`` is the data file's base name or its full path.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from pyroaring import BitMap
+
+from castsql.errors import FormatError
+
+# Below this many positions a JSON list is as small as a bitmap and readable by eye.
+_LIST_MAX = 32
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroupDelete:
+    file: str
+    row_group: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRangeDelete:
+    file: str
+    pk_min: Any
+    pk_max: Any
+
+
+@dataclass(frozen=True, slots=True)
+class PositionDelete:
+    """Positions within ``row_group`` (or within the file if it is None)."""
+
+    file: str
+    row_group: int | None
+    positions: BitMap
+
+
+TombstoneRecord = RowGroupDelete | KeyRangeDelete | PositionDelete
+
+
+def _nonneg_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _pk_value(v: Any) -> bool:
+    return isinstance(v, int | float | str) and not isinstance(v, bool)
+
+
+def parse_record(obj: Any, where: str) -> TombstoneRecord:
+    if not isinstance(obj, dict):
+        raise FormatError(f"{where}: a tombstone line must be a JSON object")
+    f = obj.get("file")
+    if not isinstance(f, str) or not f:
+        raise FormatError(f"{where}: tombstone has no 'file'")
+    keys = set(obj) - {"file"}
+    rg = obj.get("row_group")
+    if "row_group" in obj and not _nonneg_int(rg):
+        raise FormatError(f"{where}: 'row_group' must be a non-negative integer, got {rg!r}")
+    if keys == {"row_group"}:
+        return RowGroupDelete(f, rg)
+    if keys == {"pk_min", "pk_max"}:
+        lo, hi = obj["pk_min"], obj["pk_max"]
+        both_numbers = isinstance(lo, int | float) and isinstance(hi, int | float)
+        if not (_pk_value(lo) and _pk_value(hi)) or (type(lo) is not type(hi) and not both_numbers):
+            raise FormatError(f"{where}: 'pk_min'/'pk_max' must be two numbers or two strings")
+        return KeyRangeDelete(f, lo, hi)
+    if keys in ({"deleted_rows"}, {"row_group", "deleted_rows"}):
+        rows = obj["deleted_rows"]
+        if not isinstance(rows, list) or not all(_nonneg_int(r) and r < 2**32 for r in rows):
+            raise FormatError(f"{where}: 'deleted_rows' must be a list of non-negative integers below 2^32")
+        return PositionDelete(f, rg, BitMap(rows))
+    if keys in ({"deleted_rows_bitmap"}, {"row_group", "deleted_rows_bitmap"}):
+        raw = obj["deleted_rows_bitmap"]
+        try:
+            bm = BitMap.deserialize(base64.b64decode(raw, validate=True))
+        except (TypeError, ValueError, binascii.Error) as e:
+            raise FormatError(f"{where}: 'deleted_rows_bitmap' is not a base64 roaring bitmap ({e})") from None
+        return PositionDelete(f, rg, bm)
+    raise FormatError(f"{where}: unknown tombstone kind with keys {sorted(obj)}")
+
+
+def parse_tombstones(data: bytes, where: str) -> list[TombstoneRecord]:
+    """Every record of a tombstone file; ``where`` names the file in errors."""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise FormatError(f"{where}: tombstone file is not UTF-8 text") from None
+    out = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise FormatError(f"{where}: line {n} is not valid JSON ({e.msg})") from None
+        out.append(parse_record(obj, f"{where}: line {n}"))
+    return out
+
+
+def record_to_json(r: TombstoneRecord) -> dict[str, Any]:
+    if isinstance(r, RowGroupDelete):
+        return {"file": r.file, "row_group": r.row_group}
+    if isinstance(r, KeyRangeDelete):
+        return {"file": r.file, "pk_min": r.pk_min, "pk_max": r.pk_max}
+    d: dict[str, Any] = {"file": r.file}
+    if r.row_group is not None:
+        d["row_group"] = r.row_group
+    if len(r.positions) <= _LIST_MAX:
+        d["deleted_rows"] = list(r.positions)
+    else:
+        r.positions.run_optimize()
+        d["deleted_rows_bitmap"] = base64.b64encode(r.positions.serialize()).decode()
+    return d
+
+
+def serialize_tombstones(records: Iterable[TombstoneRecord]) -> bytes:
+    return "".join(json.dumps(record_to_json(r), separators=(",", ":")) + "\n" for r in records).encode()

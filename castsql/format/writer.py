@@ -1,0 +1,196 @@
+"""The single-node writer: Arrow data in, Parquet data files out, each with
+the manifest entry that describes it. Spark's workers call this too.
+
+Files are zstd-compressed, cut into row groups of ``row_group_size`` rows and
+into files of about ``target_file_bytes``; timestamps are stored as
+microseconds (UTC when they carry a zone). Nothing is committed here: pass the
+entries to :meth:`TableLog.append`.
+
+Example::
+
+    >>> import pyarrow as pa, tempfile
+    >>> from castsql.storage import open_storage
+    >>> files = write_data_files(open_storage(tempfile.mkdtemp()), pa.table({"id": [3, 1, 2]}))
+    >>> files[0].total_rows, files[0].min, files[0].max
+    (3, {'id': 1}, {'id': 3})
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from castsql.errors import SchemaMismatch
+from castsql.format.layout import new_data_key
+from castsql.format.manifest import DataFile, json_stat
+from castsql.format.schema import Schema
+from castsql.storage import Storage
+
+DEFAULT_ROW_GROUP_SIZE = 122_880  # DuckDB's own row group size
+DEFAULT_TARGET_FILE_BYTES = 256 * 1024 * 1024
+
+ArrowData = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
+
+
+def _batches(data: ArrowData) -> Iterator[pa.RecordBatch]:
+    if isinstance(data, pa.Table):
+        yield from data.to_batches()
+    elif isinstance(data, pa.RecordBatch):
+        yield data
+    else:
+        yield from data
+
+
+def conform(batch: pa.RecordBatch | pa.Table, schema: Schema, where: str) -> pa.Table:
+    """``batch`` with the table's column order and stored types, or SchemaMismatch."""
+    target = schema.to_arrow()
+    got = Schema.from_arrow(batch.schema)
+    schema.check_compatible(got, where)
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    cols = []
+    for field in target:
+        col = table.column(field.name)
+        if col.type != field.type:
+            try:
+                col = col.cast(field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise SchemaMismatch(f"{where}: column {field.name!r} cannot be stored as {field.type}: {e}") from None
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=target)
+
+
+class _Stats:
+    def __init__(self, schema: pa.Schema) -> None:
+        self.names = [f.name for f in schema if _orderable(f.type)]
+        self.min: dict[str, Any] = {}
+        self.max: dict[str, Any] = {}
+
+    def update(self, table: pa.Table) -> None:
+        for name in self.names:
+            mm = pc.min_max(table.column(name))
+            lo, hi = json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py())
+            if lo is None or hi is None:
+                continue
+            if name not in self.min or _lt(lo, self.min[name]):
+                self.min[name] = lo
+            if name not in self.max or _lt(self.max[name], hi):
+                self.max[name] = hi
+
+
+def _orderable(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_string(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+    )
+
+
+def _lt(a: Any, b: Any) -> bool:
+    # ISO times of one column share a format, so string order is time order.
+    return a < b
+
+
+class _FileBuilder:
+    def __init__(self, storage: Storage, schema: pa.Schema, now: datetime | None) -> None:
+        self.storage = storage
+        self.key = new_data_key(now)
+        self.sink = io.BytesIO()
+        self.writer = pq.ParquetWriter(
+            self.sink,
+            schema,
+            compression="zstd",
+            write_statistics=True,
+            # Page indexes let DuckDB skip pages within a row group.
+            write_page_index=True,
+        )
+        self.stats = _Stats(schema)
+        self.row_group_rows: list[int] = []
+
+    def write_row_group(self, table: pa.Table) -> None:
+        self.writer.write_table(table, row_group_size=table.num_rows)
+        self.row_group_rows.append(table.num_rows)
+        self.stats.update(table)
+
+    def size(self) -> int:
+        return self.sink.tell()
+
+    def finish(self) -> DataFile:
+        self.writer.close()
+        data = self.sink.getvalue()
+        self.storage.put_new(self.key, data)
+        return DataFile(
+            path=self.key,
+            size_bytes=len(data),
+            row_group_count=len(self.row_group_rows),
+            total_rows=sum(self.row_group_rows),
+            min=self.stats.min,
+            max=self.stats.max,
+            row_group_rows=tuple(self.row_group_rows),
+        )
+
+
+def write_data_files(
+    storage: Storage,
+    data: ArrowData,
+    schema: Schema | None = None,
+    *,
+    row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
+    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+    now: datetime | None = None,
+) -> list[DataFile]:
+    """Write ``data`` as Parquet data files under ``storage``'s ``data/`` and
+    return their manifest entries (path relative to the table root).
+
+    ``schema`` is the table's; data whose columns or types differ raise
+    SchemaMismatch before anything is written for that batch. Batches are
+    buffered until a row group is full, so small input batches (Spark sends
+    10,000 rows at a time) still make full row groups.
+    """
+    if row_group_size <= 0:
+        raise ValueError("row_group_size must be positive")
+    out: list[DataFile] = []
+    builder: _FileBuilder | None = None
+    pending: list[pa.Table] = []
+    pending_rows = 0
+    arrow_schema = schema.to_arrow() if schema is not None else None
+    where = f"{storage.root}: appended data"
+
+    def flush(rows: int) -> None:
+        nonlocal builder, pending, pending_rows
+        table = pa.concat_tables(pending)
+        for start in range(0, rows, row_group_size):
+            chunk = table.slice(start, min(row_group_size, rows - start))
+            if builder is None:
+                builder = _FileBuilder(storage, arrow_schema, now)
+            builder.write_row_group(chunk.combine_chunks())
+            if builder.size() >= target_file_bytes:
+                out.append(builder.finish())
+                builder = None
+        rest = table.slice(rows)
+        pending = [rest] if rest.num_rows else []
+        pending_rows = rest.num_rows
+
+    for batch in _batches(data):
+        if schema is None:
+            schema = Schema.from_arrow(batch.schema)
+            arrow_schema = schema.to_arrow()
+        if batch.num_rows == 0:
+            continue
+        pending.append(conform(batch, schema, where))
+        pending_rows += batch.num_rows
+        if pending_rows >= row_group_size:
+            flush(pending_rows - pending_rows % row_group_size)
+    if pending_rows:
+        flush(pending_rows)
+    if builder is not None:
+        out.append(builder.finish())
+    return out

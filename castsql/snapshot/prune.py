@@ -1,0 +1,74 @@
+"""Min/max pruning: which data files can hold rows matching simple predicates.
+
+A predicate is ``column op value`` with op in ``= != < <= > >=``; a list of
+them is a conjunction. A file is kept unless its manifest min/max prove that no
+row can match; a file without statistics for a column is always kept.
+
+Example::
+
+    >>> from castsql.format import DataFile
+    >>> f = DataFile("a.parquet", 1, 1, 10, {"id": 0}, {"id": 9})
+    >>> may_match(f, [Predicate("id", ">", 9)], {"id": "int64"})
+    False
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+from castsql.format import DataFile
+from castsql.format.manifest import json_stat
+
+_OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">="}
+
+
+@dataclass(frozen=True)
+class Predicate:
+    column: str
+    op: str
+    value: Any
+
+    def __post_init__(self) -> None:
+        if self.op not in _OPS:
+            raise ValueError(f"unsupported operator {self.op!r} (use one of {sorted(_OPS)})")
+
+
+def _comparable(value: Any, type_name: str) -> Any:
+    """``value`` in the form the manifest stores statistics of that column in."""
+    if isinstance(value, datetime | date):
+        v = json_stat(value)
+        if isinstance(value, datetime) and value.tzinfo is None and "tz=" in type_name:
+            v = v + "Z"
+        return v
+    return value
+
+
+def may_match(f: DataFile, preds: Sequence[Predicate], types: dict[str, str]) -> bool:
+    for p in preds:
+        lo, hi = f.min.get(p.column), f.max.get(p.column)
+        if lo is None or hi is None or p.value is None:
+            continue
+        v = _comparable(p.value, types.get(p.column, ""))
+        try:
+            if (
+                (p.op in ("=", "==") and (v < lo or v > hi))
+                or (p.op == "<" and lo >= v)
+                or (p.op == "<=" and lo > v)
+                or (p.op == ">" and hi <= v)
+                or (p.op == ">=" and hi < v)
+                or (p.op in ("!=", "<>") and lo == hi == v)
+            ):
+                return False
+        except TypeError:
+            continue  # incomparable statistic: keep the file
+    return True
+
+
+def prune_files(files: Sequence, preds: Sequence[Predicate], types: dict[str, str]) -> list:
+    """The files (anything with an ``entry`` DataFile, or DataFiles) that may match."""
+    if not preds:
+        return list(files)
+    return [f for f in files if may_match(getattr(f, "entry", f), preds, types)]

@@ -1,0 +1,36 @@
+"""Storage backends: a local directory and S3 (s3fs), behind one interface."""
+
+from __future__ import annotations
+
+from castsql.storage.base import ObjectInfo, ObjectNotFound, PreconditionFailed, Storage, StorageError
+from castsql.storage.config import S3Config
+
+__all__ = [
+    "ObjectInfo",
+    "ObjectNotFound",
+    "PreconditionFailed",
+    "S3Config",
+    "Storage",
+    "StorageError",
+    "open_storage",
+]
+
+
+def open_storage(uri: str, *, s3: S3Config | None = None) -> Storage:
+    """The storage rooted at ``uri``: ``s3://bucket/prefix`` or a local path
+    (``file://`` accepted).
+
+    Example::
+
+        >>> open_storage("/tmp/t").root
+        '/tmp/t'
+    """
+    if uri.startswith(("s3://", "s3a://")):
+        from castsql.storage.s3 import S3Storage
+
+        return S3Storage(uri, s3 or S3Config.from_env())
+    if "://" in uri and not uri.startswith("file://"):
+        raise StorageError(f"{uri}: unsupported URI scheme (use a local path or s3://bucket/prefix)")
+    from castsql.storage.local import LocalStorage
+
+    return LocalStorage(uri.removeprefix("file://"))

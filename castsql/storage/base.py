@@ -1,0 +1,133 @@
+"""The storage interface every backend implements.
+
+A :class:`Storage` is rooted at one URI (a table or a warehouse) and speaks in
+keys relative to that root, always ``/``-separated. It knows nothing of
+manifests, Parquet or DuckDB: it moves bytes, and offers the two conditional
+writes the commit protocol is built on.
+
+Example::
+
+    >>> from castsql.storage import open_storage
+    >>> st = open_storage("/tmp/castsql-doc-example")
+    >>> st.put_if_absent("hello.txt", b"hi")
+    >>> st.get("hello.txt")
+    b'hi'
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from castsql.errors import CastSQLError
+
+
+class StorageError(CastSQLError):
+    """A storage operation failed for a reason other than a lost race."""
+
+
+class ObjectNotFound(StorageError, FileNotFoundError):
+    """The key does not exist."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"{uri}: object not found")
+        self.uri = uri
+
+
+class PreconditionFailed(StorageError):
+    """A conditional write lost: the object exists (create-only) or changed (CAS).
+
+    S3 answers 412 for both, 409 for concurrent conditional writes, and 404 for
+    an ``If-Match`` on a missing key; callers treat all of them as "lost the
+    race, re-read and retry".
+    """
+
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(f"{uri}: {reason}")
+        self.uri = uri
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    mtime: float  # seconds since the epoch, UTC
+
+
+class Storage(abc.ABC):
+    """Bytes under one root URI, with create-only and compare-and-swap puts."""
+
+    root: str
+
+    @abc.abstractmethod
+    def uri(self, key: str) -> str:
+        """The absolute URI (local path or ``s3://…``) of ``key``."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """The whole object. Raises :class:`ObjectNotFound`."""
+
+    @abc.abstractmethod
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        """The whole object and the ETag of exactly those bytes."""
+
+    @abc.abstractmethod
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes from ``start`` (fewer at the end of the object)."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Unconditional put, for objects whose name no one else can pick (uuid names)."""
+
+    @abc.abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        """Create ``key`` only if it does not exist; atomic. Returns the new ETag.
+
+        Raises :class:`PreconditionFailed` if it exists.
+        """
+
+    @abc.abstractmethod
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        """Replace ``key`` only if its ETag is still ``etag``. Returns the new ETag.
+
+        Raises :class:`PreconditionFailed` if it changed or is missing.
+        """
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix`` (recursive)."""
+
+    @abc.abstractmethod
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        """Names of the immediate "sub-directories" below ``prefix`` (for warehouses)."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; a missing key is not an error (GC may race itself)."""
+
+    def put_new(self, key: str, data: bytes) -> None:
+        """Create-only put of an object with a unique (uuid) name.
+
+        A client that retries a put which did land sees its own object and a
+        412; an object holding exactly ``data`` is therefore a success.
+        """
+        try:
+            self.put_if_absent(key, data)
+        except PreconditionFailed:
+            try:
+                if self.get(key) == data:
+                    return
+            except ObjectNotFound:
+                pass
+            raise
+
+    def child(self, prefix: str) -> Storage:
+        """A storage rooted at ``prefix`` below this one (a table in a warehouse)."""
+        raise NotImplementedError
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

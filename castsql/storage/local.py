@@ -1,0 +1,161 @@
+"""A table on a local directory: the embedded default, no server needed.
+
+Create-only puts write a temporary file and ``link()`` it into place, which
+fails atomically if the name exists, so no reader ever sees a half-written
+object. Compare-and-swap holds an exclusive ``flock`` on the key's directory
+while it compares and ``rename()``s, which is safe across processes on one
+machine. ETags are the MD5 of the content, as on S3.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from castsql.storage.base import ObjectInfo, ObjectNotFound, PreconditionFailed, Storage, StorageError
+
+_TMP_PREFIX = ".tmp-"
+
+
+def _etag(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+class LocalStorage(Storage):
+    """Objects as files below a directory."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self._root = Path(root).expanduser().resolve()
+        self.root = str(self._root)
+
+    def __repr__(self) -> str:
+        return f"LocalStorage({self.root!r})"
+
+    def _path(self, key: str) -> Path:
+        key = key.lstrip("/")
+        path = (self._root / key).resolve()
+        if path != self._root and self._root not in path.parents:
+            raise StorageError(f"{key!r}: key escapes the storage root {self.root}")
+        return path
+
+    def uri(self, key: str) -> str:
+        return str(self._path(key))
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFound(self.uri(key)) from None
+        except IsADirectoryError:
+            raise ObjectNotFound(self.uri(key)) from None
+
+    def get_with_etag(self, key: str) -> tuple[bytes, str]:
+        data = self.get(key)
+        return data, _etag(data)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        try:
+            with open(self._path(key), "rb") as f:
+                f.seek(start)
+                return f.read(length)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise ObjectNotFound(self.uri(key)) from None
+
+    def _write_tmp(self, path: Path, data: bytes) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return tmp
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        tmp = self._write_tmp(path, data)
+        os.replace(tmp, path)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        path = self._path(key)
+        tmp = self._write_tmp(path, data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise PreconditionFailed(self.uri(key), "object already exists") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        return _etag(data)
+
+    def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._write_tmp(path, data)
+        try:
+            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                fcntl.flock(dir_fd, fcntl.LOCK_EX)
+                try:
+                    current = path.read_bytes()
+                except FileNotFoundError:
+                    raise PreconditionFailed(self.uri(key), "object does not exist") from None
+                if _etag(current) != etag:
+                    raise PreconditionFailed(self.uri(key), "object changed (ETag mismatch)")
+                os.replace(tmp, path)
+            finally:
+                os.close(dir_fd)  # closing releases the flock
+        finally:
+            tmp.unlink(missing_ok=True)
+        return _etag(data)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        prefix = prefix.lstrip("/")
+        # Walk only the directory part of the prefix, then filter by the rest.
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        start = self._path(base) if base else self._root
+        if not start.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(start):
+            dirnames.sort()
+            for name in sorted(filenames):
+                if name.startswith(_TMP_PREFIX):
+                    continue
+                full = Path(dirpath) / name
+                key = full.relative_to(self._root).as_posix()
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    st = full.stat()
+                except FileNotFoundError:
+                    continue  # deleted while we walked
+                yield ObjectInfo(key=key, size=st.st_size, mtime=st.st_mtime)
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        start = self._path(prefix) if prefix.strip("/") else self._root
+        if not start.is_dir():
+            return []
+        return sorted(e.name for e in os.scandir(start) if e.is_dir() and not e.name.startswith("."))
+
+    def delete(self, key: str) -> None:
+        try:
+            self._path(key).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise StorageError(f"{self.uri(key)}: cannot delete: {e.strerror}") from e
+
+    def child(self, prefix: str) -> LocalStorage:
+        return LocalStorage(self._path(prefix))

@@ -1,0 +1,211 @@
+"""Parsing and validating the objects of the format: pointer, manifest, tombstones."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pyarrow as pa
+import pytest
+from pyroaring import BitMap
+
+from castsql.errors import FormatError
+from castsql.format.layout import manifest_key, manifest_version, to_table_key
+from castsql.format.log import parse_pointer
+from castsql.format.manifest import parse_manifest
+from castsql.format.schema import Schema, type_from_name
+from castsql.format.tombstone import (
+    KeyRangeDelete,
+    PositionDelete,
+    RowGroupDelete,
+    parse_tombstones,
+    serialize_tombstones,
+)
+
+# The seed's example manifest, field for field.
+SEED_MANIFEST = {
+    "version": 123,
+    "previous": 122,
+    "created_at": "2025-10-04T13:45:12Z",
+    "schema": {
+        "columns": [
+            {"name": "id", "type": "int64"},
+            {"name": "event_time", "type": "timestamp[us]"},
+            {"name": "payload", "type": "binary"},
+        ]
+    },
+    "data_files": [
+        {
+            "path": "s3://mytable/data/2025/10/04/13/f81d4fae.parquet",
+            "size_bytes": 268435456,
+            "row_group_count": 60,
+            "total_rows": 12000000,
+            "min": {"event_time": "2025-10-04T13:00:00Z", "id": 1000000},
+            "max": {"event_time": "2025-10-04T13:30:00Z", "id": 12999999},
+        }
+    ],
+    "tombstones": ["s3://mytable/tombstone/2025/10/04/13/abc123.del"],
+}
+
+SEED_TOMBSTONE = b"""{"file": "f81d4fae.parquet", "row_group": 0}
+{"file": "f81d4fae.parquet", "row_group": 5}
+{"file": "a1b2c3d4.parquet", "pk_min": 15000000, "pk_max": 15999999}
+{ "file": "f81d4fae.parquet", "row_group": 3, "deleted_rows": [0, 5, 17, 1042] }
+"""
+
+
+def test_seed_manifest_reads():
+    m = parse_manifest(json.dumps(SEED_MANIFEST).encode(), "v123")
+    assert m.version == 123 and m.previous == 122
+    assert m.schema.names == ["id", "event_time", "payload"]
+    assert m.data_files[0].total_rows == 12_000_000
+    assert m.data_files[0].row_group_rows is None
+    assert m.primary_key is None
+    assert m.tombstones == ("s3://mytable/tombstone/2025/10/04/13/abc123.del",)
+    assert m.schema.to_arrow().field("event_time").type == pa.timestamp("us")
+
+
+def test_manifest_round_trips_and_keeps_unknown_fields():
+    doc = dict(SEED_MANIFEST, future_field={"x": 1})
+    m = parse_manifest(json.dumps(doc).encode(), "v123")
+    again = parse_manifest(m.to_bytes(), "again")
+    assert again == m
+    assert json.loads(m.to_bytes())["future_field"] == {"x": 1}
+
+
+def test_seed_tombstone_lines_read():
+    recs = parse_tombstones(SEED_TOMBSTONE, "abc123.del")
+    assert recs[0] == RowGroupDelete("f81d4fae.parquet", 0)
+    assert recs[1] == RowGroupDelete("f81d4fae.parquet", 5)
+    assert recs[2] == KeyRangeDelete("a1b2c3d4.parquet", 15000000, 15999999)
+    assert isinstance(recs[3], PositionDelete)
+    assert recs[3].row_group == 3 and list(recs[3].positions) == [0, 5, 17, 1042]
+
+
+def test_roaring_bitmap_tombstone_round_trip():
+    bm = BitMap(range(0, 1_000_000, 7))
+    data = serialize_tombstones([PositionDelete("x.parquet", None, bm), PositionDelete("y.parquet", 2, BitMap([1]))])
+    lines = [json.loads(line) for line in data.splitlines()]
+    assert "deleted_rows_bitmap" in lines[0] and lines[1]["deleted_rows"] == [1]
+    recs = parse_tombstones(data, "t.del")
+    assert recs[0].positions == bm and recs[0].row_group is None
+    assert recs[1].row_group == 2
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b'{"file": "a.parquet", "wat": 1}', "unknown tombstone kind"),
+        (b'{"row_group": 1}', "no 'file'"),
+        (b'{"file": "a.parquet", "row_group": -1}', "non-negative"),
+        (b'{"file": "a.parquet", "deleted_rows": [1, "x"]}', "deleted_rows"),
+        (b'{"file": "a.parquet", "deleted_rows_bitmap": "%%%"}', "base64 roaring"),
+        (b'{"file": "a.parquet", "pk_min": 1, "pk_max": "z"}', "pk_min"),
+        (b"not json", "line 1 is not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_bad_tombstone_lines_are_named(line, message):
+    with pytest.raises(FormatError, match=message) as e:
+        parse_tombstones(line, "tomb/x.del")
+    assert "tomb/x.del" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("version"), "no 'version'"),
+        (lambda d: d.update(version=-1), "'version' must be"),
+        (lambda d: d.update(previous=123), "'previous' must be"),
+        (lambda d: d.update(created_at="yesterday"), "created_at"),
+        (lambda d: d["data_files"][0].update(total_rows="many"), "total_rows"),
+        (lambda d: d["data_files"].append(dict(d["data_files"][0])), "listed twice"),
+        (lambda d: d["schema"]["columns"][0].update(type="int128"), "unknown column type"),
+        (lambda d: d.update(primary_key="nope"), "primary_key"),
+        (lambda d: d.update(tombstones="x"), "tombstones"),
+        (lambda d: d.update(format_version=99), "newer than"),
+        (lambda d: d["data_files"][0].update(row_group_rows=[1, 2]), "row_group_rows"),
+    ],
+)
+def test_bad_manifests_are_named(mutate, message):
+    doc = json.loads(json.dumps(SEED_MANIFEST))
+    mutate(doc)
+    with pytest.raises(FormatError, match=message) as e:
+        parse_manifest(json.dumps(doc).encode(), "manifest/v00000123.json")
+    assert "manifest/v00000123.json" in str(e.value)
+
+
+@pytest.mark.parametrize("data", [b"", b"{", b'{"version": 1', b"\xff\xfe", b"[]"])
+def test_truncated_or_corrupt_manifest_is_named(data):
+    with pytest.raises(FormatError, match=r"manifest/v00000001\.json"):
+        parse_manifest(data, "manifest/v00000001.json")
+
+
+@pytest.mark.parametrize("data", [b"", b"{}", b'{"version": "3"}', b'{"version": -2}', b"garbage"])
+def test_bad_pointer_is_named(data):
+    with pytest.raises(FormatError, match="_latest_manifest"):
+        parse_pointer(data, "_latest_manifest")
+
+
+def test_pointer_with_only_version_reads():
+    assert parse_pointer(b'{"version": 123}', "_latest_manifest") == 123
+
+
+def test_manifest_keys():
+    assert manifest_key(123) == "manifest/v00000123.json"
+    assert manifest_version("manifest/v00000123.json") == 123
+    assert manifest_version(manifest_key(123_456_789)) == 123_456_789
+    assert manifest_version("manifest/v1.json") is None
+
+
+@pytest.mark.parametrize(
+    ("path", "root", "key"),
+    [
+        ("data/a.parquet", "s3://b/t", "data/a.parquet"),
+        ("s3://b/t/data/a.parquet", "s3://b/t", "data/a.parquet"),
+        ("s3://b/t/data/a.parquet", "s3a://b/t/", "data/a.parquet"),
+        ("/w/t/data/a.parquet", "/w/t", "data/a.parquet"),
+    ],
+)
+def test_paths_inside_the_root(path, root, key):
+    assert to_table_key(path, root, what="data file") == key
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["s3://other/t/data/a.parquet", "s3://b/t2/data/a.parquet", "../t2/a.parquet", "/etc/passwd", "data/../../x"],
+)
+def test_paths_outside_the_root_are_refused(path):
+    with pytest.raises(FormatError, match="outside the table root"):
+        to_table_key(path, "s3://b/t", what="data file")
+
+
+def test_schema_types_round_trip():
+    schema = pa.schema(
+        [
+            ("a", pa.int64()),
+            ("b", pa.large_string()),
+            ("c", pa.timestamp("ns", tz="Europe/Paris")),
+            ("d", pa.decimal128(10, 2)),
+            ("e", pa.date32()),
+            ("f", pa.bool_()),
+        ]
+    )
+    s = Schema.from_arrow(schema)
+    assert [c.type for c in s.columns] == [
+        "int64",
+        "string",
+        "timestamp[us, tz=UTC]",
+        "decimal128(10, 2)",
+        "date32[day]",
+        "bool",
+    ]
+    assert Schema.from_json(s.to_json(), "x") == s
+    assert type_from_name("timestamp[us]") == pa.timestamp("us")
+
+
+def test_bitmap_encoding_is_portable():
+    # The serialized form is CRoaring's portable format: what Java/Go roaring read.
+    bm = BitMap([1, 2, 3])
+    raw = base64.b64decode(base64.b64encode(bm.serialize()))
+    assert BitMap.deserialize(raw) == bm

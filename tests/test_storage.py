@@ -1,0 +1,375 @@
+"""The storage contract, on every backend: what the commit protocol and users
+rely on (round trips, conditional writes, listing, races)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from castsql.storage import ObjectNotFound, PreconditionFailed, S3Config, StorageError, open_storage
+from castsql.storage.local import LocalStorage
+
+# -- basics ------------------------------------------------------------------
+
+
+def test_round_trip(storage):
+    storage.put("a/b/obj.bin", b"\x00hello\xff")
+    assert storage.get("a/b/obj.bin") == b"\x00hello\xff"
+    assert storage.exists("a/b/obj.bin")
+    storage.put("a/b/obj.bin", b"replaced")
+    data, etag = storage.get_with_etag("a/b/obj.bin")
+    assert data == b"replaced"
+    assert etag and '"' not in etag
+
+
+def test_empty_object(storage):
+    etag = storage.put_if_absent("empty", b"")
+    assert storage.get_with_etag("empty") == (b"", etag)
+    assert storage.get_range("empty", 0, 10) == b""
+
+
+def test_missing_key_is_named(storage):
+    for read in (storage.get, storage.get_with_etag, lambda k: storage.get_range(k, 0, 4)):
+        with pytest.raises(ObjectNotFound) as e:
+            read("no/such/key")
+        assert "no/such/key" in str(e.value)
+        assert e.value.uri == storage.uri("no/such/key")
+        assert isinstance(e.value, FileNotFoundError)
+    assert not storage.exists("no/such/key")
+
+
+def test_a_directory_is_not_an_object(storage):
+    storage.put("dir/sub/x", b"x")
+    assert not storage.exists("dir")
+    assert not storage.exists("dir/sub")
+    with pytest.raises(ObjectNotFound):
+        storage.get("dir/sub")
+    with pytest.raises(ObjectNotFound):
+        storage.get_range("dir/sub", 0, 1)
+    with pytest.raises(ObjectNotFound):
+        storage.get_range("dir/sub/x/y", 0, 1)  # a file is not a directory either
+
+
+def test_uri_and_child(storage):
+    assert storage.uri("t1/x") == storage.root.rstrip("/") + "/t1/x"
+    child = storage.child("t1")
+    assert child.root == storage.uri("t1")
+    child.put("x", b"via child")
+    assert storage.get("t1/x") == b"via child"
+    assert child.uri("x") == storage.uri("t1/x")
+
+
+# -- conditional writes ------------------------------------------------------
+
+
+def test_put_if_absent_only_once(storage):
+    etag = storage.put_if_absent("ptr", b"first")
+    assert storage.get_with_etag("ptr") == (b"first", etag)
+    with pytest.raises(PreconditionFailed) as e:
+        storage.put_if_absent("ptr", b"second")
+    assert "ptr" in str(e.value)
+    assert storage.get_with_etag("ptr") == (b"first", etag)
+
+
+def test_put_if_match(storage):
+    storage.put_if_absent("ptr", b"v1")
+    _, etag1 = storage.get_with_etag("ptr")
+
+    etag2 = storage.put_if_match("ptr", b"v2", etag1)
+    assert etag2 != etag1
+    assert storage.get_with_etag("ptr") == (b"v2", etag2)
+
+    with pytest.raises(PreconditionFailed):  # stale ETag
+        storage.put_if_match("ptr", b"v3-lost", etag1)
+    assert storage.get_with_etag("ptr") == (b"v2", etag2)
+
+    etag3 = storage.put_if_match("ptr", b"v3", etag2)
+    assert storage.get_with_etag("ptr") == (b"v3", etag3)
+
+
+def test_put_if_match_on_missing_key(storage):
+    with pytest.raises(PreconditionFailed) as e:
+        storage.put_if_match("nothing-here", b"x", "d41d8cd98f00b204e9800998ecf8427e")
+    assert "nothing-here" in str(e.value)
+    assert not storage.exists("nothing-here")
+
+
+def test_put_if_match_after_delete(storage):
+    etag = storage.put_if_absent("ptr", b"v1")
+    storage.delete("ptr")
+    with pytest.raises(PreconditionFailed):
+        storage.put_if_match("ptr", b"v2", etag)
+    assert not storage.exists("ptr")
+
+
+def test_etags_track_content(storage):
+    a = storage.put_if_absent("a", b"same")
+    b = storage.put_if_absent("b", b"same")
+    c = storage.put_if_absent("c", b"other")
+    assert a == b != c
+
+
+# -- ranges, listing, delete -------------------------------------------------
+
+
+def test_get_range(storage):
+    storage.put("r", b"0123456789")
+    assert storage.get_range("r", 0, 4) == b"0123"
+    assert storage.get_range("r", 3, 2) == b"34"
+    assert storage.get_range("r", 8, 10) == b"89"  # short at the end
+    assert storage.get_range("r", 10, 5) == b""
+    assert storage.get_range("r", 25, 5) == b""
+    assert storage.get_range("r", 2, 0) == b""
+
+
+def test_list(storage):
+    t0 = time.time()
+    objects = {"a/1": b"1", "a/2": b"22", "a/b/3": b"333", "ab/4": b"4444", "b/5": b"55555", "top": b"t"}
+    for key, data in objects.items():
+        storage.put(key, data)
+
+    everything = {o.key: o for o in storage.list()}
+    assert set(everything) == set(objects)
+    for key, info in everything.items():
+        assert info.size == len(objects[key])
+        assert abs(info.mtime - t0) < 300, info
+
+    assert sorted(o.key for o in storage.list("a/")) == ["a/1", "a/2", "a/b/3"]
+    assert sorted(o.key for o in storage.list("a")) == ["a/1", "a/2", "a/b/3", "ab/4"]
+    assert sorted(o.key for o in storage.list("a/b")) == ["a/b/3"]
+    assert [o.key for o in storage.list("zzz/")] == []
+    assert [o.key for o in storage.list("nope")] == []
+
+
+def test_list_is_confined_to_the_root(storage):
+    t1, t2, t12 = storage.child("t1"), storage.child("t2"), storage.child("t12")
+    t1.put("data/x", b"x")
+    t1.put("_pointer", b"p")
+    t2.put("data/y", b"y")
+    t12.put("data/z", b"z")
+    assert sorted(o.key for o in t1.list()) == ["_pointer", "data/x"]
+    assert [o.key for o in t2.list("data/")] == ["data/y"]
+    assert sorted(o.key for o in storage.list()) == ["t1/_pointer", "t1/data/x", "t12/data/z", "t2/data/y"]
+
+
+def test_list_sees_new_and_deleted_objects(storage):
+    """No listing cache: a list right after a write or delete reflects it."""
+    assert list(storage.list("d/")) == []
+    storage.put("d/x", b"x")
+    assert [o.key for o in storage.list("d/")] == ["d/x"]
+    storage.put("d/y", b"y")
+    assert sorted(o.key for o in storage.list("d/")) == ["d/x", "d/y"]
+    storage.delete("d/x")
+    assert [o.key for o in storage.list("d/")] == ["d/y"]
+    assert storage.exists("d/y") and not storage.exists("d/x")
+
+
+def test_delete(storage):
+    storage.put("gone", b"x")
+    storage.delete("gone")
+    assert not storage.exists("gone")
+    with pytest.raises(ObjectNotFound):
+        storage.get("gone")
+    storage.delete("gone")  # again: fine
+    storage.delete("never/existed")
+    assert storage.put_if_absent("gone", b"back")  # the name is free again
+
+
+# -- races -------------------------------------------------------------------
+
+
+def _cas_increment(storage, key: str, rounds: int, start: threading.Barrier | None = None) -> int:
+    """Read-ETag/compare-and-swap increments; returns how many of its swaps won."""
+    if start is not None:
+        start.wait()
+    won = 0
+    for _ in range(rounds):
+        data, etag = storage.get_with_etag(key)
+        try:
+            storage.put_if_match(key, str(int(data) + 1).encode(), etag)
+        except PreconditionFailed:
+            continue
+        won += 1
+    return won
+
+
+@pytest.mark.parametrize("threads", [8])
+def test_cas_race_threads_loses_no_update(storage, threads):
+    storage.put_if_absent("counter", b"0")
+    rounds = 20
+    barrier = threading.Barrier(threads)
+    with ThreadPoolExecutor(threads) as pool:
+        wins = list(pool.map(lambda _: _cas_increment(storage, "counter", rounds, barrier), range(threads)))
+    total = sum(wins)
+    assert int(storage.get("counter")) == total
+    assert rounds <= total <= threads * rounds  # every round somebody wins
+
+
+def test_create_race_has_one_winner(storage):
+    threads = 8
+    barrier = threading.Barrier(threads)
+
+    def create(i: int) -> bool:
+        barrier.wait()
+        try:
+            storage.put_if_absent("claimed", f"writer-{i}".encode())
+        except PreconditionFailed:
+            return False
+        return True
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(create, range(threads)))
+    assert results.count(True) == 1
+    assert storage.get("claimed") == f"writer-{results.index(True)}".encode()
+
+
+def _process_worker(root: str, key: str, rounds: int, start, out) -> None:
+    start.wait(30)
+    out.put(_cas_increment(LocalStorage(root), key, rounds))
+
+
+def test_local_cas_race_across_processes(tmp_path):
+    """The flock-based compare-and-swap is safe between processes, not only threads."""
+    storage = LocalStorage(tmp_path / "root")
+    storage.put_if_absent("counter", b"0")
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    procs, rounds = 4, 40
+    workers = [
+        ctx.Process(target=_process_worker, args=(storage.root, "counter", rounds, start, out)) for _ in range(procs)
+    ]
+    for w in workers:
+        w.start()
+    start.set()
+    wins = [out.get(timeout=120) for _ in workers]
+    for w in workers:
+        w.join(30)
+        assert w.exitcode == 0
+    assert int(storage.get("counter")) == sum(wins)
+    assert sum(wins) >= rounds
+
+
+@pytest.mark.parametrize("conditional", ["put_if_absent", "put_if_match"])
+def test_readers_never_see_a_partial_object(storage, conditional):
+    """Concurrent readers see nothing or a whole object, never a prefix of one."""
+    size = 9 * 2**20  # more than one SeaweedFS chunk (4 MiB)
+    old, new = b"o" * size, bytes(range(256)) * (size // 256)
+    if conditional == "put_if_match":
+        storage.put_if_absent("big", old)
+    expect = {old, new} if conditional == "put_if_match" else {new}
+    seen: set[int] = set()
+    bad: list[str] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            try:
+                data = storage.get("big")
+            except ObjectNotFound:
+                seen.add(0)
+                continue
+            seen.add(len(data))
+            if data not in expect:
+                bad.append(f"read {len(data)} bytes that are neither the old nor the new object")
+            for info in storage.list():
+                if info.key != "big":
+                    bad.append(f"listing shows {info.key}")
+
+    readers = [threading.Thread(target=reader) for _ in range(3)]
+    for r in readers:
+        r.start()
+    try:
+        time.sleep(0.05)
+        if conditional == "put_if_absent":
+            storage.put_if_absent("big", new)
+        else:
+            storage.put_if_match("big", new, storage.get_with_etag("big")[1])
+        time.sleep(0.1)
+    finally:
+        done.set()
+        for r in readers:
+            r.join()
+    assert not bad, bad[:3]
+    assert storage.get("big") == new
+    assert size in seen  # readers did run against the finished object
+
+
+# -- local specifics ---------------------------------------------------------
+
+
+def test_local_keys_cannot_escape_the_root(tmp_path):
+    storage = LocalStorage(tmp_path / "root")
+    with pytest.raises(StorageError):
+        storage.put("../outside", b"x")
+    assert not (tmp_path / "outside").exists()
+
+
+def test_local_failed_cas_leaves_no_temp_files(tmp_path):
+    storage = LocalStorage(tmp_path / "root")
+    storage.put_if_absent("p", b"1")
+    with pytest.raises(PreconditionFailed):
+        storage.put_if_match("p", b"2", "stale")
+    with pytest.raises(PreconditionFailed):
+        storage.put_if_absent("p", b"3")
+    assert sorted(p.name for p in (tmp_path / "root").iterdir()) == ["p"]
+
+
+# -- S3 specifics ------------------------------------------------------------
+
+
+def test_s3_uri_forms():
+    from castsql.storage.s3 import S3Storage, parse_s3_uri
+
+    cfg = S3Config(endpoint_url="http://127.0.0.1:1", key="k", secret="s")
+    assert parse_s3_uri("s3://b/x/y/") == ("b", "x/y")
+    assert parse_s3_uri("s3a://b") == ("b", "")
+    st = open_storage("s3a://bucket/wh/", s3=cfg)
+    assert isinstance(st, S3Storage)
+    assert st.root == "s3://bucket/wh"
+    assert st.uri("t/_pointer") == "s3://bucket/wh/t/_pointer"
+    assert st.child("t").root == "s3://bucket/wh/t"
+    assert open_storage("s3://bucket", s3=cfg).uri("k") == "s3://bucket/k"
+    assert st.config is cfg
+    with pytest.raises(StorageError):
+        parse_s3_uri("s3:///nobucket")
+
+
+@pytest.mark.s3
+def test_s3_conditional_puts_send_the_headers(s3_server, s3_root):
+    """Create-only and CAS are the server's decision, not a check-then-put."""
+    st = open_storage(s3_root, s3=s3_server.config)
+    sent: list[dict[str, str]] = []
+
+    def record(request, **_):
+        sent.append({k.lower(): v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()})
+
+    st.exists("x")  # connects
+    st._fs.s3.meta.events.register("before-send.s3.PutObject", record)
+    etag = st.put_if_absent("x", b"1")
+    st.put_if_match("x", b"2", etag)
+    assert sent[0].get("if-none-match") == "*"
+    assert sent[1].get("if-match") == f'"{etag}"'
+    st.close()
+
+
+@pytest.mark.s3
+def test_s3_errors_name_the_uri_but_not_the_secret(s3_server, s3_root):
+    cfg = s3_server.config
+    missing_bucket = open_storage("s3://no-such-bucket-here/t", s3=cfg)
+    with pytest.raises(StorageError, match=r"s3://no-such-bucket-here/t/x: .*bucket 'no-such-bucket-here' does not"):
+        missing_bucket.get("x")
+    with pytest.raises(StorageError, match="does not exist"):
+        missing_bucket.put_if_absent("x", b"1")
+
+    wrong = S3Config(endpoint_url=cfg.endpoint_url, key=cfg.key, secret="not-the-secret-" + "x" * 16)
+    st = open_storage(s3_root, s3=wrong)
+    with pytest.raises(StorageError) as e:
+        st.put_if_absent("x", b"1")
+    assert not isinstance(e.value, PreconditionFailed)
+    assert s3_root in str(e.value)
+    assert wrong.secret not in str(e.value) and cfg.secret not in str(e.value)
+    assert wrong.secret not in repr(st) and wrong.secret not in repr(wrong)
