@@ -85,3 +85,9 @@ def worker_env(backend: str, request: pytest.FixtureRequest) -> dict[str, str]:
             AWS_REGION=cfg.region,
         )
     return env
+
+
+@pytest.fixture
+def s3_config(backend: str, request: pytest.FixtureRequest):
+    """The S3 settings a Session needs on the backend under test (None on local)."""
+    return request.getfixturevalue("s3_server").config if backend == "s3" else None

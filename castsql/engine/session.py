@@ -125,8 +125,14 @@ class Session:
         key = table.lower()
         snap = resolve(self._logs[key])
         if self._latest.get(key) != snap.version:
-            create_view(self.con, self._display[key], snap)
+            self._create_view(self._display[key], snap, self._display[key])
             self._latest[key] = snap.version
+
+    def _create_view(self, name: str, snap: Snapshot, table: str, **kw: Any) -> None:
+        try:
+            create_view(self.con, name, snap, **kw)
+        except duckdb.Error as e:
+            raise QueryError(f"table {table} version {snap.version}: {_one_line(e)}") from None
 
     def version_view(self, table: str, version: int) -> str:
         """Name of a view of ``table`` at ``version`` (created on first use)."""
@@ -138,28 +144,24 @@ class Session:
                 snap = resolve(log, version)
             except VersionNotFound as e:
                 raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
-            create_view(self.con, name, snap)
+            self._create_view(name, snap, disp)
             self._pinned.add(name)
         return name
 
     def resolve_time(self, table: str, when: str | datetime) -> int:
-        t = parse_time(when) if isinstance(when, str) else when
+        log = self.log(table)
         try:
-            return self.log(table).version_at(t)
-        except VersionNotFound as e:
-            raise VersionNotFound(f"table {self._display[table.lower()]}: {str(e).split(': ', 1)[-1]}") from None
+            t = parse_time(when) if isinstance(when, str) else when
         except ValueError:
             raise CastSQLError(f"table {table}: {when!r} is not a timestamp") from None
+        try:
+            return log.version_at(t)
+        except VersionNotFound as e:
+            raise VersionNotFound(f"table {self._display[table.lower()]}: {str(e).split(': ', 1)[-1]}") from None
 
     def _replace(self, ref: TimeTravel) -> str:
         table = ref.name[-1]
-        if ref.version is not None:
-            version = ref.version
-        else:
-            try:
-                version = self.resolve_time(table, ref.timestamp or "")
-            except CastSQLError:
-                raise
+        version = ref.version if ref.version is not None else self.resolve_time(table, ref.timestamp or "")
         return ident(self.version_view(table, version))
 
     def prepare(self, sql: str) -> str:
@@ -221,7 +223,7 @@ class Session:
             if c not in names:
                 raise CastSQLError(f"table {table}: no column {c!r} (columns: {', '.join(names)})")
         view = f"{self._display[table.lower()]}@scan"
-        create_view(self.con, view, snap, predicates=preds)
+        self._create_view(view, snap, table, predicates=preds)
         cols = ", ".join(ident(c) for c in columns) if columns else "*"
         where = " AND ".join(f"{ident(p.column)} {p.op} ?" for p in preds)
         q = f"SELECT {cols} FROM {ident(view)}" + (f" WHERE {where}" if where else "")

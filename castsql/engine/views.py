@@ -6,11 +6,12 @@ Provisional design, to be replaced by the measured one.
 from __future__ import annotations
 
 import array
+from collections.abc import Sequence
 
 import duckdb
 import pyarrow as pa
 
-from castsql.snapshot import Snapshot
+from castsql.snapshot import Predicate, Snapshot, prune_files
 
 
 def sql_str(s: str) -> str:
@@ -38,10 +39,26 @@ def _positions(snap: Snapshot, files: list) -> pa.Table:
     return pa.table({"file_index": pa.concat_arrays(idx), "pos": pa.concat_arrays(pos).cast(pa.int64())})
 
 
-def create_view(con: duckdb.DuckDBPyConnection, name: str, snap: Snapshot) -> None:
+def create_view(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    snap: Snapshot,
+    *,
+    predicates: Sequence[Predicate] = (),
+    positions: bool = False,
+) -> None:
+    """Create (or replace) the temp view ``name`` holding the live rows of ``snap``.
+
+    ``predicates`` prune files by manifest min/max first; ``positions`` adds
+    ``_file`` (table key) and ``_pos`` (row position) columns, for audits.
+    """
+    files = prune_files(snap.files, predicates, {c.name: c.type for c in snap.schema.columns})
+    if positions:
+        _create_positional_view(con, name, snap, files)
+        return
     cols = ", ".join(ident(c) for c in snap.schema.names)
-    clean = [f for f in snap.files if not f.has_deletes]
-    dirty = [f for f in snap.files if f.has_deletes]
+    clean = [f for f in files if not f.has_deletes]
+    dirty = [f for f in files if f.has_deletes]
     parts = []
     if clean:
         parts.append(f"SELECT {cols} FROM read_parquet({_file_list([f.uri for f in clean])})")
@@ -55,14 +72,41 @@ def create_view(con: duckdb.DuckDBPyConnection, name: str, snap: Snapshot) -> No
                 ranges.append(f"(file_index = {i} AND {ident(pk)} BETWEEN {_lit(lo)} AND {_lit(hi)})")
         where = f" WHERE NOT ({' OR '.join(ranges)})" if ranges else ""
         parts.append(
-            f"SELECT {cols} FROM (SELECT * FROM read_parquet({_file_list([f.uri for f in dirty])}, "
-            f"file_row_number = true, file_index = true){where}) AS s "
+            f"SELECT {cols} FROM (SELECT *, file_index, file_row_number "
+            f"FROM read_parquet({_file_list([f.uri for f in dirty])}){where}) AS s "
             f"ANTI JOIN {ident(del_name)} AS d ON s.file_index = d.file_index AND s.file_row_number = d.pos"
         )
     if not parts:
         typed = ", ".join(f"CAST(NULL AS {_duck_type(c.type)}) AS {ident(c.name)}" for c in snap.schema.columns)
         parts.append(f"SELECT {typed} WHERE false")
     con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS " + " UNION ALL ".join(parts))
+
+
+def _create_positional_view(con: duckdb.DuckDBPyConnection, name: str, snap: Snapshot, files: list) -> None:
+    cols = ", ".join(ident(c) for c in snap.schema.names)
+    if not files:
+        typed = ", ".join(f"CAST(NULL AS {_duck_type(c.type)}) AS {ident(c.name)}" for c in snap.schema.columns)
+        con.execute(
+            f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {typed}, NULL::VARCHAR AS _file, "
+            "NULL::BIGINT AS _pos WHERE false"
+        )
+        return
+    keys = pa.table({"file_index": pa.array(range(len(files)), pa.uint64()), "_file": [f.key for f in files]})
+    con.register(name + "$files", keys)
+    dels = name + "$deletes"
+    con.register(dels, _positions(snap, files))
+    ranges = [
+        f"(s.file_index = {i} AND {ident(snap.primary_key)} BETWEEN {_lit(lo)} AND {_lit(hi)})"
+        for i, f in enumerate(files)
+        for lo, hi in f.key_ranges
+    ]
+    where = f" WHERE NOT ({' OR '.join(ranges)})" if ranges else ""
+    con.execute(
+        f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {cols}, k._file, s.file_row_number AS _pos "
+        f"FROM (SELECT *, file_index, file_row_number FROM read_parquet({_file_list([f.uri for f in files])})) AS s "
+        f"JOIN {ident(name + '$files')} AS k ON s.file_index = k.file_index "
+        f"ANTI JOIN {ident(dels)} AS d ON s.file_index = d.file_index AND s.file_row_number = d.pos{where}"
+    )
 
 
 def _lit(v) -> str:

@@ -1,0 +1,34 @@
+"""The ``castsql`` command: the shell by default, plus writer subcommands.
+
+castsql [URI] [-c SQL] [--mode MODE]      the SQL shell (castsql.shell)
+castsql demo [DIR]                        build the demo warehouse, open the shell on it
+castsql append URI --from FILE... [--primary-key COL] [--format parquet|csv|json]
+castsql delete URI --where CONDITION
+castsql compact URI [--threshold 0.5]
+castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import sys
+
+WRITER_COMMANDS = {"append", "delete", "compact", "gc"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in WRITER_COMMANDS:
+        from castsql.spark.cli import main as spark_main
+
+        return spark_main(argv)
+    if argv and argv[0] == "demo":
+        from castsql.demo import main as demo_main
+
+        return demo_main(argv[1:])
+    from castsql.shell.app import main as shell_main
+
+    return shell_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
