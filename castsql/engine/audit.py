@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from castsql.engine.rewrite import tokenize
-from castsql.engine.views import create_view, ident
+from castsql.engine.views import ident
 from castsql.errors import CastSQLError, VersionNotFound
 from castsql.snapshot import Snapshot, resolve
 
@@ -73,7 +73,7 @@ def _count_ranges(session: Session, snap: Snapshot, keys: set[str]) -> int:
         snap.table_uri, snap.version, snap.manifest, [f for f in snap.files if f.key in keys], snap.primary_key
     )
     name = f"__count_{abs(hash((snap.table_uri, snap.version)))}"
-    create_view(session.con, name, sub)
+    session.views.create(name, sub)
     return session.con.sql(f"SELECT count(*) FROM {ident(name)}").fetchone()[0]
 
 
@@ -176,7 +176,7 @@ def changes(session: Session, table: str, start: int, end: int | None = None) ->
 
 def _positional_view(session: Session, snap: Snapshot, files: list, name: str) -> str:
     sub = Snapshot(snap.table_uri, snap.version, snap.manifest, files, snap.primary_key)
-    create_view(session.con, name, sub, positions=True)
+    session.views.create(name, sub, positions=True)
     return name
 
 

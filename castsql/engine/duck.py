@@ -21,14 +21,19 @@ def _extension_path(package: str, name: str) -> Path | None:
     return path if path.exists() else None
 
 
-def load_httpfs(con: duckdb.DuckDBPyConnection) -> None:
-    path = _extension_path("duckdb_extension_httpfs", "httpfs")
+def load_extension(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Load a DuckDB extension from its pip package (``duckdb-extension-NAME``)."""
+    path = _extension_path(f"duckdb_extension_{name}", name)
     if path is None:
         raise CastSQLError(
-            f"DuckDB's httpfs extension for DuckDB {duckdb.__version__} is not installed "
-            f"(pip install duckdb-extension-httpfs=={duckdb.__version__})"
+            f"DuckDB's {name} extension for DuckDB {duckdb.__version__} is not installed "
+            f"(pip install duckdb-extension-{name}=={duckdb.__version__})"
         )
     con.execute(f"LOAD '{path}'")
+
+
+def load_httpfs(con: duckdb.DuckDBPyConnection) -> None:
+    load_extension(con, "httpfs")
 
 
 def _sql_str(s: str) -> str:

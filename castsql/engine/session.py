@@ -24,6 +24,9 @@ Example::
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import weakref
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -33,8 +36,8 @@ import pyarrow as pa
 
 from castsql.engine import audit
 from castsql.engine.duck import configure_s3, new_connection
-from castsql.engine.rewrite import TimeTravel, referenced_names, rewrite, tokenize
-from castsql.engine.views import create_view, ident, sql_str
+from castsql.engine.rewrite import TimeTravel, referenced_names, rewrite
+from castsql.engine.views import Views, ident
 from castsql.errors import CastSQLError, TableNotFound, VersionNotFound
 from castsql.format import TableLog
 from castsql.format.layout import POINTER_KEY, manifest_key
@@ -65,6 +68,9 @@ class Session:
         connection: duckdb.DuckDBPyConnection | None = None,
     ) -> None:
         self.con = connection or new_connection(threads=threads)
+        self._workdir = tempfile.mkdtemp(prefix="castsql-session-")
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._workdir, True)
+        self.views = Views(self.con, self._workdir)
         self.s3 = s3
         self._logs: dict[str, TableLog] = {}
         self._display: dict[str, str] = {}
@@ -130,7 +136,7 @@ class Session:
 
     def _create_view(self, name: str, snap: Snapshot, table: str, **kw: Any) -> None:
         try:
-            create_view(self.con, name, snap, **kw)
+            self.views.create(name, snap, **kw)
         except duckdb.Error as e:
             raise QueryError(f"table {table} version {snap.version}: {_one_line(e)}") from None
 
@@ -242,6 +248,7 @@ class Session:
 
     def close(self) -> None:
         self.con.close()
+        self._cleanup()
 
     def __enter__(self) -> Session:
         return self
@@ -256,6 +263,3 @@ def _one_line(e: Exception) -> str:
     # DuckDB adds a "LINE n:" excerpt with a caret: keep it, it points at the error.
     extra = [ln for ln in msg.splitlines()[1:] if ln.strip()]
     return first if not extra else first + " " + " ".join(s.strip() for s in extra[:1])
-
-
-_ = (tokenize, sql_str)

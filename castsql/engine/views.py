@@ -1,17 +1,28 @@
 """The SQL that turns a resolved snapshot into a DuckDB view of its live rows.
 
-Provisional design, to be replaced by the measured one.
+Design (measured in bench/read_bench.py, see docs/ENGINE.md):
+
+- a version whose files carry no deletes is ``read_parquet([...])`` of them: the
+  raw scan, with DuckDB's own filter/projection pushdown and metadata counts;
+- a version with deletes is a DuckLake table over the same files plus one
+  positional delete file per data file (:mod:`castsql.engine.lake`), so the
+  deletes are applied inside the C++ Parquet scan. Row-group deletes and key
+  ranges become positions first (key ranges with one pushed-down query per file);
+- audits need row identity, so their views carry ``_file`` and ``_pos`` and
+  apply deletes with an anti-join on (file_index, file_row_number).
 """
 
 from __future__ import annotations
 
-import array
+import itertools
 from collections.abc import Sequence
 
 import duckdb
 import pyarrow as pa
+from pyroaring import BitMap
 
-from castsql.snapshot import Predicate, Snapshot, prune_files
+from castsql.engine.lake import Lake
+from castsql.snapshot import Predicate, ResolvedFile, Snapshot, prune_files
 
 
 def sql_str(s: str) -> str:
@@ -22,111 +33,100 @@ def ident(s: str) -> str:
     return '"' + s.replace('"', '""') + '"'
 
 
-def _file_list(uris: list[str]) -> str:
+def _file_list(uris: Sequence[str]) -> str:
     return "[" + ", ".join(sql_str(u) for u in uris) + "]"
 
 
-def _positions(snap: Snapshot, files: list) -> pa.Table:
-    idx, pos = [], []
-    for i, f in enumerate(files):
-        arr = f.deleted.to_array()
-        idx.append(pa.array([i] * len(arr), pa.uint64()) if arr else None)
-        pos.append(pa.Array.from_buffers(pa.uint32(), len(arr), [None, pa.py_buffer(arr)]) if arr else None)
-    idx = [a for a in idx if a is not None]
-    pos = [a for a in pos if a is not None]
-    if not idx:
-        return pa.table({"file_index": pa.array([], pa.uint64()), "pos": pa.array([], pa.int64())})
-    return pa.table({"file_index": pa.concat_arrays(idx), "pos": pa.concat_arrays(pos).cast(pa.int64())})
+def _bitmap_array(bm: BitMap) -> pa.Array:
+    arr = bm.to_array()
+    return pa.Array.from_buffers(pa.uint32(), len(arr), [None, pa.py_buffer(arr)]).cast(pa.int64())
 
 
-def create_view(
-    con: duckdb.DuckDBPyConnection,
-    name: str,
-    snap: Snapshot,
-    *,
-    predicates: Sequence[Predicate] = (),
-    positions: bool = False,
-) -> None:
-    """Create (or replace) the temp view ``name`` holding the live rows of ``snap``.
+class Views:
+    """Creates views of snapshots on one DuckDB connection."""
 
-    ``predicates`` prune files by manifest min/max first; ``positions`` adds
-    ``_file`` (table key) and ``_pos`` (row position) columns, for audits.
-    """
-    files = prune_files(snap.files, predicates, {c.name: c.type for c in snap.schema.columns})
-    if positions:
-        _create_positional_view(con, name, snap, files)
-        return
-    cols = ", ".join(ident(c) for c in snap.schema.names)
-    clean = [f for f in files if not f.has_deletes]
-    dirty = [f for f in files if f.has_deletes]
-    parts = []
-    if clean:
-        parts.append(f"SELECT {cols} FROM read_parquet({_file_list([f.uri for f in clean])})")
-    if dirty:
-        del_name = name + "$deletes"
-        con.register(del_name, _positions(snap, dirty))
-        pk = snap.primary_key
-        ranges = []
-        for i, f in enumerate(dirty):
-            for lo, hi in f.key_ranges:
-                ranges.append(f"(file_index = {i} AND {ident(pk)} BETWEEN {_lit(lo)} AND {_lit(hi)})")
-        where = f" WHERE NOT ({' OR '.join(ranges)})" if ranges else ""
-        parts.append(
-            f"SELECT {cols} FROM (SELECT *, file_index, file_row_number "
-            f"FROM read_parquet({_file_list([f.uri for f in dirty])}){where}) AS s "
-            f"ANTI JOIN {ident(del_name)} AS d ON s.file_index = d.file_index AND s.file_row_number = d.pos"
+    def __init__(self, con: duckdb.DuckDBPyConnection, workdir: str) -> None:
+        self.con = con
+        self.workdir = workdir
+        self._lake: Lake | None = None
+        self._range_cache: dict[tuple[str, tuple], BitMap] = {}
+        self._seq = itertools.count()
+
+    @property
+    def lake(self) -> Lake:
+        if self._lake is None:
+            self._lake = Lake(self.con, f"{self.workdir}/lake")
+        return self._lake
+
+    def deleted(self, snap: Snapshot, f: ResolvedFile) -> BitMap:
+        """Every deleted position of ``f``, key ranges included."""
+        if not f.key_ranges:
+            return f.deleted
+        ck = (f.uri, tuple(f.key_ranges))
+        extra = self._range_cache.get(ck)
+        if extra is None:
+            pk = ident(snap.primary_key or "")
+            cond = " OR ".join(f"{pk} BETWEEN ? AND ?" for _ in f.key_ranges)
+            params = [v for r in f.key_ranges for v in r]
+            rows = self.con.execute(
+                f"SELECT file_row_number FROM read_parquet({sql_str(f.uri)}) WHERE {cond}", params
+            ).fetchall()
+            extra = BitMap(r[0] for r in rows)
+            self._range_cache[ck] = extra
+        return f.deleted | extra
+
+    def create(
+        self,
+        name: str,
+        snap: Snapshot,
+        *,
+        predicates: Sequence[Predicate] = (),
+        positions: bool = False,
+    ) -> None:
+        """Create (or replace) the temp view ``name`` holding the live rows of ``snap``.
+
+        ``predicates`` prune files by manifest min/max first; ``positions`` adds
+        ``_file`` (table key) and ``_pos`` (row position) columns, for audits.
+        """
+        files = prune_files(snap.files, predicates, {c.name: c.type for c in snap.schema.columns})
+        con = self.con
+        if positions:
+            body = self._positional_body(name, snap, files)
+        elif not files:
+            empty = f"{name}$empty"
+            con.register(empty, snap.schema.to_arrow().empty_table())
+            body = f"SELECT * FROM {ident(empty)}"
+        elif not any(f.has_deletes for f in files):
+            body = f"SELECT * FROM read_parquet({_file_list([f.uri for f in files])})"
+        else:
+            table = self.lake.table(name, snap.schema.to_arrow(), [(f.uri, self.deleted(snap, f)) for f in files])
+            body = f"SELECT * FROM {table}"
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
+
+    def _positional_body(self, name: str, snap: Snapshot, files: list[ResolvedFile]) -> str:
+        cols = ", ".join(f"s.{ident(c)}" for c in snap.schema.names)
+        keys = pa.table({"file_index": pa.array(range(len(files)), pa.uint64()), "_file": [f.key for f in files]})
+        idx, pos = [], []
+        for i, f in enumerate(files):
+            bm = self.deleted(snap, f)
+            if bm:
+                idx.append(pa.array([i] * len(bm), pa.uint64()))
+                pos.append(_bitmap_array(bm))
+        dels = pa.table(
+            {
+                "file_index": pa.concat_arrays(idx) if idx else pa.array([], pa.uint64()),
+                "pos": pa.concat_arrays(pos) if pos else pa.array([], pa.int64()),
+            }
         )
-    if not parts:
-        typed = ", ".join(f"CAST(NULL AS {_duck_type(c.type)}) AS {ident(c.name)}" for c in snap.schema.columns)
-        parts.append(f"SELECT {typed} WHERE false")
-    con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS " + " UNION ALL ".join(parts))
-
-
-def _create_positional_view(con: duckdb.DuckDBPyConnection, name: str, snap: Snapshot, files: list) -> None:
-    cols = ", ".join(ident(c) for c in snap.schema.names)
-    if not files:
-        typed = ", ".join(f"CAST(NULL AS {_duck_type(c.type)}) AS {ident(c.name)}" for c in snap.schema.columns)
-        con.execute(
-            f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {typed}, NULL::VARCHAR AS _file, "
-            "NULL::BIGINT AS _pos WHERE false"
+        self.con.register(f"{name}$files", keys)
+        self.con.register(f"{name}$deletes", dels)
+        if not files:
+            empty = f"{name}$empty"
+            self.con.register(empty, snap.schema.to_arrow().empty_table())
+            return f"SELECT *, NULL::VARCHAR AS _file, NULL::BIGINT AS _pos FROM {ident(empty)}"
+        return (
+            f"SELECT {cols}, k._file, s.file_row_number AS _pos "
+            f"FROM (SELECT *, file_index, file_row_number FROM read_parquet({_file_list([f.uri for f in files])})) s "
+            f"JOIN {ident(name + '$files')} k ON s.file_index = k.file_index "
+            f"ANTI JOIN {ident(name + '$deletes')} d ON s.file_index = d.file_index AND s.file_row_number = d.pos"
         )
-        return
-    keys = pa.table({"file_index": pa.array(range(len(files)), pa.uint64()), "_file": [f.key for f in files]})
-    con.register(name + "$files", keys)
-    dels = name + "$deletes"
-    con.register(dels, _positions(snap, files))
-    ranges = [
-        f"(s.file_index = {i} AND {ident(snap.primary_key)} BETWEEN {_lit(lo)} AND {_lit(hi)})"
-        for i, f in enumerate(files)
-        for lo, hi in f.key_ranges
-    ]
-    where = f" WHERE NOT ({' OR '.join(ranges)})" if ranges else ""
-    con.execute(
-        f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {cols}, k._file, s.file_row_number AS _pos "
-        f"FROM (SELECT *, file_index, file_row_number FROM read_parquet({_file_list([f.uri for f in files])})) AS s "
-        f"JOIN {ident(name + '$files')} AS k ON s.file_index = k.file_index "
-        f"ANTI JOIN {ident(dels)} AS d ON s.file_index = d.file_index AND s.file_row_number = d.pos{where}"
-    )
-
-
-def _lit(v) -> str:
-    if isinstance(v, str):
-        return sql_str(v)
-    return repr(v)
-
-
-def _duck_type(t: str) -> str:
-    import duckdb.sqltypes  # noqa: F401
-
-    mapping = {
-        "int64": "BIGINT", "int32": "INTEGER", "int16": "SMALLINT", "int8": "TINYINT", "uint64": "UBIGINT",
-        "uint32": "UINTEGER", "uint16": "USMALLINT", "uint8": "UTINYINT", "double": "DOUBLE", "float": "FLOAT",
-        "string": "VARCHAR", "binary": "BLOB", "bool": "BOOLEAN", "date32[day]": "DATE",
-        "timestamp[us]": "TIMESTAMP", "timestamp[us, tz=UTC]": "TIMESTAMPTZ",
-    }  # fmt: skip
-    if t.startswith("decimal"):
-        return t.replace("decimal128", "DECIMAL")
-    return mapping.get(t, "VARCHAR")
-
-
-_ = array

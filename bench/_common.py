@@ -1,0 +1,47 @@
+"""Shared by the benchmarks: medians, ratios, and the S3 test server."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent / "tests"
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+
+def median_time(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def start_s3():
+    """A SeaweedFS server on 127.0.0.1 (the one the test suite uses) with a bucket."""
+    from s3server import SeaweedS3Server
+
+    server = SeaweedS3Server()
+    server.start()
+    server.create_bucket("bench")
+    return server
+
+
+def machine() -> str:
+    import os
+    import platform
+
+    import duckdb
+    import pyarrow
+
+    return (
+        f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"DuckDB {duckdb.__version__}, pyarrow {pyarrow.__version__}"
+    )
