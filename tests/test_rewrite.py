@@ -52,6 +52,9 @@ CASES = [
         "SELECT version FROM t WHERE ts > TIMESTAMP '2025-01-01'",
     ),
     ("SELECT ts AT TIME ZONE 'UTC' FROM t", "SELECT ts AT TIME ZONE 'UTC' FROM t"),
+    # non-ASCII text before the clause (DuckDB's token offsets are UTF-8 bytes)
+    ("SELECT 'déjà vu ✓' FROM t AS OF VERSION 2", 'SELECT \'déjà vu ✓\' FROM "t@v2" AS "t"'),
+    ('SELECT * FROM "données" AS OF VERSION 1', 'SELECT * FROM "données@v1" AS "données"'),
 ]
 
 

@@ -77,10 +77,25 @@ def _token_end(sql: str, start: int, kind: str) -> int:
     return start + 1
 
 
+def _char_offsets(sql: str, raw: list) -> list:
+    """DuckDB reports UTF-8 byte offsets; map them to string indexes."""
+    if sql.isascii():
+        return raw
+    index = {}
+    b = 0
+    for ci, ch in enumerate(sql):
+        index[b] = ci
+        b += len(ch.encode("utf-8", "surrogatepass"))
+    index[b] = len(sql)
+    return [(index.get(start, len(sql)), tt) for start, tt in raw]
+
+
 def tokenize(sql: str) -> list[Token]:
-    raw = duckdb.tokenize(sql)
+    raw = _char_offsets(sql, duckdb.tokenize(sql))
     out = []
     for i, (start, tt) in enumerate(raw):
+        if start >= len(sql):
+            continue
         kind = str(tt).rsplit(".", 1)[-1]
         end = _token_end(sql, start, kind)
         if kind == "operator":

@@ -35,8 +35,9 @@ import duckdb
 import pyarrow as pa
 
 from castsql.engine import audit
-from castsql.engine.duck import configure_s3, new_connection
+from castsql.engine.duck import configure_s3, load_httpfs, new_connection
 from castsql.engine.rewrite import TimeTravel, referenced_names, rewrite
+from castsql.engine.safety import SafeModeError, check_read_only, lock_down
 from castsql.engine.views import Views, ident
 from castsql.errors import CastSQLError, TableNotFound, VersionNotFound
 from castsql.format import TableLog
@@ -66,6 +67,7 @@ class Session:
         s3: S3Config | None = None,
         threads: int | None = None,
         connection: duckdb.DuckDBPyConnection | None = None,
+        safe: bool = False,
     ) -> None:
         self.con = connection or new_connection(threads=threads)
         self._workdir = tempfile.mkdtemp(prefix="castsql-session-")
@@ -78,13 +80,26 @@ class Session:
         self._pinned: set[str] = set()  # version views already created
         self._s3_ready = False
         self.uris: list[str] = []
+        self.safe = False
         if uri is not None:
             self.open(uri)
+        if safe:
+            self._lock_down()
+
+    def _lock_down(self) -> None:
+        """Enter safe mode (see :mod:`castsql.engine.safety`); there is no way back."""
+        if not self._s3_ready:
+            load_httpfs(self.con)  # extensions cannot be loaded once locked
+        self.views.lake  # noqa: B018 - attach DuckLake while that is still allowed
+        lock_down(self.con, [*self.uris, self._workdir])
+        self.safe = True
 
     # ------------------------------------------------------------ catalog
 
     def open(self, uri: str, name: str | None = None) -> list[str]:
         """Add a table or every table of a warehouse; returns the names added."""
+        if self.safe:
+            raise SafeModeError(f"safe mode: cannot open {uri}; tables are fixed when a safe session starts")
         storage = open_storage(uri, s3=self.s3)
         if storage.root.startswith("s3://") and not self._s3_ready:
             configure_s3(self.con, getattr(storage, "config", None) or self.s3 or S3Config.from_env())
@@ -184,6 +199,8 @@ class Session:
     def _run(self, sql: str) -> duckdb.DuckDBPyRelation | None:
         prepared = self.prepare(sql)
         try:
+            if self.safe:
+                check_read_only(self.con, prepared)
             return self.con.sql(prepared)
         except duckdb.Error as e:
             raise QueryError(_one_line(e)) from None
