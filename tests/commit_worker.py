@@ -15,12 +15,13 @@ import argparse
 import os
 import signal
 import sys
+import uuid
 
 import pyarrow as pa
 
 from castsql.format import PositionDelete, TableLog, write_data_files
 from castsql.format.layout import POINTER_KEY
-from castsql.storage import Storage, open_storage
+from castsql.storage import Storage, StorageError, open_storage
 
 
 class CrashingStorage:
@@ -68,6 +69,7 @@ def main() -> None:
     ap.add_argument("commits", type=int)
     ap.add_argument("--crash-at")
     ap.add_argument("--delete", action="store_true", help="delete row 0 of the first file instead of appending")
+    ap.add_argument("--uncertain-retries", type=int, default=0, help="retry a commit that failed with a StorageError")
     args = ap.parse_args()
     storage = open_storage(args.uri)
     if args.crash_at:
@@ -80,7 +82,16 @@ def main() -> None:
             log.delete([PositionDelete(f.name, None, pa_bitmap([0]))])
             continue
         t = pa.table({"id": pa.array([args.writer * 1_000_000 + i], pa.int64()), "writer": [args.writer]})
-        log.append(write_data_files(storage, t, schema))
+        files = None
+        commit_id = uuid.uuid4().hex
+        for attempt in range(args.uncertain_retries + 1):
+            try:
+                files = files or write_data_files(storage, t, schema)
+                log.append(files, commit_id=commit_id)  # same id: a retry cannot commit twice
+                break
+            except StorageError:
+                if attempt == args.uncertain_retries:
+                    raise
     print("done", flush=True)
 
 

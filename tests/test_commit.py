@@ -249,3 +249,13 @@ def test_missing_versions(storage, log):
     storage.delete(manifest_key(0))
     with pytest.raises(VersionNotFound, match=r"version 0 was garbage-collected \(oldest kept is 1\)"):
         TableLog(storage).manifest(0)
+
+
+def test_a_retried_commit_with_the_same_id_commits_once(storage, log):
+    files = write_data_files(storage, rows(0, 3), log.latest().schema)
+    first = log.append(files, commit_id="c-123")
+    append(TableLog(storage), 10, 2)  # someone else commits meanwhile
+    # The caller never heard back from the first call and retries it:
+    again = TableLog(storage).append(files, commit_id="c-123")
+    assert again.version == first.version == 1
+    assert TableLog(storage).latest_version() == 2

@@ -74,6 +74,9 @@ class RetryPolicy:
         time.sleep(random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt)))
 
 
+IDEMPOTENCY_WINDOW = 64
+
+
 def default_writer_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -294,13 +297,33 @@ class TableLog:
 
     # ------------------------------------------------------------------ commit
 
-    def commit(self, change: Change) -> Manifest:
+    def commit(self, change: Change, *, commit_id: str | None = None) -> Manifest:
         """Commit ``change`` as the next version, rebasing it on whatever won
         any race meanwhile. Raises CommitConflict if it cannot be applied or
-        every attempt lost."""
-        commit_id = uuid.uuid4().hex
+        every attempt lost.
+
+        ``commit_id`` makes a retry idempotent: a caller whose earlier call
+        failed with an uncertain outcome (a StorageError after the request may
+        have landed) calls again with the same id, and gets the version that
+        call committed instead of committing twice. The last
+        ``IDEMPOTENCY_WINDOW`` versions are searched for it.
+        """
+        explicit = commit_id is not None
+        commit_id = commit_id or uuid.uuid4().hex
+        checked: int | None = None
         for attempt in range(self.retry.max_attempts):
             base, pv, etag = self._head()
+            if explicit or checked is not None:
+                low = base.version - IDEMPOTENCY_WINDOW if checked is None else checked
+                for v in range(base.version, max(low, -1), -1):
+                    try:
+                        m = self._read_manifest(v)
+                    except ObjectNotFound:
+                        break  # garbage-collected
+                    if m.commit_id == commit_id:
+                        self._advance_pointer(v, commit_id, pv, etag)
+                        return m
+            checked = base.version
             new = change.apply(base, self.storage.root).evolve(
                 version=base.version + 1,
                 previous=base.version,
@@ -354,7 +377,14 @@ class TableLog:
 
     # ------------------------------------------------------------------ writers' calls
 
-    def append(self, files: Sequence[DataFile], *, schema: Schema | None = None, operation: str = "APPEND") -> Manifest:
+    def append(
+        self,
+        files: Sequence[DataFile],
+        *,
+        schema: Schema | None = None,
+        operation: str = "APPEND",
+        commit_id: str | None = None,
+    ) -> Manifest:
         """Commit new data files (from :func:`write_data_files`) as one version."""
         if not files:
             raise ValueError("append needs at least one data file")
@@ -363,7 +393,9 @@ class TableLog:
             "added_rows": sum(f.total_rows for f in files),
             "added_bytes": sum(f.size_bytes for f in files),
         }
-        return self.commit(Change(operation, add_files=tuple(files), schema=schema, summary=summary))
+        return self.commit(
+            Change(operation, add_files=tuple(files), schema=schema, summary=summary), commit_id=commit_id
+        )
 
     def delete(
         self,

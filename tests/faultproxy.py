@@ -1,0 +1,110 @@
+"""An HTTP proxy on 127.0.0.1 that injects faults between S3 clients and the
+real S3 test server: 503 SlowDown answers, connections dropped before the
+request is forwarded, connections dropped AFTER the server has acted (the
+client never learns its write landed), and slow responses.
+
+    proxy = FaultProxy(upstream_port, rate=0.1, seed=1); proxy.start(); ...; proxy.stop()
+    proxy.counts  # faults injected by kind
+
+SigV4 signs the Host header, so it is forwarded as the client sent it.
+"""
+
+from __future__ import annotations
+
+import http.client
+import random
+import threading
+import time
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FAULTS = ("error", "drop_before", "drop_after", "slow")
+_SLOWDOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+
+
+class FaultProxy:
+    def __init__(self, upstream_port: int, *, rate: float, seed: int = 0, max_delay: float = 0.3) -> None:
+        self.upstream_port = upstream_port
+        self.rate = rate
+        self.max_delay = max_delay
+        self.counts: Counter[str] = Counter()
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        assert self._server is not None
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def _pick(self) -> str | None:
+        with self._lock:
+            self.counts["requests"] += 1
+            if self._rng.random() >= self.rate:
+                return None
+            fault = self._rng.choice(FAULTS)
+            self.counts[fault] += 1
+            return fault
+
+    def start(self) -> None:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                fault = proxy._pick()
+                if fault == "drop_before":
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                if fault == "error":
+                    self.send_response(503)
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(_SLOWDOWN)))
+                    self.end_headers()
+                    self.wfile.write(_SLOWDOWN)
+                    return
+                if fault == "slow":
+                    time.sleep(proxy._rng.uniform(0.05, proxy.max_delay))
+                up = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
+                try:
+                    up.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
+                    for k, v in self.headers.items():
+                        up.putheader(k, v)
+                    up.endheaders(body or None)
+                    resp = up.getresponse()
+                    data = resp.read()
+                finally:
+                    up.close()
+                if fault == "drop_after":  # the server acted; the client never hears of it
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                self.send_response(resp.status, resp.reason)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
