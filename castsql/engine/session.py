@@ -224,9 +224,19 @@ class Session:
         if rel is None:
             return pa.RecordBatchReader.from_batches(pa.schema([]), [])
         try:
-            return rel.to_arrow_reader(batch_size)
+            inner = rel.to_arrow_reader(batch_size)
         except duckdb.Error as e:
             raise QueryError(_one_line(e)) from None
+
+        def batches():
+            # Errors can surface while batches are read (a file vanished, an
+            # interrupt): give them the same one-line form as sql().
+            try:
+                yield from inner
+            except (duckdb.Error, pa.ArrowException, OSError) as e:
+                raise QueryError(_one_line(e)) from None
+
+        return pa.RecordBatchReader.from_batches(inner.schema, batches())
 
     def scan(
         self,

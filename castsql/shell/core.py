@@ -1,0 +1,296 @@
+"""The shell without its terminal UI: runs statements and meta-commands, prints results and errors.
+
+The interactive prompt (:mod:`castsql.shell.repl`), ``-c``, standard input and
+``.read`` all go through :meth:`Shell.execute`, so they behave the same: one
+error line on stderr, never a traceback, and the session stays usable.
+
+Example::
+
+    >>> import io
+    >>> from castsql.engine import Session
+    >>> out = io.StringIO()
+    >>> sh = Shell(Session(), stdout=out, stderr=out, settings=Settings(mode="csv"))
+    >>> sh.run_lines(["SELECT 42 AS answer;"], "<doc>")
+    True
+    >>> out.getvalue()
+    'answer\\n42\\n'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+import duckdb
+import pyarrow as pa
+
+from castsql.errors import CastSQLError
+from castsql.shell.catalog import Catalog
+from castsql.shell.render import MODES, RenderOptions, write_result
+from castsql.shell.runner import Cancelled, Runner
+from castsql.shell.statements import QUIT_WORDS, Command, iter_commands
+
+if TYPE_CHECKING:
+    from castsql.engine import Session
+
+MAX_READ_DEPTH = 16  # .read inside .read: enough for real scripts, stops a file that reads itself
+
+
+class ShellError(CastSQLError):
+    """A mistake in a shell command (unknown meta-command, bad argument); the message is the hint."""
+
+
+class Reported(Exception):
+    """A failure whose message was already printed (an error inside ``.read``)."""
+
+
+@dataclass
+class Settings:
+    """What meta-commands change: output mode, timer, row limit, column types."""
+
+    mode: str = "box"
+    timer: bool = False
+    maxrows: int = 40
+    types: bool = False
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ShellError(f"unknown mode {self.mode!r} (modes: {', '.join(MODES)})")
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: DuckDB's multi-line messages joined, the caret excerpt dropped.
+
+    Example::
+
+        >>> one_line(ValueError("Parser Error: syntax error\\n\\nLINE 1: SELEC 1\\n        ^"))
+        'Parser Error: syntax error (LINE 1: SELEC 1)'
+    """
+    msg = str(exc).strip()
+    if not msg:
+        return type(exc).__name__
+    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
+    first = lines[0]
+    extra = [ln for ln in lines[1:] if ln.startswith("LINE ")]
+    return f"{first} ({extra[0]})" if extra else first
+
+
+def _no_color() -> bool:
+    return "NO_COLOR" in os.environ or os.environ.get("TERM") == "dumb"
+
+
+class Shell:
+    """A session plus the settings and output targets the meta-commands change."""
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        settings: Settings | None = None,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+        interactive: bool = False,
+        safe: bool = False,
+    ) -> None:
+        self.session = session
+        self.settings = settings or Settings()
+        self._stdout = stdout
+        self._stderr = stderr
+        self.interactive = interactive
+        # --safe is accepted and kept here; enforcing it (read-only SQL, no file
+        # access) belongs to a later change of the engine and meta-commands.
+        self.safe = safe
+        self.exit_requested = False
+        self.cancelled = False  # a command was cancelled with Ctrl-C (scripts then exit with 130)
+        self.output_path: str | None = None
+        self._output: TextIO | None = None
+        self._once: TextIO | None = None
+        self.read_depth = 0
+        self.catalog = Catalog(lambda: self.session)
+        self.runner = Runner(
+            interrupt=lambda: self.session.con.interrupt(),
+            query_progress=lambda: self.session.con.query_progress(),
+            spinner=self.stderr if interactive and self.stderr.isatty() else None,
+        )
+        self._configure(session)
+
+    # ------------------------------------------------------------ streams
+
+    @property
+    def stdout(self) -> TextIO:
+        return self._stdout or sys.stdout  # looked up late: tests and .output swap sys.stdout
+
+    @property
+    def stderr(self) -> TextIO:
+        return self._stderr or sys.stderr
+
+    def say(self, text: str) -> None:
+        """A message for the user (help, status): on the console, never into an ``.output`` file."""
+        self.stdout.write(text if text.endswith("\n") else text + "\n")
+        self.stdout.flush()
+
+    def error(self, message: str) -> None:
+        """One error line on stderr (red on a terminal)."""
+        err = self.stderr
+        line = f"Error: {message}"
+        if err.isatty() and not _no_color():
+            line = f"\x1b[31m{line}\x1b[0m"
+        err.write(line + "\n")
+        err.flush()
+
+    def result_target(self) -> tuple[TextIO, bool]:
+        """Where the next result goes (``.once`` file, ``.output`` file, or stdout) and whether that is the console."""
+        if self._once is not None:
+            return self._once, False
+        if self._output is not None:
+            return self._output, False
+        return self.stdout, True
+
+    def set_output(self, path: str | None, *, once: bool = False) -> None:
+        """Send results to ``path`` (None: back to the console); ``once``: only the next result."""
+        f = None
+        if path is not None:
+            try:
+                f = open(os.path.expanduser(path), "w", encoding="utf-8")  # noqa: SIM115 - lives until the next .output
+            except OSError as e:
+                raise ShellError(f"cannot write {path}: {e.strerror or e}") from None
+        if once:
+            self._close_once()
+            self._once = f
+            return
+        if self._output is not None:
+            self._output.close()
+        self._output, self.output_path = f, path
+
+    def _close_once(self) -> None:
+        if self._once is not None:
+            self._once.close()
+            self._once = None
+
+    def render_options(self, console: bool) -> RenderOptions:
+        s = self.settings
+        tty = console and self.stdout.isatty()
+        width = shutil.get_terminal_size((100, 24)).columns if tty else None
+        return RenderOptions(mode=s.mode, maxrows=s.maxrows, width=width, types=s.types, color=tty and not _no_color())
+
+    # ------------------------------------------------------------ session
+
+    def _configure(self, session: Session) -> None:
+        if self.interactive:
+            # query_progress() only reports with the progress bar on; printing stays ours.
+            with contextlib.suppress(duckdb.Error):
+                session.con.execute("SET enable_progress_bar = true; SET enable_progress_bar_print = false")
+
+    def replace_session(self, session: Session) -> None:
+        """Use ``session`` from now on (``.open``); the old one is closed."""
+        old, self.session = self.session, session
+        self._configure(session)
+        self.catalog.invalidate()
+        with contextlib.suppress(Exception):
+            old.close()
+
+    # ------------------------------------------------------------ running
+
+    def run_sql(self, sql: str) -> None:
+        """Run one statement and print its result in the current mode."""
+        out, console = self.result_target()
+        opts = self.render_options(console)
+        started = time.monotonic()
+
+        def work(progress):
+            reader = self.session.reader(sql)
+            return write_result(reader, reader.schema, out, opts, progress)
+
+        try:
+            self.runner.run(work)
+        finally:
+            out.flush()
+            self._close_once()
+        if self.settings.timer:
+            self.say(f"Run Time (s): real {time.monotonic() - started:.3f}")
+
+    def emit(self, table: pa.Table) -> None:
+        """Print a meta-command's result like a query result."""
+        out, console = self.result_target()
+        try:
+            write_result(table.to_batches(), table.schema, out, self.render_options(console))
+        finally:
+            out.flush()
+            self._close_once()
+
+    def run_meta(self, line: str) -> None:
+        from castsql.shell.special import run_meta_command
+
+        started = time.monotonic()
+        run_meta_command(self, line)
+        if self.settings.timer and not self.exit_requested:
+            self.say(f"Run Time (s): real {time.monotonic() - started:.3f}")
+
+    def execute(self, command: Command, where: str | None = None) -> bool:
+        """Run a statement or meta-command; False (after printing one error line) when it failed.
+
+        ``where`` (``file:line``) prefixes the error, for scripts.
+        """
+        prefix = f"{where}: " if where else ""
+        try:
+            if command.kind == "meta":
+                self.run_meta(command.text)
+            elif command.text.strip().lower() in QUIT_WORDS:
+                self.exit_requested = True
+            elif command.text.startswith("."):
+                first = command.text.split(None, 1)[0]
+                raise ShellError(f"{first} is a meta-command: it must start a line of its own")
+            else:
+                self.run_sql(command.text)
+            return True
+        except Reported:
+            return False
+        except Cancelled:
+            self.cancelled = True
+            if self.interactive:
+                self.stderr.write("Query cancelled.\n")
+                self.stderr.flush()
+            else:
+                self.error(prefix + "cancelled")
+            return False
+        except BrokenPipeError:
+            raise  # the reader of our output went away: the caller ends the shell quietly
+        except (CastSQLError, duckdb.Error, pa.ArrowException, OSError) as e:
+            self.error(prefix + one_line(e))
+            return False
+        except Exception as e:  # a bug of ours: still one line, the session survives
+            if os.environ.get("CASTSQL_DEBUG"):
+                traceback.print_exc(file=self.stderr)
+            self.error(prefix + f"internal error: {type(e).__name__}: {one_line(e)}")
+            return False
+
+    def run_lines(self, lines: Iterable[str], source: str, *, stop_on_error: bool = True) -> bool:
+        """Run a script (statements and meta-commands) until its end, ``.quit``, or the first error.
+
+        ``source`` names the script in error messages (``file:line: …``);
+        ``-c`` and the prompt leave the line number out.
+        """
+        ok = True
+        located = source not in ("-c", "<prompt>")
+        for cmd in iter_commands(lines):
+            if not self.execute(cmd, f"{source}:{cmd.line}" if located else None):
+                ok = False
+                if stop_on_error:
+                    break
+            if self.exit_requested:
+                break
+        return ok
+
+    def close(self) -> None:
+        self._close_once()
+        if self._output is not None:
+            self._output.close()
+            self._output = None
+        self.session.close()

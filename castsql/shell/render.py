@@ -1,0 +1,684 @@
+"""Printing query results in the shell's output modes.
+
+``box`` and ``table`` are for reading: they fit the terminal width (long cells
+end in ``…``, columns that cannot fit are replaced by one ``…`` column), show at
+most ``maxrows`` rows (the head and the tail of the result, with a ``·`` row
+between) and end with a footer such as ``1,896 rows (40 shown)``. The result is
+streamed: only the rows shown are kept, the rest are counted as they pass, so
+``SELECT *`` over a billion rows needs memory for 40 of them.
+
+``csv``, ``json``, ``jsonlines``, ``markdown`` and ``line`` are for copying and
+piping: every row, no truncation, written batch by batch as the query produces
+them.
+
+Example::
+
+    >>> import pyarrow as pa
+    >>> t = pa.table({"id": [1, 2], "name": ["a", None]})
+    >>> print(render_table(t, RenderOptions(mode="table")), end="")
+    +----+------+
+    | id | name |
+    +----+------+
+    |  1 | a    |
+    |  2 | NULL |
+    +----+------+
+    2 rows
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import io
+import json
+import math
+import unicodedata
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Protocol, TextIO
+
+import pyarrow as pa
+
+MODES = ("box", "table", "csv", "json", "jsonlines", "markdown", "line")
+GRID_MODES = frozenset({"box", "table"})  # fitted to the width, row-limited, with a footer
+
+ELLIPSIS = "…"
+MIN_COL_WIDTH = 5  # a column narrower than this shows too little to be worth keeping
+HEADER_KEEP = 16  # column names up to this long are never cut: fewer columns, but each one readable
+
+_BOLD, _DIM, _RESET = "\x1b[1m", "\x1b[2m", "\x1b[0m"
+
+
+@dataclass
+class RenderOptions:
+    """How results are printed.
+
+    ``maxrows`` (0: no limit) and ``width`` (None: do not fit) only apply to
+    the grid modes; ``color`` dims NULLs and footers with ANSI codes (only
+    wanted on a terminal); ``types`` adds a row of column types under the header.
+    """
+
+    mode: str = "box"
+    maxrows: int = 40
+    width: int | None = None
+    types: bool = False
+    color: bool = False
+    null: str = "NULL"
+
+
+class Progress(Protocol):
+    """What the renderer tells whoever watches a running query (see :mod:`castsql.shell.runner`)."""
+
+    def check(self) -> None:
+        """Raise if the query was cancelled; called between batches."""
+
+    def rows(self, n: int) -> None:
+        """``n`` more rows went by."""
+
+    def begin_output(self) -> None:
+        """About to write the first character of output (stop any spinner first)."""
+
+
+class _NoProgress:
+    def check(self) -> None:
+        pass
+
+    def rows(self, n: int) -> None:
+        pass
+
+    def begin_output(self) -> None:
+        pass
+
+
+NO_PROGRESS: Progress = _NoProgress()
+
+
+# ---------------------------------------------------------------- text width
+
+
+@lru_cache(maxsize=8192)
+def _char_width(ch: str) -> int:
+    if unicodedata.combining(ch):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def display_width(s: str) -> int:
+    """Columns ``s`` takes on a terminal (CJK characters take two).
+
+    Example::
+
+        >>> display_width("abc"), display_width("한글")
+        (3, 4)
+    """
+    if s.isascii():
+        return len(s)
+    return sum(_char_width(c) for c in s)
+
+
+def truncate(s: str, width: int) -> str:
+    """``s`` cut to ``width`` terminal columns, ending in ``…`` when cut.
+
+    Example::
+
+        >>> truncate("abcdefgh", 5)
+        'abcd…'
+    """
+    if display_width(s) <= width:
+        return s
+    if width <= 1:
+        return ELLIPSIS[:width]
+    out, used = [], 0
+    for ch in s:
+        w = _char_width(ch)
+        if used + w > width - 1:
+            break
+        out.append(ch)
+        used += w
+    return "".join(out) + ELLIPSIS
+
+
+def _pad(s: str, width: int, align: str) -> str:
+    gap = width - display_width(s)
+    if gap <= 0:
+        return s
+    if align == "right":
+        return " " * gap + s
+    if align == "center":
+        left = gap // 2
+        return " " * left + s + " " * (gap - left)
+    return s + " " * gap
+
+
+# ---------------------------------------------------------------- values
+
+_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_controls(s: str) -> str:
+    # A newline inside a cell would break the grid: show it the way it is written in SQL strings.
+    if s.isprintable():
+        return s
+    return "".join(_CONTROL.get(c, f"\\x{ord(c):02x}" if not c.isprintable() else c) for c in s)
+
+
+def _format_interval(v: Any) -> str:
+    months, days, nanos = v.months, v.days, v.nanoseconds
+    parts = []
+    if months:
+        y, m = divmod(months, 12)
+        if y:
+            parts.append(f"{y} year{'s' if abs(y) != 1 else ''}")
+        if m:
+            parts.append(f"{m} month{'s' if abs(m) != 1 else ''}")
+    if days:
+        parts.append(f"{days} day{'s' if abs(days) != 1 else ''}")
+    if nanos or not parts:
+        sign = "-" if nanos < 0 else ""
+        micros = abs(nanos) // 1000
+        secs, us = divmod(micros, 1_000_000)
+        h, rem = divmod(secs, 3600)
+        m, s = divmod(rem, 60)
+        parts.append(f"{sign}{h:02d}:{m:02d}:{s:02d}" + (f".{us:06d}" if us else ""))
+    return " ".join(parts)
+
+
+def format_value(v: Any, null: str = "NULL") -> str:
+    """One value as the shell shows it (``None`` as ``null``), in DuckDB's spelling where it differs from Python's.
+
+    Example::
+
+        >>> format_value(True), format_value(None), format_value(1.5), format_value([1, None])
+        ('true', 'NULL', '1.5', '[1, NULL]')
+    """
+    if v is None:
+        return null
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, decimal.Decimal):
+        return format(v, "f")
+    if isinstance(v, dt.datetime):
+        return str(v)
+    if isinstance(v, dt.date | dt.time):
+        return v.isoformat()
+    if isinstance(v, bytes):
+        return "".join(chr(b) if 32 <= b < 127 and b != 92 else f"\\x{b:02X}" for b in v)
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"'{k}': {_nested(x, null)}" for k, x in v.items()) + "}"
+    if isinstance(v, list | tuple):
+        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):  # an Arrow map: [(key, value), …]
+            return "{" + ", ".join(f"{_nested(k, null)}={_nested(x, null)}" for k, x in v) + "}"
+        return "[" + ", ".join(_nested(x, null) for x in v) + "]"
+    if hasattr(v, "months") and hasattr(v, "nanoseconds"):
+        return _format_interval(v)
+    return str(v)
+
+
+def _nested(v: Any, null: str) -> str:
+    return f"'{v}'" if isinstance(v, str) else format_value(v, null)
+
+
+def _column_values(col: pa.Array | pa.ChunkedArray) -> list[Any]:
+    try:
+        return col.to_pylist()
+    except (pa.ArrowException, ValueError, OverflowError):
+        # e.g. a date outside Python's range: Arrow can still spell it.
+        try:
+            return col.cast(pa.string()).to_pylist()
+        except pa.ArrowException:
+            return [str(x) for x in col]
+
+
+def _rows(batch: pa.RecordBatch | pa.Table) -> list[tuple[Any, ...]]:
+    return list(zip(*(_column_values(c) for c in batch.columns), strict=True)) if batch.num_columns else []
+
+
+def is_numeric(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+
+
+def type_label(t: pa.DataType) -> str:
+    """DuckDB's name for an Arrow type, lower case (``int64`` -> ``bigint``).
+
+    Example::
+
+        >>> type_label(pa.timestamp("us", tz="UTC")), type_label(pa.list_(pa.string()))
+        ('timestamptz', 'varchar[]')
+    """
+    simple = {
+        pa.int8(): "tinyint", pa.int16(): "smallint", pa.int32(): "integer", pa.int64(): "bigint",
+        pa.uint8(): "utinyint", pa.uint16(): "usmallint", pa.uint32(): "uinteger", pa.uint64(): "ubigint",
+        pa.float16(): "half", pa.float32(): "float", pa.float64(): "double", pa.bool_(): "boolean",
+        pa.string(): "varchar", pa.large_string(): "varchar", pa.string_view(): "varchar",
+        pa.binary(): "blob", pa.large_binary(): "blob", pa.date32(): "date", pa.date64(): "date",
+        pa.month_day_nano_interval(): "interval", pa.null(): "null",
+    }  # fmt: skip
+    if t in simple:
+        return simple[t]
+    if pa.types.is_timestamp(t):
+        if t.tz:
+            return "timestamptz"
+        return {"s": "timestamp_s", "ms": "timestamp_ms", "us": "timestamp", "ns": "timestamp_ns"}[t.unit]
+    if pa.types.is_time(t):
+        return "time"
+    if pa.types.is_decimal(t):
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return type_label(t.value_type) + "[]"
+    if pa.types.is_fixed_size_list(t):
+        return f"{type_label(t.value_type)}[{t.list_size}]"
+    if pa.types.is_map(t):
+        return f"map({type_label(t.key_type)}, {type_label(t.item_type)})"
+    if pa.types.is_struct(t):
+        return "struct(" + ", ".join(f"{f.name} {type_label(f.type)}" for f in t) + ")"
+    if pa.types.is_dictionary(t):
+        return type_label(t.value_type)
+    return str(t)
+
+
+# ---------------------------------------------------------------- collecting
+
+
+@dataclass
+class Collected:
+    """What a grid shows of a result: the first rows, the last rows, and how many there were."""
+
+    schema: pa.Schema
+    head: list[tuple[Any, ...]]
+    tail: list[tuple[Any, ...]]
+    total: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + len(self.tail)
+
+
+def collect(
+    batches: Iterable[pa.RecordBatch], schema: pa.Schema, maxrows: int, progress: Progress = NO_PROGRESS
+) -> Collected:
+    """Keep the head and tail of ``batches`` (at most ``maxrows`` rows in all; 0: keep all) and count the rest.
+
+    Example::
+
+        >>> t = pa.table({"x": list(range(100))})
+        >>> c = collect(t.to_batches(max_chunksize=7), t.schema, 4)
+        >>> [r[0] for r in c.head], [r[0] for r in c.tail], c.total
+        ([0, 1], [98, 99], 100)
+    """
+    keep_all = maxrows <= 0
+    head_rows: list[pa.RecordBatch] = []
+    head_n = 0
+    tail: deque[pa.RecordBatch] = deque()
+    tail_n = 0
+    bottom = maxrows // 2
+    total = 0
+    for batch in batches:
+        progress.check()
+        n = batch.num_rows
+        total += n
+        progress.rows(n)
+        if keep_all or head_n < maxrows:
+            take = n if keep_all else min(n, maxrows - head_n)
+            head_rows.append(batch.slice(0, take))
+            head_n += take
+            rest = batch.slice(take) if take < n else None
+        else:
+            rest = batch
+        if rest is not None and bottom and rest.num_rows:
+            tail.append(rest)
+            tail_n += rest.num_rows
+            while tail and tail_n - tail[0].num_rows >= bottom:
+                tail_n -= tail.popleft().num_rows
+    head = [r for b in head_rows for r in _rows(b)]
+    if keep_all or total <= maxrows:
+        tail_list: list[tuple[Any, ...]] = [r for b in tail for r in _rows(b)]
+        return Collected(schema, head + tail_list, [], total)
+    top = maxrows - bottom
+    # Only the last `bottom` rows of the deque are shown: convert just those to Python.
+    tail_rows = _rows(pa.Table.from_batches(list(tail)).slice(max(0, tail_n - bottom))) if tail else []
+    # Fewer than `bottom` rows after the head: the rest of the tail is the end of the head.
+    overlap = bottom - len(tail_rows)
+    last = (head[len(head) - overlap :] if overlap > 0 else []) + tail_rows[max(0, len(tail_rows) - bottom) :]
+    return Collected(schema, head[:top], last[-bottom:] if bottom else [], total)
+
+
+# ---------------------------------------------------------------- grids
+
+
+@dataclass(frozen=True)
+class _Style:
+    top: tuple[str, str, str, str]  # left, fill, joint, right
+    mid: tuple[str, str, str, str]
+    bottom: tuple[str, str, str, str]
+    vertical: str
+
+
+BOX = _Style(("┌", "─", "┬", "┐"), ("├", "─", "┼", "┤"), ("└", "─", "┴", "┘"), "│")
+ASCII = _Style(("+", "-", "+", "+"), ("+", "-", "+", "+"), ("+", "-", "+", "+"), "|")
+
+
+def _fit(natural: list[int], width: int | None, headers: list[int] | None = None) -> tuple[list[int], list[int]]:
+    """Which columns to show and how wide, so the grid fits ``width``.
+
+    Returns (indices of the shown columns, with -1 where a ``…`` column stands
+    for the dropped ones; their widths). Columns shrink from the widest down;
+    when even their floors do not fit, middle columns are dropped. A column's
+    floor is ``MIN_COL_WIDTH``, or its name's width up to ``HEADER_KEEP``.
+    """
+    k = len(natural)
+    idx = list(range(k))
+    if width is None or sum(natural) + 3 * k + 1 <= width:
+        return idx, list(natural)
+    heads = headers or [0] * k
+    mins = [min(w, max(MIN_COL_WIDTH, min(h, HEADER_KEEP))) for w, h in zip(natural, heads, strict=True)]
+    if sum(mins) + 3 * k + 1 > width:
+        # Keep columns from both ends (the first are usually keys, the last often the interesting ones).
+        left: list[int] = []
+        right: list[int] = []
+        used = 1 + 4  # outer border + the "…" column
+        lo, hi = 0, k - 1
+        take_left = True
+        while lo <= hi:
+            j = lo if take_left else hi
+            if used + mins[j] + 3 > width:
+                break
+            used += mins[j] + 3
+            if take_left:
+                left.append(lo)
+                lo += 1
+            else:
+                right.insert(0, hi)
+                hi -= 1
+            take_left = not take_left
+        if not left:
+            # Not even one column fits at its floor (a very narrow terminal): show the first, cut to fit.
+            left = [0]
+            mins[0] = max(1, width - (8 if k > 1 else 4))
+        idx = [*left, -1, *right] if len(left) + len(right) < k else [*left, *right]
+    shown = [natural[i] if i >= 0 else 1 for i in idx]
+    floor = [mins[i] if i >= 0 else 1 for i in idx]
+    budget = width - 3 * len(idx) - 1
+    # Largest cap C with sum(max(floor, min(w, C))) <= budget; leftovers go one column at a time.
+    lo_c, hi_c = 1, max(shown)
+    while lo_c < hi_c:
+        mid = (lo_c + hi_c + 1) // 2
+        if sum(max(f, min(w, mid)) for w, f in zip(shown, floor, strict=True)) <= budget:
+            lo_c = mid
+        else:
+            hi_c = mid - 1
+    widths = [max(f, min(w, lo_c)) for w, f in zip(shown, floor, strict=True)]
+    spare = budget - sum(widths)
+    for j, w in enumerate(shown):
+        if spare <= 0:
+            break
+        if widths[j] < w:
+            widths[j] += 1
+            spare -= 1
+    return idx, widths
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def footer(c: Collected, columns_shown: int | None = None) -> str:
+    """``2,100 rows (40 shown)``, plus ``12 columns (5 shown)`` when columns were dropped.
+
+    Example::
+
+        >>> footer(Collected(pa.schema([("x", pa.int64())]), [(1,)], [(2,)], 2100))
+        '2,100 rows (2 shown)'
+    """
+    text = _plural(c.total, "row")
+    if c.truncated:
+        text += f" ({len(c.head) + len(c.tail):,} shown)"
+    k = len(c.schema)
+    if columns_shown is not None and columns_shown < k:
+        text += f"  {_plural(k, 'column')} ({columns_shown} shown)"
+    return text
+
+
+def render_grid(c: Collected, opts: RenderOptions) -> str:
+    """A box (or ASCII table) of the collected rows, fitted to ``opts.width``, with its footer line."""
+    schema = c.schema
+    if len(schema) == 0:
+        return ""
+    style = BOX if opts.mode == "box" else ASCII
+    names = [_escape_controls(f.name) for f in schema]
+    types = [type_label(f.type) for f in schema]
+    aligns = ["right" if is_numeric(f.type) else "left" for f in schema]
+
+    def cells(rows: list[tuple[Any, ...]]) -> list[list[tuple[str, bool]]]:
+        return [[(_escape_controls(format_value(v, opts.null)), v is None) for v in r] for r in rows]
+
+    head, tail = cells(c.head), cells(c.tail)
+    natural = []
+    for i in range(len(schema)):
+        w = display_width(names[i])
+        if opts.types:
+            w = max(w, display_width(types[i]))
+        for row in (*head, *tail):
+            w = max(w, display_width(row[i][0]))
+        natural.append(max(w, 1))
+    idx, widths = _fit(natural, opts.width, [display_width(n) for n in names])
+
+    def paint(s: str, code: str) -> str:
+        return f"{code}{s}{_RESET}" if opts.color and s.strip() else s
+
+    def line(parts: tuple[str, str, str, str]) -> str:
+        left, fill, joint, right = parts
+        return left + joint.join(fill * (w + 2) for w in widths) + right
+
+    def row_line(values: list[str]) -> str:
+        v = style.vertical
+        return v + v.join(f" {x} " for x in values) + v
+
+    def fmt(j: int, text: str, align: str, code: str | None = None) -> str:
+        s = _pad(truncate(text, widths[j]), widths[j], align)
+        return paint(s, code) if code else s
+
+    out = [line(style.top)]
+    out.append(row_line([fmt(j, names[i] if i >= 0 else ELLIPSIS, "center", _BOLD) for j, i in enumerate(idx)]))
+    if opts.types:
+        out.append(row_line([fmt(j, types[i] if i >= 0 else "", "center", _DIM) for j, i in enumerate(idx)]))
+    out.append(line(style.mid))
+
+    def data_line(row: list[tuple[str, bool]]) -> str:
+        parts = []
+        for j, i in enumerate(idx):
+            if i < 0:
+                parts.append(fmt(j, ELLIPSIS, "center"))
+                continue
+            text, is_null = row[i]
+            parts.append(fmt(j, text, aligns[i], _DIM if is_null else None))
+        return row_line(parts)
+
+    out.extend(data_line(r) for r in head)
+    if c.truncated:
+        out.append(row_line([fmt(j, "·", "center") for j in range(len(idx))]))
+        out.extend(data_line(r) for r in tail)
+    out.append(line(style.bottom))
+    shown = sum(1 for i in idx if i >= 0)
+    out.append(paint(footer(c, shown), _DIM))
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- streaming modes
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, str | int | float) and not isinstance(v, bool):
+        return v
+    return format_value(v)
+
+
+_JSON_SAFE = (str, int, bool)
+
+
+def _json_value(v: Any) -> Any:
+    if v is None or isinstance(v, _JSON_SAFE):
+        return v
+    if isinstance(v, float):
+        return v if math.isfinite(v) else format_value(v)  # NaN is not JSON: say it as a string
+    if isinstance(v, decimal.Decimal):
+        return int(v) if v == v.to_integral_value() and v.as_tuple().exponent >= 0 else float(v)
+    if isinstance(v, dict):
+        return {str(k): _json_value(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
+            return {format_value(k): _json_value(x) for k, x in v}
+        return [_json_value(x) for x in v]
+    return format_value(v)
+
+
+def _json_object(names: Sequence[str], row: tuple[Any, ...]) -> str:
+    # Built by hand, not with a dict, so duplicate column names (SELECT 1 AS a, 2 AS a) survive.
+    return (
+        "{"
+        + ", ".join(
+            f"{json.dumps(n, ensure_ascii=False)}: {json.dumps(_json_value(v), ensure_ascii=False)}"
+            for n, v in zip(names, row, strict=True)
+        )
+        + "}"
+    )
+
+
+def _md_cell(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+
+
+def write_result(
+    batches: Iterable[pa.RecordBatch],
+    schema: pa.Schema,
+    out: TextIO,
+    opts: RenderOptions,
+    progress: Progress = NO_PROGRESS,
+) -> int:
+    """Print a result in ``opts.mode``; returns the number of rows.
+
+    Grid modes drain the batches first (keeping only what they show); the other
+    modes write each batch as it arrives.
+    """
+    if opts.mode in GRID_MODES and schema.names == ["explain_key", "explain_value"]:
+        # EXPLAIN's plan is a drawing already: print it as it is, like DuckDB's shell does.
+        plans = [v for b in batches for v in b.column(1).to_pylist()]
+        progress.begin_output()
+        out.write("".join(p if p.endswith("\n") else p + "\n" for p in plans if p))
+        return len(plans)
+    if opts.mode in GRID_MODES:
+        c = collect(batches, schema, opts.maxrows, progress)
+        text = render_grid(c, opts)
+        progress.begin_output()
+        out.write(text)
+        return c.total
+    if len(schema) == 0:
+        for _ in batches:
+            progress.check()
+        return 0
+    names = list(schema.names)
+    total = 0
+    started = False
+
+    def start() -> None:
+        nonlocal started
+        if not started:
+            progress.begin_output()
+            started = True
+
+    if opts.mode == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        start()
+        writer.writerow(names)
+        for batch in batches:
+            progress.check()
+            cols = [_column_values(c) for c in batch.columns]
+            fixed = []
+            for f, vals in zip(schema, cols, strict=True):
+                plain = pa.types.is_string(f.type) or pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
+                fixed.append(vals if plain and not any(v is None for v in vals) else [_csv_value(v) for v in vals])
+            writer.writerows(zip(*fixed, strict=True))
+            total += batch.num_rows
+            progress.rows(batch.num_rows)
+        return total
+    if opts.mode in ("json", "jsonlines"):
+        array = opts.mode == "json"
+        start()
+        if array:
+            out.write("[")
+        first = True
+        for batch in batches:
+            progress.check()
+            for row in _rows(batch):
+                if array:
+                    out.write(("" if first else ",\n ") + _json_object(names, row))
+                else:
+                    out.write(_json_object(names, row) + "\n")
+                first = False
+            total += batch.num_rows
+            progress.rows(batch.num_rows)
+        if array:
+            out.write("]\n")
+        return total
+    if opts.mode == "markdown":
+        aligns = ["right" if is_numeric(f.type) else "left" for f in schema]
+        widths: list[int] | None = None
+        for batch in batches:
+            progress.check()
+            rows = [[_md_cell(format_value(v, opts.null)) for v in r] for r in _rows(batch)]
+            if widths is None:
+                # Widths come from the first batch: later rows that are wider still make valid markdown.
+                widths = [
+                    max(3, display_width(_md_cell(n)), *(display_width(r[i]) for r in rows))
+                    for i, n in enumerate(names)
+                ]
+                _md_header(out, names, aligns, widths, start)
+            for r in rows:
+                out.write("| " + " | ".join(_pad(x, w, a) for x, w, a in zip(r, widths, aligns, strict=True)) + " |\n")
+            total += batch.num_rows
+            progress.rows(batch.num_rows)
+        if widths is None:
+            _md_header(out, names, aligns, [max(3, display_width(_md_cell(n))) for n in names], start)
+        return total
+    if opts.mode == "line":
+        label_w = max(display_width(n) for n in names)
+        for batch in batches:
+            progress.check()
+            for row in _rows(batch):
+                start()
+                if total:
+                    out.write("\n")
+                for n, v in zip(names, row, strict=True):
+                    out.write(f"{_pad(n, label_w, 'right')} = {_escape_controls(format_value(v, opts.null))}\n")
+                total += 1
+            progress.rows(batch.num_rows)
+        return total
+    raise ValueError(f"unknown output mode {opts.mode!r} (modes: {', '.join(MODES)})")
+
+
+def _md_header(out: TextIO, names: list[str], aligns: list[str], widths: list[int], start: Any) -> None:
+    start()
+    out.write("| " + " | ".join(_pad(_md_cell(n), w, "left") for n, w in zip(names, widths, strict=True)) + " |\n")
+    rule = ["-" * (w + 1) + ":" if a == "right" else "-" * (w + 2) for a, w in zip(aligns, widths, strict=True)]
+    out.write("|" + "|".join(rule) + "|\n")
+
+
+def render_table(table: pa.Table, opts: RenderOptions) -> str:
+    """``table`` printed in ``opts.mode``, as a string (for meta-commands and tests)."""
+    buf = io.StringIO()
+    write_result(table.to_batches(), table.schema, buf, opts)
+    return buf.getvalue()

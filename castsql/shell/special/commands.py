@@ -1,0 +1,284 @@
+"""The meta-commands. Each returns a result table to print (in the current
+mode, like a query) or None, and raises ShellError with a usage hint on bad
+arguments."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from castsql.shell.catalog import latest_versions
+from castsql.shell.core import MAX_READ_DEPTH, Reported, ShellError
+from castsql.shell.render import MODES
+from castsql.shell.special.registry import COMMANDS, lookup, meta_command
+
+if TYPE_CHECKING:
+    from castsql.shell.core import Shell
+
+_ON = {"on", "true", "yes", "1"}
+_OFF = {"off", "false", "no", "0"}
+
+
+def _on_off(name: str, args: list[str], current: bool) -> bool:
+    if not args:
+        return not current  # ".timer" alone toggles, and says what it is now
+    word = args[0].lower()
+    if word in _ON:
+        return True
+    if word in _OFF:
+        return False
+    raise ShellError(f"usage: {name} on|off")
+
+
+def _version_arg(value: str, what: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        raise ShellError(f"{what} must be a version number, not {value!r}") from None
+    if v < 0:
+        raise ShellError(f"{what} must be a version number (0 or more), not {v}")
+    return v
+
+
+def _table_arg(shell: Shell, args: list[str], usage: str) -> str:
+    if args:
+        shell.session.log(args[0])  # TableNotFound lists the open tables
+        return args[0]
+    tables = shell.session.tables
+    if len(tables) == 1:
+        return tables[0]
+    raise ShellError(f"usage: {usage}" + (f" (tables: {', '.join(tables)})" if tables else " (no tables open)"))
+
+
+# ---------------------------------------------------------------- help and exit
+
+
+@meta_command(".help", ".help [COMMAND]", "show the commands, or one command's help", args=("command",))
+def help_(shell: Shell, args: list[str]) -> None:
+    if args:
+        name = args[0] if args[0].startswith(".") else "." + args[0]
+        cmd = lookup(name)
+        if cmd is None:
+            raise ShellError(f"no command {name} (.help lists the commands)")
+        also = f"   (also {', '.join(cmd.aliases)})" if cmd.aliases else ""
+        shell.say(f"{cmd.usage}\n    {cmd.help}{also}")
+        return
+    width = max(len(c.usage) for c in COMMANDS.values())
+    lines = [
+        f"{c.usage:<{width}}  {c.help}" + (f" (also {', '.join(c.aliases)})" if c.aliases else "")
+        for c in sorted(COMMANDS.values(), key=lambda c: c.name)
+    ]
+    lines += [
+        "",
+        "SQL statements end with ';' (Enter on an unfinished one starts a new line; Alt-Enter runs it anyway).",
+        "Time travel: t AS OF VERSION n, t VERSION AS OF n, t AT (VERSION => n), t AS OF TIMESTAMP '…'.",
+        "Audits: DESCRIBE HISTORY t, SELECT * FROM table_history('t'), SELECT * FROM table_changes('t', a, b).",
+        "Keys: Tab completes, Ctrl-R searches history, Ctrl-C cancels a query or clears the line, Ctrl-D quits.",
+    ]
+    shell.say("\n".join(lines))
+
+
+@meta_command(".quit", ".quit", "leave the shell", aliases=(".exit", ".q"))
+def quit_(shell: Shell, args: list[str]) -> None:
+    shell.exit_requested = True
+
+
+# ---------------------------------------------------------------- tables
+
+
+@meta_command(".tables", ".tables", "list the open tables with their latest versions", threaded=True)
+def tables(shell: Shell, args: list[str]) -> pa.Table | None:
+    names = shell.session.tables
+    if not names:
+        shell.say("No tables open. Open a table or a warehouse with .open URI")
+        return None
+    versions = latest_versions(shell.session, names)
+    return pa.table(
+        {
+            "table": names,
+            "latest_version": pa.array([versions[n] for n in names], pa.int64()),
+            "location": [shell.session.log(n).uri for n in names],
+        }
+    )
+
+
+@meta_command(".schema", ".schema [TABLE]", "columns and types of one table or of all", args=("table",), threaded=True)
+def schema(shell: Shell, args: list[str]) -> pa.Table | None:
+    names = [args[0]] if args else shell.session.tables
+    if not names:
+        shell.say("No tables open. Open a table or a warehouse with .open URI")
+        return None
+    rows: dict[str, list] = {"table": [], "column": [], "type": [], "key": []}
+    for name in names:
+        m = shell.session.log(name).latest()
+        display = next((t for t in shell.session.tables if t.lower() == name.lower()), name)
+        for c in m.schema.columns:
+            rows["table"].append(display)
+            rows["column"].append(c.name)
+            rows["type"].append(c.type)
+            rows["key"].append("primary key" if c.name == m.primary_key else "")
+    if not any(rows["key"]):
+        del rows["key"]
+    if len(names) == 1:
+        del rows["table"]
+    return pa.table(rows)
+
+
+@meta_command(
+    ".history",
+    ".history [TABLE]",
+    "versions of a table: commit time, operation, rows added and deleted",
+    args=("table",),
+    threaded=True,
+)
+def history(shell: Shell, args: list[str]) -> pa.Table:
+    table = _table_arg(shell, args, ".history TABLE")
+    h = shell.session.history(table)
+    return h.select(["version", "committed_at", "operation", "rows_added", "rows_deleted", "live_rows"])
+
+
+@meta_command(
+    ".diff",
+    ".diff TABLE FROM [TO]",
+    "rows inserted and deleted after version FROM up to TO (default: latest)",
+    args=("table", "version", "version"),
+    min_args=2,
+    threaded=True,
+)
+def diff(shell: Shell, args: list[str]) -> pa.Table:
+    table = args[0]
+    start = _version_arg(args[1], "FROM")
+    end = _version_arg(args[2], "TO") if len(args) > 2 else None
+    ch = shell.session.changes(table, start, end)
+    front = ["_commit_version", "_change_type"]
+    cols = front + [c for c in ch.column_names if c not in front and c != "_commit_timestamp"]
+    ch = ch.select(cols)
+    kinds = ch.column("_change_type").to_pylist()
+    inserted, deleted = kinds.count("insert"), kinds.count("delete")
+    upto = end if end is not None else shell.session.log(table).latest_version()
+    shell.say(f"{table}: {inserted:,} rows inserted, {deleted:,} deleted after version {start} up to {upto}")
+    return ch
+
+
+# ---------------------------------------------------------------- session
+
+
+@meta_command(
+    ".open",
+    ".open [--add] URI",
+    "open a table or warehouse (local path or s3://…) instead of the current one; --add keeps the current tables",
+    args=("uri",),
+    min_args=1,
+    max_args=2,
+    threaded=True,
+)
+def open_(shell: Shell, args: list[str]) -> None:
+    add = args[0] == "--add"
+    if add:
+        if len(args) != 2:
+            raise ShellError("usage: .open [--add] URI")
+        shell.session.open(args[1])
+        shell.catalog.invalidate()
+    else:
+        if len(args) != 1 or args[0].startswith("--"):
+            raise ShellError("usage: .open [--add] URI")
+        from castsql.engine import Session
+
+        shell.replace_session(Session(args[0]))  # a failure leaves the current session as it was
+    _say_versions(shell, "Tables")
+
+
+@meta_command(".refresh", ".refresh", "forget cached state and re-read every table's latest version", threaded=True)
+def refresh(shell: Shell, args: list[str]) -> None:
+    shell.session.refresh()
+    shell.catalog.invalidate()
+    _say_versions(shell, "Latest versions")
+
+
+def _say_versions(shell: Shell, label: str) -> None:
+    vs = latest_versions(shell.session)
+    if not vs:
+        shell.say("No tables open.")
+        return
+    shell.say(f"{label}: " + ", ".join(f"{n} v{v}" if v is not None else f"{n} (unreadable)" for n, v in vs.items()))
+
+
+# ---------------------------------------------------------------- output settings
+
+
+@meta_command(".mode", ".mode [MODE]", f"output mode: {'|'.join(MODES)}", args=("mode",))
+def mode(shell: Shell, args: list[str]) -> None:
+    if not args:
+        shell.say(f"mode: {shell.settings.mode} (modes: {', '.join(MODES)})")
+        return
+    m = args[0].lower()
+    if m not in MODES:
+        raise ShellError(f"unknown mode {args[0]!r} (modes: {', '.join(MODES)})")
+    shell.settings.mode = m
+
+
+@meta_command(".timer", ".timer on|off", "print how long each statement took", args=("onoff",))
+def timer(shell: Shell, args: list[str]) -> None:
+    shell.settings.timer = _on_off(".timer", args, shell.settings.timer)
+    if not args:
+        shell.say(f"timer: {'on' if shell.settings.timer else 'off'}")
+
+
+@meta_command(".types", ".types on|off", "show column types under the header (box and table modes)", args=("onoff",))
+def types(shell: Shell, args: list[str]) -> None:
+    shell.settings.types = _on_off(".types", args, shell.settings.types)
+    if not args:
+        shell.say(f"types: {'on' if shell.settings.types else 'off'}")
+
+
+@meta_command(".maxrows", ".maxrows [N]", "rows shown in box and table modes (head and tail); 0 shows all", max_args=1)
+def maxrows(shell: Shell, args: list[str]) -> None:
+    if not args:
+        shell.say(f"maxrows: {shell.settings.maxrows}")
+        return
+    try:
+        n = int(args[0])
+    except ValueError:
+        raise ShellError(f"usage: .maxrows N (a number of rows, not {args[0]!r})") from None
+    if n < 0:
+        raise ShellError("usage: .maxrows N (0 or more; 0 shows every row)")
+    shell.settings.maxrows = n
+
+
+@meta_command(
+    ".output", ".output [FILE]", "write results to FILE from now on; without FILE, back to the screen", args=("path",)
+)
+def output(shell: Shell, args: list[str]) -> None:
+    shell.set_output(args[0] if args else None)
+
+
+@meta_command(".once", ".once FILE", "write the next result to FILE", args=("path",), min_args=1)
+def once(shell: Shell, args: list[str]) -> None:
+    shell.set_output(args[0], once=True)
+
+
+@meta_command(
+    ".read",
+    ".read FILE",
+    "run the statements and commands of a SQL file, stopping at the first error",
+    args=("path",),
+    min_args=1,
+)
+def read(shell: Shell, args: list[str]) -> None:
+    path = os.path.expanduser(args[0])
+    if shell.read_depth >= MAX_READ_DEPTH:
+        raise ShellError(f".read nested more than {MAX_READ_DEPTH} deep (does {args[0]} read itself?)")
+    try:
+        f = open(path, encoding="utf-8")  # noqa: SIM115 - closed below, after a possibly long run
+    except OSError as e:
+        raise ShellError(f"cannot read {args[0]}: {e.strerror or e}") from None
+    shell.read_depth += 1
+    try:
+        with f:
+            ok = shell.run_lines(f, args[0])
+    finally:
+        shell.read_depth -= 1
+    if not ok:
+        raise Reported()

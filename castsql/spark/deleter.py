@@ -1,0 +1,220 @@
+"""Delete by predicate: one Spark job finds the rows, one tombstone file and
+one manifest record them. No data file is rewritten.
+
+The job reads the live rows of the latest version with their file key, row
+group and position (:mod:`castsql.spark.reader`), evaluates the SQL condition
+on each, and summarizes every (file, row group) on the workers
+(:func:`castsql.spark.tasks.summarize_task`); the driver collects the
+summaries once and picks, per file, the smallest set of tombstone records:
+
+- ``RowGroupDelete`` for each row group all of whose live rows match;
+- ``KeyRangeDelete`` when it is exact: the key is strictly increasing over the
+  file's live rows and the matched rows are one run of consecutive live rows,
+  so the live rows with a key in [first matched, last matched] are exactly the
+  matched ones;
+- otherwise a ``PositionDelete`` with a file-relative roaring bitmap (a list
+  up to 32 rows) for the rest.
+
+The choice between "row groups + positions" and "one key range" is the one
+whose JSON is shorter (row groups win ties: readers skip them without
+reading). Concurrency (docs/FORMAT.md §7): the delete removes the rows that
+matched in the version it read; rows appended meanwhile stay. If a
+concurrent compaction removed a file it names, the commit raises
+CommitConflict and the delete is recomputed from the new version, up to
+``attempts`` times.
+
+Example::
+
+    >>> m = delete(spark, "/data/events", "kind = 'test' AND ts < '2025-01-01'")   # doctest: +SKIP
+    >>> m.summary["deleted_rows"], m.summary["tombstone_records"]                  # doctest: +SKIP
+    (5120, 3)
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import logging
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyroaring import BitMap
+
+from castsql.errors import CastSQLError, CommitConflict
+from castsql.format import KeyRangeDelete, Manifest, PositionDelete, RowGroupDelete, TableLog, TombstoneRecord
+from castsql.format.tombstone import serialize_tombstones
+from castsql.snapshot import Snapshot, resolve
+from castsql.spark.errors import job_errors
+from castsql.spark.reader import read_snapshot
+from castsql.spark.tasks import FILE_COL, MATCH_COL, PK_COL, POS_COL, RG_COL, summarize_task
+from castsql.storage import S3Config, open_storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log_ = logging.getLogger(__name__)
+
+
+class BadCondition(CastSQLError):
+    """The delete condition is not a boolean SQL expression over the table's columns."""
+
+
+@dataclass
+class DeletePlan:
+    """What a delete would record: the tombstone records and the rows they remove."""
+
+    version: int
+    records: list[TombstoneRecord] = field(default_factory=list)
+    rows: int = 0
+    files: int = 0
+
+
+def _key_range_type(t: pa.DataType) -> bool:
+    """Key types whose ranges tombstones can state exactly in JSON (FORMAT.md §4)."""
+    if pa.types.is_unsigned_integer(t):
+        return t.bit_width < 64  # Spark reads uint64 as DECIMAL
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_string(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+    )
+
+
+def _file_records(key: str, units: list[dict[str, Any]], pk_ok: bool) -> tuple[list[TombstoneRecord], int]:
+    """The cheapest records deleting the matched rows of one file; ``units``
+    are the worker summaries of its row groups that have live rows."""
+    units.sort(key=lambda u: u["rg"])
+    matched = [u for u in units if u["matched"]]
+    n = sum(u["matched"] for u in matched)
+    by_groups: list[TombstoneRecord] = []
+    rest = BitMap()
+    for u in matched:
+        if u["matched"] == u["live"]:
+            by_groups.append(RowGroupDelete(key, u["rg"]))
+        else:
+            rest |= BitMap.deserialize(base64.b64decode(u["bitmap"]))
+    if rest:
+        by_groups.append(PositionDelete(key, None, rest))
+    if pk_ok and _key_range_exact(units):
+        by_range: list[TombstoneRecord] = [KeyRangeDelete(key, matched[0]["lo"], matched[-1]["hi"])]
+        if len(serialize_tombstones(by_range)) < len(serialize_tombstones(by_groups)):
+            return by_range, n
+    return by_groups, n
+
+
+def _key_range_exact(units: list[dict[str, Any]]) -> bool:
+    """True if the matched rows are exactly the live rows whose key lies in
+    [first matched key, last matched key]: the key strictly increases over the
+    file's live rows (within each row group and across them) and the matched
+    rows are consecutive live rows."""
+    if not all(u.get("sorted") for u in units):
+        return False
+    try:
+        if not all(a["last"] < b["first"] for a, b in itertools.pairwise(units)):
+            return False
+    except TypeError:  # keys of mixed JSON types cannot be ordered
+        return False
+    hit = [i for i, u in enumerate(units) if u["matched"]]
+    first, last = hit[0], hit[-1]
+    if any(not units[i]["contig"] for i in hit):
+        return False
+    if first != last and not (units[first]["touch_end"] and units[last]["touch_start"]):
+        return False
+    return all(units[i]["matched"] == units[i]["live"] for i in range(first + 1, last))
+
+
+def plan_delete(spark: SparkSession, log: TableLog, snap: Snapshot, where: str) -> DeletePlan:
+    """Run the delete's one Spark job against ``snap`` and choose its records."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType
+
+    cond = F.expr(where)  # a syntax error raises ParseException here
+    # Read only the columns the condition can name (and the key): workers
+    # then decode a fraction of each row group. Should the guess miss one, the
+    # condition is analysed again over every column, which also makes Spark's
+    # error list them all.
+    pk = snap.primary_key
+    named = [c for c in snap.schema.names if c == pk or re.search(rf"(?<!\w){re.escape(c)}(?!\w)", where, re.I)]
+    try:
+        df = read_snapshot(spark, log, snap, positions=True, row_groups=True, columns=named or None)
+        probe = df.select(cond.alias(MATCH_COL))
+    except AnalysisException:
+        df = read_snapshot(spark, log, snap, positions=True, row_groups=True)
+        probe = df.select(cond.alias(MATCH_COL))  # unknown columns raise AnalysisException here
+    if not isinstance(probe.schema[MATCH_COL].dataType, BooleanType):
+        raise BadCondition(
+            f"the delete condition must be true or false for each row; {where!r} is "
+            f"{probe.schema[MATCH_COL].dataType.simpleString()}"
+        )
+    cols = [F.col(FILE_COL), F.col(RG_COL), F.col(POS_COL), F.coalesce(cond, F.lit(False)).alias(MATCH_COL)]
+    pk_ok = pk is not None and _key_range_type(snap.schema.to_arrow().field(pk).type)
+    if pk_ok:
+        cols.append(F.col(pk).alias(PK_COL))
+    with job_errors(f"{log.uri}: delete"):
+        rows = df.select(*cols).mapInArrow(summarize_task, "summary string").collect()  # the one action
+    per_file: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    seen = set()
+    for r in rows:
+        u = json.loads(r.summary)
+        if (u["key"], u["rg"]) in seen:  # the plan keeps a unit in one task; make sure
+            raise CastSQLError(f"{log.uri}: delete: row group {u['rg']} of {u['key']} was summarized twice")
+        seen.add((u["key"], u["rg"]))
+        per_file[u["key"]].append(u)
+    plan = DeletePlan(snap.version)
+    for key in (f.key for f in snap.files):  # manifest order: stable tombstones
+        units = per_file.get(key)
+        if not units or not any(u["matched"] for u in units):
+            continue
+        recs, n = _file_records(key, units, pk_ok)
+        plan.records.extend(recs)
+        plan.rows += n
+        plan.files += 1
+    return plan
+
+
+def delete(
+    spark: SparkSession,
+    uri: str,
+    where: str,
+    *,
+    s3: S3Config | None = None,
+    attempts: int = 5,
+) -> Manifest | None:
+    """Delete the rows of the latest version for which the SQL condition
+    ``where`` is true; returns the committed manifest, or None (nothing
+    committed) if no row matched.
+
+    Writes exactly one tombstone file and one manifest. Raises Spark's
+    AnalysisException (or ParseException) for a condition that does not
+    parse or names unknown columns, BadCondition for a non-boolean one, and
+    CommitConflict if concurrent compactions won ``attempts`` times in a row.
+
+    Example::
+
+        >>> delete(spark, "/data/events", "user = 'u42'").summary["deleted_rows"]   # doctest: +SKIP
+        37
+    """
+    if not where or not where.strip():
+        raise BadCondition("the delete condition is empty (to delete every row, say so: --where 'true')")
+    log = TableLog(open_storage(uri, s3=s3))
+    for attempt in range(attempts):
+        snap = resolve(log)
+        plan = plan_delete(spark, log, snap, where)
+        if not plan.records:
+            return None
+        try:
+            return log.delete(plan.records, read_version=snap.version, deleted_rows=plan.rows)
+        except CommitConflict as e:
+            if attempt == attempts - 1:
+                raise CommitConflict(f"{e}; gave up after {attempts} attempts") from None
+            log_.warning(
+                "delete read version %d, which a concurrent commit invalidated: %s; recomputing", snap.version, e
+            )
+    raise AssertionError("unreachable")

@@ -1,0 +1,239 @@
+"""Garbage collection: drop old versions and the objects no kept version needs.
+
+Needs no Spark (this module never imports pyspark); it lists, reads manifests
+and deletes through :mod:`castsql.storage`.
+
+Rules (docs/SPARK.md, "Garbage collection", says why each is safe while
+writers commit concurrently):
+
+1. List ``data/``, ``tombstone/`` and ``manifest/`` first; only objects seen
+   by this listing are candidates.
+2. Then read the head (pointer, rolled forward). Kept versions: the latest,
+   the last ``keep_versions``, every version committed after
+   ``now - older_than``, and every version at or after the one the pointer
+   names (a reader starting at the pointer must find its manifest). With
+   neither ``keep_versions`` nor ``older_than`` every version is kept and only
+   orphans go.
+3. An object referenced by a kept version is never deleted. One referenced
+   only by versions being dropped is deleted. One referenced by no manifest at
+   all (an orphan: a failed or retried task's file, an uncommitted or
+   conflicting writer's file, or a file whose manifests an interrupted GC
+   already deleted) is deleted only when older than ``grace`` by its storage
+   modification time; the local backend's ``.tmp-*`` files likewise.
+4. Manifests of dropped versions are deleted first, oldest first, then the
+   objects: an interrupted GC leaves orphans, never a manifest that names a
+   missing object.
+
+Example::
+
+    >>> report = gc("/data/events", keep_versions=3, dry_run=True)   # doctest: +SKIP
+    >>> print(report.summary())                                       # doctest: +SKIP
+    would drop versions 0-6 (7 manifests), 12 data files, 4 tombstone files, 0 orphans: 18.2 MB
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from castsql.errors import CastSQLError, VersionNotFound
+from castsql.format import Manifest, TableLog
+from castsql.format.layout import DATA_DIR, MANIFEST_DIR, POINTER_KEY, TOMBSTONE_DIR, manifest_version, to_table_key
+from castsql.format.log import parse_pointer
+from castsql.storage import ObjectInfo, ObjectNotFound, S3Config, Storage, open_storage
+
+TMP_PREFIX = ".tmp-"  # the local backend's not-yet-linked temporary files
+
+
+@dataclass
+class GCReport:
+    """What a garbage collection removed (or, in a dry run, would remove)."""
+
+    table: str
+    latest: int
+    kept_versions: list[int]
+    removed_versions: list[int] = field(default_factory=list)
+    removed_data_files: list[str] = field(default_factory=list)
+    removed_tombstones: list[str] = field(default_factory=list)
+    removed_orphans: list[str] = field(default_factory=list)  # never referenced, older than grace
+    removed_temp_files: list[str] = field(default_factory=list)
+    bytes_freed: int = 0
+    dry_run: bool = False
+
+    @property
+    def removed_keys(self) -> list[str]:
+        """Every key removed, in the order GC deletes them."""
+        return (
+            [_manifest_key(v) for v in self.removed_versions]
+            + self.removed_data_files
+            + self.removed_tombstones
+            + self.removed_orphans
+            + self.removed_temp_files
+        )
+
+    def summary(self) -> str:
+        """One line for people."""
+        verb = "would remove" if self.dry_run else "removed"
+        kept = _span(self.kept_versions)
+        parts = [
+            f"{len(self.removed_versions)} version(s) {_span(self.removed_versions)}".rstrip(),
+            f"{len(self.removed_data_files)} data file(s)",
+            f"{len(self.removed_tombstones)} tombstone file(s)",
+            f"{len(self.removed_orphans)} orphan(s)",
+        ]
+        if self.removed_temp_files:
+            parts.append(f"{len(self.removed_temp_files)} temp file(s)")
+        return (
+            f"{verb} {', '.join(parts)}; {format_bytes(self.bytes_freed)}; kept versions {kept} (latest {self.latest})"
+        )
+
+
+def _manifest_key(v: int) -> str:
+    from castsql.format.layout import manifest_key
+
+    return manifest_key(v)
+
+
+def _span(vs: list[int]) -> str:
+    if not vs:
+        return ""
+    if len(vs) > 1 and vs == list(range(vs[0], vs[-1] + 1)):
+        return f"{vs[0]}-{vs[-1]}"
+    return ",".join(map(str, vs)) if len(vs) <= 6 else f"{vs[0]}..{vs[-1]}"
+
+
+def format_bytes(n: int) -> str:
+    """``1536`` -> ``'1.5 KB'``."""
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _references(m: Manifest, root: str) -> set[str]:
+    refs = {to_table_key(f.path, root, what="data file") for f in m.data_files}
+    refs |= {to_table_key(t, root, what="tombstone") for t in m.tombstones}
+    return refs
+
+
+def _pointer_version(storage: Storage) -> int | None:
+    try:
+        return parse_pointer(storage.get(POINTER_KEY), storage.uri(POINTER_KEY))
+    except ObjectNotFound:
+        return None
+
+
+def _temp_files(storage: Storage) -> list[ObjectInfo]:
+    """The local backend's ``.tmp-*`` files (a writer killed mid-put leaves them)."""
+    root = storage.root
+    if "://" in root or not os.path.isdir(root):
+        return []  # S3 puts are atomic: nothing half-written is ever visible
+    out = []
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            if name.startswith(TMP_PREFIX):
+                full = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:
+                    continue  # linked into place and unlinked while we walked
+                out.append(ObjectInfo(os.path.relpath(full, root).replace(os.sep, "/"), st.st_size, st.st_mtime))
+    return out
+
+
+def gc(
+    uri: str,
+    *,
+    keep_versions: int | None = None,
+    older_than: timedelta | None = None,
+    grace: timedelta = timedelta(days=7),
+    dry_run: bool = False,
+    s3: S3Config | None = None,
+    now: datetime | None = None,
+) -> GCReport:
+    """Remove the versions of the table at ``uri`` that are not kept and every
+    object no kept version references (see the module docs for the rules).
+
+    ``keep_versions``: keep the last N versions; ``older_than``: drop versions
+    committed longer ago than this; with both, a version is kept if either
+    keeps it; the latest is always kept. ``grace``: objects no manifest
+    references are removed only when older than this (they may belong to a
+    writer that has not committed yet). ``dry_run`` deletes nothing.
+
+    Example::
+
+        >>> gc("s3://bucket/events", older_than=timedelta(days=30)).removed_versions   # doctest: +SKIP
+        [0, 1, 2]
+    """
+    if keep_versions is not None and keep_versions < 1:
+        raise CastSQLError(f"keep_versions must be at least 1 (the latest version is always kept), got {keep_versions}")
+    if older_than is not None and older_than < timedelta(0):
+        raise CastSQLError(f"older_than must not be negative, got {older_than}")
+    if grace < timedelta(0):
+        raise CastSQLError(f"grace must not be negative, got {grace}")
+    now = (now or datetime.now(UTC)).astimezone(UTC)
+    storage = open_storage(uri, s3=s3)
+    log = TableLog(storage)
+    log.latest()  # TableNotFound before anything else, for a path that is no table
+
+    # 1. Candidates first: whatever is written after this listing is not ours to judge.
+    objects = {i.key: i for prefix in (DATA_DIR + "/", TOMBSTONE_DIR + "/") for i in storage.list(prefix)}
+    manifests = {v: i for i in storage.list(MANIFEST_DIR + "/") if (v := manifest_version(i.key)) is not None}
+    temps = _temp_files(storage)
+
+    # 2. The chain as it is now.
+    head = log.latest()
+    pointer = _pointer_version(storage)
+    listed = sorted(v for v in manifests if v <= head.version)
+    # Versions committed after the listing exist too (the chain has no holes past it).
+    versions = listed + list(range((listed[-1] + 1) if listed else head.version, head.version + 1))
+    if keep_versions is None and older_than is None:
+        keep = set(versions)
+    else:
+        keep = {head.version}
+        if keep_versions is not None:
+            keep |= set(versions[-keep_versions:])
+        if older_than is not None:
+            cutoff = now - older_than
+            keep |= {v for v in versions if log.manifest(v).created_at > cutoff}
+    if pointer is not None:
+        keep |= {v for v in versions if v >= pointer}
+    kept_refs: set[str] = set()
+    for v in sorted(keep):
+        kept_refs |= _references(log.manifest(v), storage.root)
+    dropped = [v for v in versions if v not in keep]
+    dropped_refs: set[str] = set()
+    for v in dropped:
+        try:
+            dropped_refs |= _references(log.manifest(v), storage.root)
+        except VersionNotFound:
+            continue  # another GC removed it meanwhile
+
+    # 3. Decide.
+    report = GCReport(storage.root, head.version, sorted(keep), dry_run=dry_run)
+    report.removed_versions = dropped
+    report.bytes_freed = sum(manifests[v].size for v in dropped if v in manifests)
+    old = now.timestamp() - grace.total_seconds()
+    for key, info in sorted(objects.items()):
+        if key in kept_refs:
+            continue
+        if key in dropped_refs:
+            (report.removed_data_files if key.startswith(DATA_DIR + "/") else report.removed_tombstones).append(key)
+        elif info.mtime < old:
+            report.removed_orphans.append(key)
+        else:
+            continue
+        report.bytes_freed += info.size
+    for info in temps:
+        if info.mtime < old:
+            report.removed_temp_files.append(info.key)
+            report.bytes_freed += info.size
+
+    # 4. Delete: manifests oldest first, then what only they referenced, then the rest.
+    if not dry_run:
+        for key in report.removed_keys:
+            storage.delete(key)
+    return report

@@ -1,0 +1,355 @@
+"""What runs inside Spark's Python workers: reading live rows of row groups and
+writing Parquet data files, through :mod:`castsql.storage` on either backend.
+
+Everything here is a plain module-level function or a frozen dataclass so that
+Spark pickles it by reference; the only state a task gets is a
+:class:`TableRef` (URI, picklable S3 settings, schema) and the JSON rows it is
+fed. Nothing here imports pyspark: workers never need the JVM side.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import io
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyroaring import BitMap
+
+from castsql.format import Schema, write_data_files
+from castsql.format.manifest import parse_time
+from castsql.spark.types import arrow_for_spark
+from castsql.storage import S3Config, Storage, open_storage
+
+FILE_COL = "_castsql_file"  # table key of the row's data file
+POS_COL = "_castsql_pos"  # the row's position in that file (Spark's _metadata.row_index)
+RG_COL = "_castsql_rg"  # the row group holding it (internal)
+UNIT_COL = "unit"
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """What a worker needs to reach a table: picklable, no open connections."""
+
+    uri: str
+    s3: S3Config | None
+    schema_json: dict[str, Any]
+    primary_key: str | None = None
+
+    @property
+    def schema(self) -> Schema:
+        return Schema.from_json(self.schema_json, self.uri)
+
+    def storage(self) -> Storage:
+        return open_storage(self.uri, s3=self.s3)
+
+
+@dataclass
+class Unit:
+    """A slice of one data file to read: some of its row groups, the positions
+    of those row groups deleted by bitmap, and the key ranges deleted in it."""
+
+    key: str
+    size: int
+    row_groups: list[tuple[int, int, int]]  # (index, first file position, rows)
+    deleted: BitMap = field(default_factory=BitMap)
+    ranges: list[tuple[Any, Any]] = field(default_factory=list)
+    tag: str | None = None  # carried through for callers (compaction's source file)
+
+    def to_json(self) -> str:
+        bm = self.deleted
+        bm.run_optimize()
+        return json.dumps(
+            {
+                "key": self.key,
+                "size": self.size,
+                "rgs": self.row_groups,
+                "del": base64.b64encode(bm.serialize()).decode() if bm else "",
+                "ranges": self.ranges,
+                "tag": self.tag,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, s: str) -> Unit:
+        d = json.loads(s)
+        bm = BitMap.deserialize(base64.b64decode(d["del"])) if d["del"] else BitMap()
+        return cls(d["key"], d["size"], [tuple(r) for r in d["rgs"]], bm, [tuple(r) for r in d["ranges"]], d["tag"])
+
+
+# ---------------------------------------------------------------------- reading
+
+
+class _RangeFile(io.RawIOBase):
+    """A seekable read-only file over ranged GETs of one object. The first read
+    fetches the object's tail, which holds the Parquet footer, in one request."""
+
+    _TAIL = 256 * 1024
+
+    def __init__(self, storage: Storage, key: str, size: int) -> None:
+        self._st, self._key, self._size, self._pos = storage, key, size, 0
+        tail_start = max(0, size - self._TAIL)
+        self._tail_start = tail_start
+        self._tail: bytes | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._pos = {0: 0, 1: self._pos, 2: self._size}[whence] + offset
+        return self._pos
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), max(0, self._size - self._pos))
+        if n == 0:
+            return 0
+        if self._pos >= self._tail_start:
+            if self._tail is None:
+                self._tail = self._st.get_range(self._key, self._tail_start, self._size - self._tail_start)
+            off = self._pos - self._tail_start
+            data = self._tail[off : off + n]
+        else:
+            data = self._st.get_range(self._key, self._pos, n)
+        b[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+
+def open_parquet(storage: Storage, key: str, size: int) -> pq.ParquetFile:
+    """A Parquet file of the table: by path on a local disk, by ranged reads elsewhere."""
+    uri = storage.uri(key)
+    if "://" not in uri:
+        return pq.ParquetFile(uri)
+    return pq.ParquetFile(io.BufferedReader(_RangeFile(storage, key, size), buffer_size=1024 * 1024))
+
+
+def _range_scalar(v: Any, t: pa.DataType) -> pa.Scalar:
+    """A key-range bound (a JSON number or string; times as ISO text) as a scalar comparable with a ``t`` column."""
+    if pa.types.is_timestamp(t) and isinstance(v, str):
+        when = parse_time(v)
+        return pa.scalar(when if t.tz else when.replace(tzinfo=None), type=t)
+    if pa.types.is_date(t) and isinstance(v, str):
+        return pa.scalar(date.fromisoformat(v), type=t)
+    return pa.scalar(v)
+
+
+def live_row_groups(
+    ref: TableRef, unit: Unit, columns: list[str] | None = None, storage: Storage | None = None
+) -> Iterator[tuple[int, pa.Table, np.ndarray]]:
+    """For each row group of ``unit``: (index, its live rows, their file positions), in file order."""
+    storage = storage or ref.storage()
+    pf = open_parquet(storage, unit.key, unit.size)
+    pk = ref.primary_key
+    read_cols = columns
+    if unit.ranges and columns is not None and pk not in columns:
+        read_cols = [*columns, pk]
+    deleted = np.frombuffer(unit.deleted.to_array(), dtype=np.uint32) if unit.deleted else None
+    for rg, start, rows in unit.row_groups:
+        t = pf.read_row_group(rg, columns=read_cols)
+        if t.num_rows != rows:
+            raise ValueError(f"{storage.uri(unit.key)}: row group {rg} holds {t.num_rows} rows, expected {rows}")
+        keep = np.ones(rows, dtype=bool)
+        if deleted is not None:
+            lo, hi = np.searchsorted(deleted, [start, start + rows])
+            keep[deleted[lo:hi].astype(np.int64) - start] = False
+        if unit.ranges:
+            col = t.column(pk)
+            for a, b in unit.ranges:
+                hit = pc.and_(
+                    pc.greater_equal(col, _range_scalar(a, col.type)), pc.less_equal(col, _range_scalar(b, col.type))
+                )
+                # A null key is in no range: the row stays.
+                keep &= ~pc.fill_null(hit, False).to_numpy(zero_copy_only=False)
+        if read_cols is not columns:
+            t = t.select(columns)
+        positions = np.arange(start, start + rows, dtype=np.int64)
+        if not keep.all():
+            t = t.filter(pa.array(keep))
+            positions = positions[keep]
+        yield rg, t, positions
+
+
+def _for_spark(t: pa.Table) -> pa.Table:
+    cols, fields = [], []
+    for f, col in zip(t.schema, t.columns, strict=True):
+        target = arrow_for_spark(f.type)
+        cols.append(col if col.type == target else col.cast(target))
+        fields.append(pa.field(f.name, target))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def read_task(
+    ref: TableRef, columns: list[str] | None, positions: bool, row_groups: bool, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: JSON units in, live rows out (optionally with file key,
+    position and row group)."""
+    storage = ref.storage()
+    for batch in batches:
+        for s in batch.column(UNIT_COL).to_pylist():
+            unit = Unit.from_json(s)
+            for rg, t, pos in live_row_groups(ref, unit, columns, storage):
+                if t.num_rows == 0:
+                    continue
+                out = _for_spark(t)
+                if positions:
+                    out = out.append_column(FILE_COL, pa.repeat(pa.scalar(unit.key, pa.string()), t.num_rows))
+                    out = out.append_column(POS_COL, pa.array(pos, pa.int64()))
+                if row_groups:
+                    out = out.append_column(RG_COL, pa.array(np.full(t.num_rows, rg, dtype=np.int32)))
+                yield from out.to_batches()
+
+
+# ---------------------------------------------------------------------- writing
+
+
+def write_task(
+    ref: TableRef, row_group_size: int, target_file_bytes: int, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: a partition's rows in, Parquet data files written
+    straight to the table's storage, one JSON manifest entry per file out.
+
+    ``write_data_files`` buffers Spark's 10,000-row batches into full row
+    groups. A failed or retried attempt's files are never reported by a
+    successful task, so no commit references them (they are GC's garbage).
+    """
+    files = write_data_files(
+        ref.storage(), batches, ref.schema, row_group_size=row_group_size, target_file_bytes=target_file_bytes
+    )
+    if files:
+        yield pa.RecordBatch.from_pydict({"entry": [json.dumps(f.to_json()) for f in files]})
+
+
+def rewrite_task(
+    ref: TableRef, row_group_size: int, target_file_bytes: int, batches: Iterable[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body for compaction: one JSON unit per source file in, its
+    live rows rewritten in their order into new data files, one JSON row
+    ``{"source": key, "entries": [...], "rows": n}`` out per source file."""
+    storage = ref.storage()
+    names = ref.schema.names
+    for batch in batches:
+        for s in batch.column(UNIT_COL).to_pylist():
+            unit = Unit.from_json(s)
+            rows = 0
+
+            def live(unit: Unit = unit) -> Iterator[pa.RecordBatch]:
+                # Streamed: a 256 MB file is never held in memory whole.
+                nonlocal rows
+                for _, t, _ in live_row_groups(ref, unit, names, storage):
+                    rows += t.num_rows
+                    yield from t.to_batches()
+
+            files = write_data_files(
+                storage,
+                live(),
+                ref.schema,
+                row_group_size=row_group_size,
+                target_file_bytes=target_file_bytes,
+            )
+            out = {"source": unit.key, "entries": [f.to_json() for f in files], "rows": rows}
+            yield pa.RecordBatch.from_pydict({"result": [json.dumps(out)]})
+
+
+def count_task(ref: TableRef, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: live rows per unit (reading only the primary key)."""
+    storage = ref.storage()
+    keys, counts = [], []
+    for batch in batches:
+        for s in batch.column(UNIT_COL).to_pylist():
+            unit = Unit.from_json(s)
+            cols = [ref.primary_key] if ref.primary_key else ref.schema.names[:1]
+            keys.append(unit.key)
+            counts.append(sum(t.num_rows for _, t, _ in live_row_groups(ref, unit, cols, storage)))
+    if keys:
+        yield pa.RecordBatch.from_pydict({"key": keys, "live": pa.array(counts, pa.int64())})
+
+
+# ---------------------------------------------------------------------- deleting
+
+PK_COL = "_castsql_pk"
+MATCH_COL = "_castsql_match"
+
+
+def _pk_json(v: Any) -> Any:
+    from castsql.format.manifest import json_stat
+
+    return json_stat(v)
+
+
+def summarize_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body for delete: live rows (file, row group, position, key,
+    matched?) in, one JSON summary per (file, row group) out.
+
+    The summary carries what the driver needs to pick the cheapest tombstone
+    without a second scan: the matched positions, the live and matched counts
+    (a fully matched row group becomes one RowGroupDelete), and whether the
+    key is strictly increasing over the live rows and the matched rows are one
+    run of consecutive live rows (then a key range is exact).
+    """
+    # Rows arrive unit by unit, in file order (read_task's order, kept by the
+    # narrow plan between them), so each unit is summarized as soon as the next
+    # begins and a worker never holds more than one row group's worth.
+    current: tuple[str, int] | None = None
+    pending: list[pa.RecordBatch] = []
+    for b in batches:
+        if b.num_rows == 0:
+            continue
+        files = b.column(FILE_COL)
+        rgs = b.column(RG_COL).to_numpy(zero_copy_only=False)
+        n = b.num_rows
+        changed = pc.or_(pc.not_equal(files.slice(1), files.slice(0, n - 1)), pa.array(rgs[1:] != rgs[:-1])).to_numpy(
+            zero_copy_only=False
+        )
+        starts = [0, *(np.flatnonzero(changed) + 1).tolist()]
+        for j, s in enumerate(starts):
+            e = starts[j + 1] if j + 1 < len(starts) else n
+            key = (files[s].as_py(), int(rgs[s]))
+            if key != current:
+                if pending:
+                    yield _summary(current, pending)  # type: ignore[arg-type]
+                current, pending = key, []
+            pending.append(b.slice(s, e - s))
+    if pending:
+        yield _summary(current, pending)  # type: ignore[arg-type]
+
+
+def _summary(unit: tuple[str, int], batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    key, rg = unit
+    t = pa.Table.from_batches(batches)
+    t = t.take(pc.sort_indices(t.column(POS_COL)))
+    pos = t.column(POS_COL).to_numpy()
+    m = pc.fill_null(t.column(MATCH_COL), False).to_numpy(zero_copy_only=False)
+    idx = np.flatnonzero(m)
+    info: dict[str, Any] = {"key": key, "rg": rg, "live": len(pos), "matched": len(idx)}
+    if len(idx):
+        bm = BitMap(array.array("I", pos[idx].astype(np.uint32).tobytes()))
+        bm.run_optimize()
+        info["bitmap"] = base64.b64encode(bm.serialize()).decode()
+        info["contig"] = bool(idx[-1] - idx[0] + 1 == len(idx))
+        info["touch_start"] = bool(idx[0] == 0)
+        info["touch_end"] = bool(idx[-1] == len(pos) - 1)
+    if PK_COL in t.column_names:
+        pk = t.column(PK_COL).combine_chunks()
+        ok = pk.null_count == 0
+        if ok and len(pk) > 1:
+            ok = bool(pc.all(pc.greater(pk.slice(1), pk.slice(0, len(pk) - 1))).as_py())
+        first, last = _pk_json(pk[0].as_py()), _pk_json(pk[-1].as_py())
+        info["sorted"] = bool(ok and first is not None and last is not None)
+        info["first"], info["last"] = first, last
+        if len(idx) and info["sorted"]:
+            info["lo"], info["hi"] = _pk_json(pk[int(idx[0])].as_py()), _pk_json(pk[int(idx[-1])].as_py())
+    return pa.RecordBatch.from_pydict({"summary": [json.dumps(info)]})

@@ -1,0 +1,225 @@
+"""Garbage collection: old versions and unreferenced objects go, nothing a kept version needs."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from conftest import events_rows
+
+from castsql.errors import CastSQLError, CommitConflict, TableNotFound, VersionNotFound
+from castsql.format import TableLog, write_data_files
+from castsql.format.layout import DATA_DIR, POINTER_KEY, TOMBSTONE_DIR, to_table_key
+from castsql.format.log import pointer_bytes
+from castsql.snapshot import resolve
+from castsql.spark import append, compact, delete, gc
+from castsql.storage import open_storage
+
+TESTS = Path(__file__).parent
+LATER = timedelta(days=8)  # past the default grace of 7 days
+
+
+def _keys(st, prefix: str) -> set[str]:
+    return {i.key for i in st.list(prefix)}
+
+
+def _referenced(log: TableLog, versions) -> set[str]:
+    out = set()
+    for v in versions:
+        m = log.manifest(v)
+        out |= {to_table_key(f.path, log.uri, what="d") for f in m.data_files}
+        out |= {to_table_key(t, log.uri, what="t") for t in m.tombstones}
+    return out
+
+
+@pytest.mark.spark
+def test_append_delete_compact_gc_keeps_exactly_the_kept_versions(
+    spark, events_df, check_version, storage_root, s3_config
+):
+    uri = storage_root + "/events"
+    live: dict[int, set[int]] = {}
+    for lo in (0, 300):
+        m = append(spark, uri, events_df(range(lo, lo + 300)), primary_key="id", s3=s3_config, row_group_size=100)
+        live[m.version] = set(range(lo + 300))
+    for cond, gone in (("id < 200", set(range(200))), ("id BETWEEN 300 AND 320", set(range(300, 321)))):
+        m = delete(spark, uri, cond, s3=s3_config)
+        live[m.version] = live[m.version - 1] - gone
+    c = compact(spark, uri, s3=s3_config)  # v5: file A rewritten, its tombstone dropped
+    live[c.version] = live[c.version - 1]
+    m = delete(spark, uri, "id = 400", s3=s3_config)  # v6
+    live[m.version] = live[m.version - 1] - {400}
+    st = open_storage(uri, s3=s3_config)
+    log = TableLog(st)
+    everything = _keys(st, DATA_DIR + "/") | _keys(st, TOMBSTONE_DIR + "/")
+
+    dry = gc(uri, keep_versions=2, dry_run=True, s3=s3_config)
+    assert dry.kept_versions == [5, 6] and dry.removed_versions == [0, 1, 2, 3, 4]
+    assert _keys(st, DATA_DIR + "/") | _keys(st, TOMBSTONE_DIR + "/") == everything  # dry: nothing deleted
+    assert "would remove 5 version(s) 0-4, 1 data file(s), 1 tombstone file(s), 0 orphan(s)" in dry.summary()
+
+    report = gc(uri, keep_versions=2, s3=s3_config)
+    assert report.removed_keys == dry.removed_keys and report.bytes_freed == dry.bytes_freed > 0
+    assert log.versions() == [5, 6]
+    kept = _referenced(log, [5, 6])
+    assert _keys(st, DATA_DIR + "/") | _keys(st, TOMBSTONE_DIR + "/") == kept
+    assert set(report.removed_data_files) | set(report.removed_tombstones) == everything - kept
+    for v in (5, 6):
+        check_version(uri, v, live[v])
+    for v in range(5):
+        with pytest.raises(VersionNotFound, match="garbage-collected"):
+            log.manifest(v)
+    again = gc(uri, keep_versions=2, s3=s3_config)
+    assert again.removed_keys == [] and "removed 0 version(s)" in again.summary()
+
+
+def _small_table(root: Path) -> TableLog:
+    st = open_storage(str(root))
+    log = TableLog.create(st, events_rows([]).schema, primary_key="id")
+    for lo in (0, 10, 20):
+        log.append(write_data_files(st, events_rows(range(lo, lo + 10)), log.latest().schema))
+    return log
+
+
+def test_orphans_and_temp_files_wait_for_the_grace_period(tmp_path):
+    log = _small_table(tmp_path / "t")
+    st = log.storage
+    [orphan] = write_data_files(st, events_rows(range(100, 110)), log.latest().schema)  # a writer not yet committed
+    tmp = Path(st.root) / "data" / ".tmp-x.parquet.123"
+    tmp.write_bytes(b"half a file")
+    report = gc(st.root)
+    assert report.removed_keys == [] and report.kept_versions == [0, 1, 2, 3]
+    assert st.exists(orphan.path) and tmp.exists()
+    report = gc(st.root, grace=timedelta(hours=1), now=datetime.now(UTC) + timedelta(hours=2))
+    assert report.removed_orphans == [orphan.path] and report.removed_temp_files == ["data/.tmp-x.parquet.123"]
+    assert not st.exists(orphan.path) and not tmp.exists()
+    assert log.versions() == [0, 1, 2, 3] and resolve(log, 3).live_rows == 30
+
+
+def test_older_than_drops_old_versions_but_never_the_latest(tmp_path):
+    log = _small_table(tmp_path / "t")
+    assert gc(log.uri, older_than=timedelta(hours=3), now=datetime.now(UTC) + timedelta(hours=2)).removed_versions == []
+    report = gc(log.uri, older_than=timedelta(hours=1), now=datetime.now(UTC) + timedelta(hours=2))
+    assert report.removed_versions == [0, 1, 2] and report.kept_versions == [3]
+    # Appends only: every data file is still referenced by version 3.
+    assert report.removed_data_files == [] and resolve(log, 3).live_rows == 30
+    # Both rules: a version is kept if either keeps it.
+    log2 = _small_table(tmp_path / "t2")
+    r2 = gc(log2.uri, keep_versions=2, older_than=timedelta(hours=1), now=datetime.now(UTC) + timedelta(minutes=30))
+    assert r2.removed_versions == []
+
+
+def test_versions_past_a_lagging_pointer_are_kept(tmp_path):
+    """A writer that died after its manifest put leaves the pointer behind;
+    readers start at the pointer, so its manifest must stay."""
+    log = _small_table(tmp_path / "t")
+    log.storage.put(POINTER_KEY, pointer_bytes(1, "lagging"))
+    report = gc(log.uri, keep_versions=1)
+    assert report.kept_versions == [1, 2, 3] and report.removed_versions == [0]
+    assert TableLog(open_storage(log.uri)).latest().version == 3
+
+
+def test_bad_arguments_are_refused_and_change_nothing(tmp_path):
+    log = _small_table(tmp_path / "t")
+    before = _keys(log.storage, "")
+    with pytest.raises(CastSQLError, match="keep_versions must be at least 1"):
+        gc(log.uri, keep_versions=0)
+    with pytest.raises(CastSQLError, match="grace must not be negative"):
+        gc(log.uri, grace=timedelta(seconds=-1))
+    with pytest.raises(CastSQLError, match="older_than must not be negative"):
+        gc(log.uri, older_than=timedelta(days=-1))
+    with pytest.raises(TableNotFound):
+        gc(str(tmp_path / "nothing"))
+    assert _keys(log.storage, "") == before
+
+
+def test_gc_runs_without_spark(tmp_path):
+    log = _small_table(tmp_path / "t")
+    code = f"""
+import sys
+from castsql.spark import gc
+print(gc({log.uri!r}, keep_versions=1).removed_versions, "pyspark" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["[0,", "1,", "2]", "False"], out.stderr
+
+
+# -- GC while other processes commit --------------------------------------------
+
+WRITER = """
+import random, sys, time
+sys.path.insert(0, {tests!r})
+from conftest import events_rows
+from pyroaring import BitMap
+import pyarrow.parquet as pq
+from castsql.errors import CommitConflict
+from castsql.format import PositionDelete, TableLog, write_data_files
+from castsql.snapshot import resolve
+from castsql.storage import open_storage
+
+role, n, base = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+st = open_storage({uri!r})
+log = TableLog(st, writer=role)
+rnd = random.Random(base)
+for i in range(n):
+    if role == "append":
+        ids = range(base + 10 * i, base + 10 * i + 10)
+        log.append(write_data_files(st, events_rows(ids), log.latest().schema))
+        print("added", *ids, flush=True)
+        continue
+    while True:  # delete one live row of some file; recompute on conflict
+        snap = resolve(log)
+        f = rnd.choice(snap.files)
+        live = [p for p in range(f.total_rows) if p not in f.deleted]
+        p = rnd.choice(live)
+        try:  # a compaction and a GC may have removed the file since we resolved: then start over
+            row_id = pq.read_table(st.uri(f.key), columns=["id"])["id"][p].as_py()
+        except OSError:
+            continue
+        try:
+            log.delete([PositionDelete(f.key, None, BitMap([p]))], read_version=snap.version)
+            break
+        except CommitConflict:
+            continue
+    print("deleted", row_id, flush=True)
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.spark
+def test_gc_never_removes_what_a_kept_version_needs_while_writers_commit(spark, events_df, check_version, tmp_path):
+    uri = str(tmp_path / "events")
+    append(spark, uri, events_df(range(100)), primary_key="id", row_group_size=50)
+    code = WRITER.format(tests=str(TESTS), uri=uri)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, role, str(n), str(base)], stdout=subprocess.PIPE, text=True)
+        for role, n, base in (("append", 12, 10_000), ("append", 12, 20_000), ("delete", 25, 1))
+    ]
+    rounds = 0
+    deadline = time.monotonic() + 240
+    # Compact and collect with the tightest settings while the writers run.
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        # The deleter keeps committing tombstones: a compaction losing to it is the rule, not a failure.
+        with contextlib.suppress(CommitConflict):
+            compact(spark, uri, threshold=0.02, attempts=2)
+        gc(uri, keep_versions=1)
+        rounds += 1
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    assert rounds >= 2
+    added, deleted = set(range(100)), set()
+    for out in outs:
+        for line in out.splitlines():
+            word, *ids = line.split()
+            (added if word == "added" else deleted).update(int(i) for i in ids)
+    assert len(deleted) == 25
+    log = TableLog(open_storage(uri))
+    gc(uri, keep_versions=3)
+    for v in log.versions():  # every kept version opens and reads: nothing it references is gone
+        assert _referenced(log, [v]) <= _keys(log.storage, "")
+        resolve(log, v)
+    check_version(uri, log.latest().version, added - deleted)

@@ -1,0 +1,189 @@
+"""The real interactive shell in a pseudo-terminal (pexpect): typing, completion,
+time travel, cancelling, meta-commands, history, leaving."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pexpect
+import pytest
+
+PROMPT = "castsql> "
+BRACKETED_PASTE_ON, BRACKETED_PASTE_OFF = "\x1b[?2004h", "\x1b[?2004l"
+CASTSQL = str(Path(sys.executable).with_name("castsql"))
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|[\x07\x08]")
+
+
+def plain(text: str) -> str:
+    """Terminal output without escape sequences."""
+    return ANSI.sub("", text)
+
+
+class Shell:
+    """A running ``castsql`` in a pty, with helpers that wait for the prompt."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        cmd = [CASTSQL] if os.path.exists(CASTSQL) else [sys.executable, "-m", "castsql.cli"]
+        self.child = pexpect.spawn(
+            cmd[0], [*cmd[1:], *args], env=env, dimensions=(40, 120), encoding="utf-8", timeout=15
+        )
+        self.child.expect_exact(PROMPT)
+        self.banner = plain(self.child.before)
+
+    def type(self, text: str) -> None:
+        self.child.send(text)
+
+    def run(self, sql: str) -> str:
+        """Type ``sql`` + Enter; the (plain) output up to the next prompt."""
+        self.child.send(sql + "\r")
+        return self.wait_prompt()
+
+    def wait_prompt(self, input_accepted: bool = False) -> str:
+        """The output until the next prompt. prompt_toolkit redraws the prompt
+        line on every key, so the prompt text alone does not mark a new prompt:
+        bracketed-paste mode does, switched off when input is accepted and on
+        again when the next prompt starts."""
+        if not input_accepted:
+            self.child.expect_exact(BRACKETED_PASTE_OFF)
+        self.child.expect_exact(BRACKETED_PASTE_ON)
+        out = plain(self.child.before)
+        self.child.expect_exact(PROMPT)
+        return out
+
+    def cpu_seconds(self) -> float:
+        with open(f"/proc/{self.child.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def close(self) -> None:
+        if self.child.isalive():
+            self.child.terminate(force=True)
+
+
+@pytest.fixture
+def shell(shell_warehouse: str, shell_env: dict[str, str]) -> Iterator[Shell]:
+    sh = Shell([shell_warehouse], shell_env)
+    try:
+        yield sh
+    finally:
+        sh.close()
+
+
+def test_banner_lists_tables_and_a_query_that_works(shell: Shell) -> None:
+    assert "events v6" in shell.banner and "users v1" in shell.banner
+    suggestion = re.search(r"Try:\s+(SELECT .*;)", shell.banner)
+    assert suggestion, shell.banner
+    assert suggestion.group(1) == "SELECT count(*) FROM events AS OF VERSION 5;"
+    out = shell.run(suggestion.group(1))
+    assert "1796" in out and "Error" not in out
+
+
+def test_multiline_statement_and_time_travel(shell: Shell) -> None:
+    shell.type("SELECT count(*) AS n\r")
+    shell.child.expect_exact("...> ")  # Enter on an unfinished statement: a new line, not a run
+    shell.type("FROM events\r")
+    shell.child.expect_exact("...> ")
+    out = shell.run("  AS OF VERSION 3;")
+    assert re.search(r"│\s+1900\s+│", out), out
+    out = shell.run("SELECT count(*) AS n FROM events;")
+    assert re.search(r"│\s+1896\s+│", out), out
+    out = shell.run("SELECT count(*) AS n FROM events VERSION AS OF 1 WHERE id < 500;")
+    assert re.search(r"│\s+500\s+│", out), out
+
+
+def test_tab_completes_table_and_column_names(shell: Shell) -> None:
+    shell.type("SELECT * FROM eve")
+    time.sleep(0.3)  # like a person: the name is typed before Tab
+    shell.type("\t")
+    shell.child.expect_exact("events")
+    shell.type(" WHERE gr")
+    time.sleep(0.3)
+    shell.type("\t")
+    shell.child.expect_exact("grp")
+    out = shell.run(" = 'g3' AND id < 30 ORDER BY id;")
+    assert "Error" not in out, out
+    assert re.search(r"│\s+3\s+│ g3\s+│", out) and re.search(r"│\s+24\s+│ g3\s+│", out), out
+    assert "3 rows" in out  # 3, 10 and 24: id 17 was deleted at version 5
+
+
+def test_ctrl_c_cancels_a_running_query(shell: Shell) -> None:
+    shell.type("SELECT count(*) FROM range(1000000000) a, range(1000000000) b;\r")
+    shell.child.expect("Ctrl-C cancels")  # the progress line appears after ~0.5 s
+    time.sleep(0.3)
+    shell.type("\x03")
+    t0 = time.monotonic()
+    out = shell.wait_prompt(input_accepted=True)
+    assert time.monotonic() - t0 < 5
+    assert "cancelled" in out.lower() and "Traceback" not in out
+    # Really cancelled: the process goes idle (the cross join would keep every core busy) …
+    before = shell.cpu_seconds()
+    time.sleep(1.0)
+    assert shell.cpu_seconds() - before < 0.5
+    # … and the connection answers the next query at once.
+    out = shell.run("SELECT 40 + 2 AS answer;")
+    assert re.search(r"│\s+42\s+│", out), out
+
+
+def test_meta_command_then_quit(shell: Shell) -> None:
+    out = shell.run(".history events")
+    assert re.search(r"│\s+3 │ .* │ DELETE\s+│\s+0 │\s+100 │\s+1900 │", out), out
+    assert "7 rows" in out
+    shell.type(".quit\r")
+    shell.child.expect(pexpect.EOF)
+    shell.child.close()
+    assert shell.child.exitstatus == 0
+
+
+def test_ctrl_d_quits_and_ctrl_c_clears_the_line(shell: Shell) -> None:
+    shell.type("SELECT this is not finished")
+    shell.type("\x03")  # clears the line: nothing runs
+    out = shell.wait_prompt()
+    assert "Error" not in out
+    out = shell.run("SELECT 7 AS seven;")
+    assert "Error" not in out and re.search(r"│\s+7\s+│", out), out
+    shell.type("\x04")
+    shell.child.expect(pexpect.EOF)
+    shell.child.close()
+    assert shell.child.exitstatus == 0
+
+
+def test_errors_are_one_line_and_the_session_survives(shell: Shell) -> None:
+    out = shell.run("SELEC 1;")
+    errors = [ln for ln in out.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and "syntax error" in errors[0], out
+    assert "Traceback" not in out
+    out = shell.run(".nosuch")
+    assert "unknown command .nosuch" in out
+    out = shell.run("SELECT * FROM events AS OF VERSION 99;")
+    assert "version 99 does not exist" in out and "Traceback" not in out
+    out = shell.run("SELECT count(*) AS n FROM users;")
+    assert re.search(r"│\s+3\s+│", out), out
+
+
+def test_history_persists_and_ctrl_r_finds_it(shell_warehouse: str, shell_env: dict[str, str]) -> None:
+    first = Shell([shell_warehouse], shell_env)
+    try:
+        first.run("SELECT 40 + 2 AS answer;")
+        first.type("\x04")
+        first.child.expect(pexpect.EOF)
+    finally:
+        first.close()
+    assert "SELECT 40 + 2 AS answer;" in Path(shell_env["CASTSQL_HISTORY"]).read_text()
+    second = Shell([shell_warehouse, "--no-banner"], shell_env)
+    try:
+        assert "Tables:" not in second.banner
+        second.type("\x12")  # Ctrl-R
+        second.child.expect("I-search backward|reverse-i-search")
+        second.type("40 +")
+        second.child.expect_exact("answer")
+        second.type("\r")  # leave the search with the match in the buffer …
+        time.sleep(0.2)
+        out = second.run("")  # … and run it
+        assert re.search(r"│\s+42\s+│", out), out
+    finally:
+        second.close()
