@@ -114,7 +114,9 @@ def test_failed_job_commits_nothing_and_its_files_are_garbage(spark, events_df, 
     assert log.latest() == before
     referenced = {f.path for f in before.data_files}
     on_disk = {i.key for i in log.storage.list(DATA_DIR + "/")}
-    assert referenced < on_disk  # the successful task's file exists, unreferenced
+    # Whatever a finished task left behind is unreferenced garbage; whether partition 0
+    # finished before Spark cancelled the job depends on scheduling.
+    assert referenced <= on_disk
 
 
 def test_new_table_is_not_created_by_a_failed_job(spark, events_df, tmp_path):
