@@ -210,3 +210,11 @@ def check_version(spark, request: pytest.FixtureRequest):
         assert eng.cast(want.schema).equals(want), f"v{version}: engine differs from the model"
 
     return check
+
+
+@pytest.fixture
+def events(storage: Storage):
+    """The ``events`` table of :func:`tables.build_events` (versions 0-6 and their model) on the backend under test."""
+    from tables import build_events
+
+    return build_events(storage.child("events"))

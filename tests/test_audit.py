@@ -5,15 +5,9 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from tables import build_events
 
 from castsql.engine import Session
 from castsql.errors import CastSQLError, VersionNotFound
-
-
-@pytest.fixture
-def events(storage):
-    return build_events(storage.child("events"))
 
 
 @pytest.fixture

@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from tables import SCHEMA, build_events, rows
+from tables import SCHEMA, rows
 
 from castsql.engine import Session
 from castsql.errors import CastSQLError, TableNotFound, VersionNotFound
 from castsql.format import TableLog, write_data_files
-
-
-@pytest.fixture
-def events(storage):
-    return build_events(storage.child("events"))
 
 
 @pytest.fixture

@@ -8,17 +8,11 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from tables import build_events
 
 from castsql.engine import Session
 from castsql.engine.safety import SafeModeError
 from castsql.errors import CastSQLError, FormatError
 from castsql.format.layout import manifest_key
-
-
-@pytest.fixture
-def events(storage):
-    return build_events(storage.child("events"))
 
 
 @pytest.fixture

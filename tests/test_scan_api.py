@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from tables import build_events
 
 from castsql.engine import Session
 from castsql.errors import CastSQLError
 from castsql.snapshot import Predicate, prune_files
-
-
-@pytest.fixture
-def events(storage):
-    return build_events(storage.child("events"))
 
 
 @pytest.fixture
