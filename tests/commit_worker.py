@@ -15,6 +15,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 import uuid
 
 import pyarrow as pa
@@ -76,6 +77,7 @@ def main() -> None:
         storage = CrashingStorage(storage, args.crash_at)
     log = TableLog(storage, writer=f"w{args.writer}")
     schema = log.latest().schema
+    slowest = 0.0
     for i in range(args.commits):
         if args.delete:
             f = log.latest().data_files[0]
@@ -86,13 +88,17 @@ def main() -> None:
         commit_id = uuid.uuid4().hex
         for attempt in range(args.uncertain_retries + 1):
             try:
-                files = files or write_data_files(storage, t, schema)
+                if files is None:
+                    files = write_data_files(storage, t, schema)
+                    written = time.monotonic()
                 log.append(files, commit_id=commit_id)  # same id: a retry cannot commit twice
                 break
             except StorageError:
                 if attempt == args.uncertain_retries:
                     raise
-    print("done", flush=True)
+        # How long a data file lay unreferenced: GC's grace must exceed it.
+        slowest = max(slowest, time.monotonic() - written)
+    print(f"done slowest_commit_s={slowest:.3f}", flush=True)
 
 
 def pa_bitmap(values):

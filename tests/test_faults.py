@@ -1,15 +1,19 @@
 """Writers committing through a proxy that fails, drops and slows a share of
-S3 requests, while other writers are SIGKILLed at random points: afterwards
-every committed version reads, versions are contiguous, no commit is lost or
-made twice, and no committed object is missing."""
+S3 requests, while other writers are SIGKILLed at random points and a garbage
+collector keeps dropping all but the last two versions: afterwards every kept
+version reads, versions are contiguous, no commit is lost or made twice, and
+no object a kept version references is missing."""
 
 from __future__ import annotations
 
+import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,71 +21,92 @@ import pytest
 from faultproxy import FaultProxy
 
 from castsql.format import TableLog
-from castsql.format.layout import to_table_key
+from castsql.snapshot import resolve
+from castsql.spark.garbage import gc
 from castsql.storage import S3Config, open_storage
 
-WORKER = str(Path(__file__).with_name("commit_worker.py"))
+TESTS = Path(__file__).parent
 WRITERS, COMMITS = 4, 12
+# Longer than any writer here takes from its data-file put to its commit
+# (asserted below); FORMAT.md §8 rule 4 is what makes this safe.
+GRACE_S = 20.0
 
 
 @pytest.mark.s3
-def test_commits_survive_faults_and_kills(s3_server, s3_root):
+def test_commits_survive_faults_kills_and_concurrent_gc(s3_server, s3_root, tmp_path):
     upstream = int(s3_server.endpoint_url.rsplit(":", 1)[1])
     proxy = FaultProxy(upstream, rate=0.15, seed=7)
     proxy.start()
+    stop = tmp_path / "stop-gc"
     try:
         cfg = s3_server.config
         TableLog.create(open_storage(s3_root, s3=cfg), pa.schema([("id", pa.int64()), ("writer", pa.int64())]))
         env = {
-            **__import__("os").environ,
+            **os.environ,
             "AWS_ENDPOINT_URL": proxy.endpoint_url,
             "AWS_ACCESS_KEY_ID": cfg.key,
             "AWS_SECRET_ACCESS_KEY": cfg.secret,
             "AWS_REGION": cfg.region,
         }
-        steady = [
-            subprocess.Popen(
-                [sys.executable, WORKER, s3_root, str(w), str(COMMITS), "--uncertain-retries", "5"],
+
+        def worker(script: str, *args: str) -> subprocess.Popen:
+            return subprocess.Popen(
+                [sys.executable, str(TESTS / script), *args],
                 env=env,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
             )
+
+        collector = worker("gc_worker.py", s3_root, str(stop), str(GRACE_S))
+        steady = [
+            worker("commit_worker.py", s3_root, str(w), str(COMMITS), "--uncertain-retries", "5")
             for w in range(WRITERS)
         ]
         # Writers killed at a random moment of their work.
         rng = random.Random(3)
-        doomed = [
-            subprocess.Popen(
-                [sys.executable, WORKER, s3_root, str(100 + k), "50", "--uncertain-retries", "5"],
-                env=env,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for k in range(3)
-        ]
+        doomed = [worker("commit_worker.py", s3_root, str(100 + k), "50", "--uncertain-retries", "5") for k in range(3)]
         for p in doomed:
             time.sleep(rng.uniform(2.0, 5.0))
             p.send_signal(signal.SIGKILL)
+        slowest = 0.0
         for p in steady:
-            _, err = p.communicate(timeout=600)
+            out, err = p.communicate(timeout=600)
             assert p.returncode == 0, err[-3000:]
+            slowest = max(slowest, float(re.search(r"slowest_commit_s=([\d.]+)", out).group(1)))
         for p in doomed:
             _, err = p.communicate(timeout=60)
             assert p.returncode == -signal.SIGKILL, err[-3000:]  # killed while still committing
+        stop.touch()
+        gc_out, gc_err = collector.communicate(timeout=120)
+        assert collector.returncode == 0, gc_err[-3000:]
     finally:
+        stop.touch()
         proxy.stop()
     assert proxy.counts["drop_after"] > 0 and proxy.counts["error"] > 0, proxy.counts
+    rounds = dict(kv.split("=") for kv in gc_out.split()[1:])
+    assert int(rounds["rounds"]) >= 3 and int(rounds["removed_versions"]) > 0, gc_out
+    assert slowest < GRACE_S, f"a writer took {slowest:.1f} s to commit: GRACE_S is too short for this test"
 
     log = TableLog(open_storage(s3_root, s3=S3Config(**{**cfg.__dict__})))
     latest = log.latest_version()
-    assert log.versions() == list(range(latest + 1))
+    kept = log.versions()
+    assert kept == list(range(kept[0], latest + 1)) and len(kept) >= 2  # contiguous up to the head
     last = log.latest()
     ids = [f.min["id"] for f in last.data_files]
     assert len(ids) == len(set(ids)) == latest  # one file per commit, none twice
     steady_ids = {w * 1_000_000 + i for w in range(WRITERS) for i in range(COMMITS)}
     assert steady_ids <= set(ids)  # no commit of a surviving writer lost
     killed_commits = len(ids) - len(steady_ids)
-    for m in log.history():
-        for f in m.data_files:
-            assert log.storage.exists(to_table_key(f.path, log.uri, what="data file"))
-    print(f"\nfaults injected: {dict(proxy.counts)}; versions: {latest}, by killed writers: {killed_commits}")
+    for v in kept:  # every kept version resolves, and every object it names is there
+        snap = resolve(log, v)
+        for f in snap.files:
+            assert log.storage.exists(f.key), (v, f.key)
+    # Now that no writer is in flight, orphans of the killed writers may go at once.
+    final = gc(s3_root, keep_versions=1, grace=timedelta(0), s3=cfg)
+    assert log.versions() == [latest] and resolve(log, latest).live_rows == latest
+    print(
+        f"\nfaults injected: {dict(proxy.counts)}; versions: {latest}, by killed writers: {killed_commits}; "
+        f"concurrent {gc_out.strip()}; slowest commit {slowest:.2f} s (grace {GRACE_S:.0f} s); "
+        f"final gc removed {len(final.removed_orphans)} orphan(s)"
+    )

@@ -123,6 +123,37 @@ def test_versions_past_a_lagging_pointer_are_kept(tmp_path):
     assert TableLog(open_storage(log.uri)).latest().version == 3
 
 
+class _GCRightAfterPointerRead:
+    """Storage that lets another writer commit and a GC run between this
+    reader's pointer GET and its manifest GET: the interleaving that GC
+    running beside writers produces."""
+
+    def __init__(self, inner, interleave) -> None:
+        self._inner, self._interleave = inner, interleave
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def get_with_etag(self, key):
+        out = self._inner.get_with_etag(key)
+        if key == POINTER_KEY and self._interleave:
+            self._interleave.pop()()
+        return out
+
+
+def test_a_reader_overtaken_by_gc_rereads_the_pointer(tmp_path):
+    log = _small_table(tmp_path / "t")
+
+    def commit_then_gc():
+        log.append(write_data_files(log.storage, events_rows(range(30, 40)), log.latest().schema))
+        assert gc(log.uri, keep_versions=1).removed_versions == [0, 1, 2, 3]
+
+    reader = TableLog(_GCRightAfterPointerRead(open_storage(log.uri), [commit_then_gc]))
+    # It read pointer 3, whose manifest is gone by the time it asks for it.
+    assert reader.latest().version == 4
+    assert resolve(reader, 4).live_rows == 40
+
+
 def test_bad_arguments_are_refused_and_change_nothing(tmp_path):
     log = _small_table(tmp_path / "t")
     before = _keys(log.storage, "")
@@ -223,3 +254,21 @@ def test_gc_never_removes_what_a_kept_version_needs_while_writers_commit(spark, 
         assert _referenced(log, [v]) <= _keys(log.storage, "")
         resolve(log, v)
     check_version(uri, log.latest().version, added - deleted)
+
+
+def test_a_long_lived_session_refuses_versions_collected_after_it_read_them(tmp_path):
+    from castsql.engine import Session
+
+    log = _small_table(tmp_path / "t")
+    with Session(log.uri) as s:
+        assert s.sql("SELECT count(*) AS n FROM t AS OF VERSION 1").to_pylist() == [{"n": 10}]
+        assert s.scan("t", ["id"], version=2).num_rows == 20
+        gc(log.uri, keep_versions=1)
+        # The session still holds views and snapshots of 1 and 2; the table no longer has them.
+        with pytest.raises(VersionNotFound, match=r"table t: version 1 was garbage-collected \(oldest kept is 3\)"):
+            s.sql("SELECT count(*) FROM t AS OF VERSION 1")
+        with pytest.raises(VersionNotFound, match="version 2 was garbage-collected"):
+            s.scan("t", ["id"], version=2)
+        with pytest.raises(VersionNotFound, match="version 1 was garbage-collected"):
+            s.changes("t", 1, 3)
+        assert s.sql("SELECT count(*) AS n FROM t AS OF VERSION 3").to_pylist() == [{"n": 30}]

@@ -128,6 +128,12 @@ def changes(session: Session, table: str, start: int, end: int | None = None) ->
         raise CastSQLError(f"table {disp}: table_changes start version {start} is after end version {end}")
     if end > latest:
         raise VersionNotFound(f"table {disp}: version {end} does not exist (latest is {latest})")
+    # GC keeps a contiguous run of versions up to the latest: if start is still
+    # stored, so is every version after it.
+    try:
+        resolve(log, start, probe=True)
+    except VersionNotFound as e:
+        raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
     parts: list[str] = []
     for v in range(start + 1, end + 1):
         cur = resolve(log, v)  # raises VersionNotFound for a collected version

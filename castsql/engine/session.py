@@ -134,7 +134,8 @@ class Session:
             raise TableNotFound(f"no table named {table!r} (tables: {known})") from None
 
     def snapshot(self, table: str, version: int | None = None) -> Snapshot:
-        return resolve(self.log(table), version)
+        """``table`` at ``version`` (default: latest), resolved; a collected version is refused."""
+        return resolve(self.log(table), version, probe=version is not None)
 
     def refresh(self) -> None:
         """Forget cached state; the next query re-reads every table."""
@@ -160,11 +161,15 @@ class Session:
         log = self.log(table)
         disp = self._display[table.lower()]
         name = f"{disp}@v{version}"
+        # A version's rows never change, but GC can drop the version: the probe
+        # (one existence check per time-travel query) refuses a collected
+        # version in a long-lived session just as in a new one.
+        try:
+            snap = resolve(log, version, probe=True)
+        except VersionNotFound as e:
+            self._pinned.discard(name)
+            raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
         if name not in self._pinned:
-            try:
-                snap = resolve(log, version)
-            except VersionNotFound as e:
-                raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
             self._create_view(name, snap, disp)
             self._pinned.add(name)
         return name

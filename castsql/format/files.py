@@ -7,6 +7,23 @@ from castsql.format.layout import to_table_key
 from castsql.format.manifest import DataFile, Manifest
 
 
+def plain_keys(paths: list[str]) -> bool:
+    """True if every path is already a normalised key relative to the table root,
+    which :func:`to_table_key` would return unchanged (checked on all at once)."""
+    j = "\n".join(paths)
+    return not j or not (
+        j[0] in "/.\n"
+        or j[-1] in "/\n"
+        or "://" in j
+        or "/." in j
+        or "//" in j
+        or "\n/" in j
+        or "\n." in j
+        or "/\n" in j
+        or "\n\n" in j
+    )
+
+
 class FileIndex:
     """Data files of one version, by table key and by base name.
 
@@ -16,27 +33,45 @@ class FileIndex:
     """
 
     def __init__(self, manifest: Manifest, table_root: str) -> None:
-        self.by_key: dict[str, DataFile] = {}
-        self._by_name: dict[str, DataFile | None] = {}
         self._root = table_root
-        for f in manifest.data_files:
-            key = to_table_key(f.path, table_root, what="data file")
-            self.by_key[key] = f
-            name = key.rsplit("/", 1)[-1]
-            self._by_name[name] = None if name in self._by_name else f
+        files = manifest.data_files
+        paths = [f.path for f in files]
+        self.by_key: dict[str, DataFile]
+        if plain_keys(paths):  # CastSQL's own manifests: the paths are the keys
+            self.by_key = dict(zip(paths, files, strict=True))
+        else:
+            self.by_key = {to_table_key(f.path, table_root, what="data file"): f for f in files}
+        self._names: dict[str, str | None] | None = None
+
+    @property
+    def _by_name(self) -> dict[str, str | None]:
+        """Base name -> table key (None: ambiguous); built on first use (tombstones)."""
+        if self._names is None:
+            names: dict[str, str | None] = {}
+            for key in self.by_key:
+                name = key.rpartition("/")[2]
+                names[name] = None if name in names else key
+            self._names = names
+        return self._names
 
     def key_of(self, f: DataFile) -> str:
         return to_table_key(f.path, self._root, what="data file")
 
-    def lookup(self, name: str, where: str) -> DataFile:
-        """The data file a tombstone's ``file`` field names, or FormatError."""
+    def lookup_key(self, name: str, where: str) -> str:
+        """The table key of the data file a tombstone's ``file`` field names, or FormatError."""
+        key: str | None
         if "/" in name:
             key = to_table_key(name, self._root, what=f"{where}: tombstone file")
-            f = self.by_key.get(key)
+            if key not in self.by_key:
+                key = None
         else:
             if name in self._by_name and self._by_name[name] is None:
                 raise FormatError(f"{where}: tombstone names {name!r}, which matches several data files")
-            f = self._by_name.get(name)
-        if f is None:
+            key = self._by_name.get(name)
+        if key is None:
             raise FormatError(f"{where}: tombstone names {name!r}, which is not a data file of this version")
-        return f
+        return key
+
+    def lookup(self, name: str, where: str) -> DataFile:
+        """The data file a tombstone's ``file`` field names, or FormatError."""
+        return self.by_key[self.lookup_key(name, where)]

@@ -51,6 +51,8 @@ def to_table_key(path: str, table_root: str, *, what: str) -> str:
     must lie inside the table root: a manifest cannot make a reader open
     arbitrary files or URLs.
     """
+    if path and path[0] not in "/." and path[-1] != "/" and "/." not in path and "//" not in path and "://" not in path:
+        return path  # already a normalised relative key: the common case, kept cheap
     root = table_root.rstrip("/")
     if "://" in path or path.startswith("/"):
         full = path.removeprefix("file://")

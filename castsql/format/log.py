@@ -49,7 +49,7 @@ from castsql.format.layout import (
     new_tombstone_key,
     to_table_key,
 )
-from castsql.format.manifest import DataFile, Manifest, format_time, parse_manifest
+from castsql.format.manifest import DataFile, Manifest, format_time, no_gc, parse_manifest
 from castsql.format.schema import Schema
 from castsql.format.tombstone import (
     KeyRangeDelete,
@@ -177,7 +177,8 @@ class TableLog:
                 return m
         key = manifest_key(version)
         data = self.storage.get(key)
-        m = parse_manifest(data, self.storage.uri(key))
+        with no_gc():  # a 100,000-file manifest is millions of small objects: see no_gc
+            m = parse_manifest(data, self.storage.uri(key))
         if m.version != version:
             raise FormatError(f"{self.storage.uri(key)}: holds version {m.version}, expected {version}")
         with self._lock:
@@ -203,12 +204,23 @@ class TableLog:
             except ObjectNotFound:
                 raise TableNotFound(f"{self.storage.root}: no table here (no {POINTER_KEY})") from None
         else:
-            try:
-                m = self._read_manifest(pv)
-            except ObjectNotFound:
-                raise FormatError(
-                    f"{self.storage.uri(POINTER_KEY)}: names version {pv}, but {manifest_key(pv)} does not exist"
-                ) from None
+            for _ in range(self.retry.max_attempts):
+                try:
+                    m = self._read_manifest(pv)
+                    break
+                except ObjectNotFound:
+                    # GC may drop it between our pointer GET and this one, once
+                    # the pointer has moved on (FORMAT.md §8 keeps only versions
+                    # from the pointer's current one): read the pointer again.
+                    again, again_etag = self._read_pointer()
+                    if again is None or again == pv:
+                        raise FormatError(
+                            f"{self.storage.uri(POINTER_KEY)}: names version {pv}, "
+                            f"but {manifest_key(pv)} does not exist"
+                        ) from None
+                    pv, etag = again, again_etag
+            else:
+                raise FormatError(f"{self.storage.uri(POINTER_KEY)}: kept moving to garbage-collected versions")
         while True:  # roll forward over versions committed after the pointer moved
             try:
                 m = self._read_manifest(m.version + 1)
@@ -223,11 +235,20 @@ class TableLog:
     def latest_version(self) -> int:
         return self.latest().version
 
-    def manifest(self, version: int) -> Manifest:
-        """Manifest of a committed version; VersionNotFound if there is none."""
+    def manifest(self, version: int, *, probe: bool = False) -> Manifest:
+        """Manifest of a committed version; VersionNotFound if there is none.
+
+        Manifests are cached, as they never change, but GC may drop one: with
+        ``probe`` a cached manifest is returned only if it is still stored
+        (one existence check), so a collected version is refused.
+        """
         if not isinstance(version, int) or version < 0:
             raise VersionNotFound(f"{self.storage.root}: version {version!r} is not a version number")
         try:
+            if probe and not self.storage.exists(manifest_key(version)):
+                with self._lock:
+                    self._manifests.pop(version, None)
+                raise ObjectNotFound(manifest_key(version))
             return self._read_manifest(version)
         except ObjectNotFound:
             pass

@@ -46,20 +46,24 @@ def _comparable(value: Any, type_name: str) -> Any:
     return value
 
 
-def may_match(f: DataFile, preds: Sequence[Predicate], types: dict[str, str]) -> bool:
-    for p in preds:
-        lo, hi = f.min.get(p.column), f.max.get(p.column)
-        if lo is None or hi is None or p.value is None:
+def _prepare(preds: Sequence[Predicate], types: dict[str, str]) -> list[tuple[str, str, Any]]:
+    """(column, op, value as stored in statistics): converted once, not once per file."""
+    return [(p.column, p.op, _comparable(p.value, types.get(p.column, ""))) for p in preds if p.value is not None]
+
+
+def _may_match(f: DataFile, preds: list[tuple[str, str, Any]]) -> bool:
+    for col, op, v in preds:
+        lo, hi = f.min.get(col), f.max.get(col)
+        if lo is None or hi is None:
             continue
-        v = _comparable(p.value, types.get(p.column, ""))
         try:
             if (
-                (p.op in ("=", "==") and (v < lo or v > hi))
-                or (p.op == "<" and lo >= v)
-                or (p.op == "<=" and lo > v)
-                or (p.op == ">" and hi <= v)
-                or (p.op == ">=" and hi < v)
-                or (p.op in ("!=", "<>") and lo == hi == v)
+                (op in ("=", "==") and (v < lo or v > hi))
+                or (op == "<" and lo >= v)
+                or (op == "<=" and lo > v)
+                or (op == ">" and hi <= v)
+                or (op == ">=" and hi < v)
+                or (op in ("!=", "<>") and lo == hi == v)
             ):
                 return False
         except TypeError:
@@ -67,8 +71,13 @@ def may_match(f: DataFile, preds: Sequence[Predicate], types: dict[str, str]) ->
     return True
 
 
+def may_match(f: DataFile, preds: Sequence[Predicate], types: dict[str, str]) -> bool:
+    return _may_match(f, _prepare(preds, types))
+
+
 def prune_files(files: Sequence, preds: Sequence[Predicate], types: dict[str, str]) -> list:
     """The files (anything with an ``entry`` DataFile, or DataFiles) that may match."""
-    if not preds:
+    prepared = _prepare(preds, types)
+    if not prepared:
         return list(files)
-    return [f for f in files if may_match(getattr(f, "entry", f), preds, types)]
+    return [f for f in files if _may_match(getattr(f, "entry", f), prepared)]

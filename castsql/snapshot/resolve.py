@@ -32,6 +32,7 @@ from pyroaring import BitMap
 from castsql.errors import FormatError
 from castsql.format import DataFile, KeyRangeDelete, Manifest, PositionDelete, RowGroupDelete, TableLog
 from castsql.format.files import FileIndex
+from castsql.format.manifest import no_gc
 from castsql.format.schema import Schema
 from castsql.snapshot.footer import row_group_rows
 
@@ -95,9 +96,13 @@ _cache_lock = threading.Lock()
 _CACHE_SIZE = 64
 
 
-def resolve(log: TableLog, version: int | None = None) -> Snapshot:
-    """The snapshot of ``version`` (default: the latest) of the table ``log`` reads."""
-    manifest = log.latest() if version is None else log.manifest(version)
+def resolve(log: TableLog, version: int | None = None, *, probe: bool = False) -> Snapshot:
+    """The snapshot of ``version`` (default: the latest) of the table ``log`` reads.
+
+    ``probe``: refuse a version that GC dropped even if it is cached (see
+    :meth:`TableLog.manifest`); what user-facing time travel asks for.
+    """
+    manifest = log.latest() if version is None else log.manifest(version, probe=probe)
     ck = (log.uri, manifest.version)
     with _cache_lock:
         snap = _cache.get(ck)
@@ -113,12 +118,17 @@ def resolve(log: TableLog, version: int | None = None) -> Snapshot:
 
 
 def _resolve(log: TableLog, m: Manifest) -> Snapshot:
+    with no_gc():
+        return _resolve_files(log, m)
+
+
+def _resolve_files(log: TableLog, m: Manifest) -> Snapshot:
     index = FileIndex(m, log.uri)
-    files: dict[str, ResolvedFile] = {}
-    for f in m.data_files:
-        key = index.key_of(f)
-        rgr = f.row_group_rows
-        files[key] = ResolvedFile(key, log.storage.uri(key), f, rgr)  # type: ignore[arg-type]
+    uris = log.storage.uris(index.by_key)
+    files = {
+        key: ResolvedFile(key, uri, f, f.row_group_rows)  # type: ignore[arg-type]
+        for (key, f), uri in zip(index.by_key.items(), uris, strict=True)
+    }
 
     def rows_of(rf: ResolvedFile) -> tuple[int, ...]:
         if rf.row_group_rows is None:
@@ -133,7 +143,7 @@ def _resolve(log: TableLog, m: Manifest) -> Snapshot:
         where = f"{log.storage.uri(tkey) if '://' not in tkey else tkey} (version {m.version})"
         for n, r in enumerate(log.tombstones(tkey)):
             at = f"{where}: record {n}"
-            rf = files[index.key_of(index.lookup(r.file, at))]
+            rf = files[index.lookup_key(r.file, at)]
             if isinstance(r, KeyRangeDelete):
                 if m.primary_key is None:
                     raise FormatError(f"{at}: key-range tombstone on a table with no primary key")
@@ -155,7 +165,7 @@ def _resolve(log: TableLog, m: Manifest) -> Snapshot:
                 if r.positions and r.positions.max() >= rf.total_rows:
                     raise FormatError(f"{at}: row {r.positions.max()} is past the end of {rf.key}")
                 rf.deleted |= r.positions
-    live = [rf for rf in files.values() if len(rf.deleted) < rf.total_rows]
+    live = [rf for rf in files.values() if len(rf.deleted) < rf.entry.total_rows]
     for rf in live:
         if rf.deleted and rf.row_group_rows is None:
             rows_of(rf)

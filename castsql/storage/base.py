@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from castsql.errors import CastSQLError
@@ -124,6 +124,10 @@ class Storage(abc.ABC):
             except ObjectNotFound:
                 pass
             raise
+
+    def uris(self, keys: Iterable[str]) -> list[str]:
+        """``uri()`` of many normalised keys (as ``to_table_key`` returns them)."""
+        return [self.uri(k) for k in keys]
 
     def child(self, prefix: str) -> Storage:
         """A storage rooted at ``prefix`` below this one (a table in a warehouse)."""
