@@ -68,6 +68,20 @@ def normalize_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def json_ordered(t: pa.DataType) -> bool:
+    """Types whose values JSON states exactly and whose JSON forms sort like
+    the values (ISO text for times): the types that get min/max statistics
+    (§3) and may bound key ranges (§4)."""
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_string(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_date(t)
+    )
+
+
 def type_name(t: pa.DataType) -> str:
     name = str(t)
     type_from_name(name)  # refuse types we could not read back

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from castsql.errors import SchemaMismatch
 from castsql.format.layout import new_data_key
 from castsql.format.manifest import DataFile, json_stat
-from castsql.format.schema import Schema
+from castsql.format.schema import Schema, json_ordered
 from castsql.storage import Storage
 
 DEFAULT_ROW_GROUP_SIZE = 122_880  # DuckDB's own row group size
@@ -67,7 +67,7 @@ def conform(batch: pa.RecordBatch | pa.Table, schema: Schema, where: str) -> pa.
 
 class _Stats:
     def __init__(self, schema: pa.Schema) -> None:
-        self.names = [f.name for f in schema if _orderable(f.type)]
+        self.names = [f.name for f in schema if json_ordered(f.type)]
         self.min: dict[str, Any] = {}
         self.max: dict[str, Any] = {}
 
@@ -81,17 +81,6 @@ class _Stats:
                 self.min[name] = lo
             if name not in self.max or _lt(self.max[name], hi):
                 self.max[name] = hi
-
-
-def _orderable(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_string(t)
-        or pa.types.is_boolean(t)
-        or pa.types.is_timestamp(t)
-        or pa.types.is_date(t)
-    )
 
 
 def _lt(a: Any, b: Any) -> bool:

@@ -46,6 +46,7 @@ from pyroaring import BitMap
 
 from castsql.errors import CastSQLError, CommitConflict
 from castsql.format import KeyRangeDelete, Manifest, PositionDelete, RowGroupDelete, TableLog, TombstoneRecord
+from castsql.format.schema import json_ordered
 from castsql.format.tombstone import serialize_tombstones
 from castsql.snapshot import Snapshot, resolve
 from castsql.spark.errors import job_errors
@@ -75,15 +76,9 @@ class DeletePlan:
 
 def _key_range_type(t: pa.DataType) -> bool:
     """Key types whose ranges tombstones can state exactly in JSON (FORMAT.md §4)."""
-    if pa.types.is_unsigned_integer(t):
-        return t.bit_width < 64  # Spark reads uint64 as DECIMAL
-    return (
-        pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_string(t)
-        or pa.types.is_timestamp(t)
-        or pa.types.is_date(t)
-    )
+    if pa.types.is_unsigned_integer(t) and t.bit_width == 64:
+        return False  # Spark reads uint64 as DECIMAL
+    return json_ordered(t) and not pa.types.is_boolean(t)
 
 
 def _file_records(key: str, units: list[dict[str, Any]], pk_ok: bool) -> tuple[list[TombstoneRecord], int]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import array
 import base64
-import io
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from castsql.format import Schema, write_data_files
 from castsql.format.manifest import parse_time
 from castsql.spark.types import arrow_for_spark
 from castsql.storage import S3Config, Storage, open_storage
+from castsql.storage.ranged import open_ranged
 
 FILE_COL = "_castsql_file"  # table key of the row's data file
 POS_COL = "_castsql_pos"  # the row's position in that file (Spark's _metadata.row_index)
@@ -88,53 +88,12 @@ class Unit:
 # ---------------------------------------------------------------------- reading
 
 
-class _RangeFile(io.RawIOBase):
-    """A seekable read-only file over ranged GETs of one object. The first read
-    fetches the object's tail, which holds the Parquet footer, in one request."""
-
-    _TAIL = 256 * 1024
-
-    def __init__(self, storage: Storage, key: str, size: int) -> None:
-        self._st, self._key, self._size, self._pos = storage, key, size, 0
-        tail_start = max(0, size - self._TAIL)
-        self._tail_start = tail_start
-        self._tail: bytes | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        self._pos = {0: 0, 1: self._pos, 2: self._size}[whence] + offset
-        return self._pos
-
-    def readinto(self, b: Any) -> int:
-        n = min(len(b), max(0, self._size - self._pos))
-        if n == 0:
-            return 0
-        if self._pos >= self._tail_start:
-            if self._tail is None:
-                self._tail = self._st.get_range(self._key, self._tail_start, self._size - self._tail_start)
-            off = self._pos - self._tail_start
-            data = self._tail[off : off + n]
-        else:
-            data = self._st.get_range(self._key, self._pos, n)
-        b[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-
 def open_parquet(storage: Storage, key: str, size: int) -> pq.ParquetFile:
     """A Parquet file of the table: by path on a local disk, by ranged reads elsewhere."""
     uri = storage.uri(key)
     if "://" not in uri:
         return pq.ParquetFile(uri)
-    return pq.ParquetFile(io.BufferedReader(_RangeFile(storage, key, size), buffer_size=1024 * 1024))
+    return pq.ParquetFile(open_ranged(storage, key, size, buffer_size=1024 * 1024))
 
 
 def _range_scalar(v: Any, t: pa.DataType) -> pa.Scalar:
