@@ -26,9 +26,10 @@ from castsql.spark.garbage import gc
 from castsql.storage import S3Config, open_storage
 
 TESTS = Path(__file__).parent
-WRITERS, COMMITS = 4, 12
+WRITERS, COMMITS = 4, 35
 # Longer than any writer here takes from its data-file put to its commit
-# (asserted below); FORMAT.md §8 rule 4 is what makes this safe.
+# (asserted below): FORMAT.md §8 rules 4 and 5 make GC safe only then. Short
+# enough that versions older than it are dropped while the writers run.
 GRACE_S = 20.0
 
 

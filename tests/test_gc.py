@@ -22,6 +22,9 @@ from castsql.storage import open_storage
 
 TESTS = Path(__file__).parent
 LATER = timedelta(days=8)  # past the default grace of 7 days
+NOW = timedelta(0)  # grace when no writer is in flight: collect everything the rules allow at once
+HOUR = timedelta(hours=1)
+WRITER_GRACE = timedelta(seconds=30)  # longer than any commit of the test's writer processes
 
 
 def _keys(st, prefix: str) -> set[str]:
@@ -57,12 +60,12 @@ def test_append_delete_compact_gc_keeps_exactly_the_kept_versions(
     log = TableLog(st)
     everything = _keys(st, DATA_DIR + "/") | _keys(st, TOMBSTONE_DIR + "/")
 
-    dry = gc(uri, keep_versions=2, dry_run=True, s3=s3_config)
+    dry = gc(uri, keep_versions=2, grace=NOW, dry_run=True, s3=s3_config)
     assert dry.kept_versions == [5, 6] and dry.removed_versions == [0, 1, 2, 3, 4]
     assert _keys(st, DATA_DIR + "/") | _keys(st, TOMBSTONE_DIR + "/") == everything  # dry: nothing deleted
     assert "would remove 5 version(s) 0-4, 1 data file(s), 1 tombstone file(s), 0 orphan(s)" in dry.summary()
 
-    report = gc(uri, keep_versions=2, s3=s3_config)
+    report = gc(uri, keep_versions=2, grace=NOW, s3=s3_config)
     assert report.removed_keys == dry.removed_keys and report.bytes_freed == dry.bytes_freed > 0
     assert log.versions() == [5, 6]
     kept = _referenced(log, [5, 6])
@@ -73,7 +76,7 @@ def test_append_delete_compact_gc_keeps_exactly_the_kept_versions(
     for v in range(5):
         with pytest.raises(VersionNotFound, match="garbage-collected"):
             log.manifest(v)
-    again = gc(uri, keep_versions=2, s3=s3_config)
+    again = gc(uri, keep_versions=2, grace=NOW, s3=s3_config)
     assert again.removed_keys == [] and "removed 0 version(s)" in again.summary()
 
 
@@ -102,14 +105,16 @@ def test_orphans_and_temp_files_wait_for_the_grace_period(tmp_path):
 
 def test_older_than_drops_old_versions_but_never_the_latest(tmp_path):
     log = _small_table(tmp_path / "t")
-    assert gc(log.uri, older_than=timedelta(hours=3), now=datetime.now(UTC) + timedelta(hours=2)).removed_versions == []
-    report = gc(log.uri, older_than=timedelta(hours=1), now=datetime.now(UTC) + timedelta(hours=2))
+    two_hours_on = datetime.now(UTC) + timedelta(hours=2)
+    assert gc(log.uri, older_than=timedelta(hours=3), grace=HOUR, now=two_hours_on).removed_versions == []
+    report = gc(log.uri, older_than=timedelta(hours=1), grace=HOUR, now=two_hours_on)
     assert report.removed_versions == [0, 1, 2] and report.kept_versions == [3]
     # Appends only: every data file is still referenced by version 3.
     assert report.removed_data_files == [] and resolve(log, 3).live_rows == 30
     # Both rules: a version is kept if either keeps it.
     log2 = _small_table(tmp_path / "t2")
-    r2 = gc(log2.uri, keep_versions=2, older_than=timedelta(hours=1), now=datetime.now(UTC) + timedelta(minutes=30))
+    half_hour_on = datetime.now(UTC) + timedelta(minutes=30)
+    r2 = gc(log2.uri, keep_versions=2, older_than=timedelta(hours=1), grace=NOW, now=half_hour_on)
     assert r2.removed_versions == []
 
 
@@ -118,7 +123,7 @@ def test_versions_past_a_lagging_pointer_are_kept(tmp_path):
     readers start at the pointer, so its manifest must stay."""
     log = _small_table(tmp_path / "t")
     log.storage.put(POINTER_KEY, pointer_bytes(1, "lagging"))
-    report = gc(log.uri, keep_versions=1)
+    report = gc(log.uri, keep_versions=1, grace=NOW)
     assert report.kept_versions == [1, 2, 3] and report.removed_versions == [0]
     assert TableLog(open_storage(log.uri)).latest().version == 3
 
@@ -146,12 +151,50 @@ def test_a_reader_overtaken_by_gc_rereads_the_pointer(tmp_path):
 
     def commit_then_gc():
         log.append(write_data_files(log.storage, events_rows(range(30, 40)), log.latest().schema))
-        assert gc(log.uri, keep_versions=1).removed_versions == [0, 1, 2, 3]
+        assert gc(log.uri, keep_versions=1, grace=NOW).removed_versions == [0, 1, 2, 3]
 
     reader = TableLog(_GCRightAfterPointerRead(open_storage(log.uri), [commit_then_gc]))
     # It read pointer 3, whose manifest is gone by the time it asks for it.
     assert reader.latest().version == 4
     assert resolve(reader, 4).live_rows == 40
+
+
+class _StallBeforeManifestPut:
+    """Storage whose first manifest put waits while ``interleave`` runs: a
+    writer stalled between reading its head and creating the next version."""
+
+    def __init__(self, inner, interleave) -> None:
+        self._inner, self._interleave = inner, interleave
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def put_if_absent(self, key, data):
+        if key.startswith("manifest/") and self._interleave:
+            self._interleave.pop()()
+        return self._inner.put_if_absent(key, data)
+
+
+def test_gc_keeps_young_manifests_so_a_stalled_writer_cannot_fork_the_history(tmp_path):
+    """Found by tests/test_faults.py: GC deleted version N's manifest while a
+    writer that had read head N-1 was about to create it; its create-only put
+    then succeeded, and the versions after N (built on the old N) hid its rows."""
+    log = _small_table(tmp_path / "t")
+    schema = log.latest().schema
+
+    def others_commit_then_gc():
+        for lo in (100, 200):
+            log.append(write_data_files(log.storage, events_rows(range(lo, lo + 10)), schema))
+        report = gc(log.uri, keep_versions=1)  # default grace: versions 4 and 5 are minutes old
+        assert report.removed_versions == [] and report.kept_versions == [0, 1, 2, 3, 4, 5]
+
+    stalled = TableLog(_StallBeforeManifestPut(open_storage(log.uri), [others_commit_then_gc]))
+    m = stalled.append(write_data_files(log.storage, events_rows(range(300, 310)), schema))
+    assert m.version == 6  # lost the race for 4, rebased on 5
+    assert TableLog(open_storage(log.uri)).versions() == list(range(7))
+    assert resolve(log, 6).live_rows == 60
+    # Once the grace has passed, the same call collects them.
+    assert gc(log.uri, keep_versions=1, now=datetime.now(UTC) + LATER).removed_versions == [0, 1, 2, 3, 4, 5]
 
 
 def test_bad_arguments_are_refused_and_change_nothing(tmp_path):
@@ -172,8 +215,9 @@ def test_gc_runs_without_spark(tmp_path):
     log = _small_table(tmp_path / "t")
     code = f"""
 import sys
+from datetime import timedelta
 from castsql.spark import gc
-print(gc({log.uri!r}, keep_versions=1).removed_versions, "pyspark" in sys.modules)
+print(gc({log.uri!r}, keep_versions=1, grace=timedelta(0)).removed_versions, "pyspark" in sys.modules)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["[0,", "1,", "2]", "False"], out.stderr
@@ -237,7 +281,7 @@ def test_gc_never_removes_what_a_kept_version_needs_while_writers_commit(spark, 
         # The deleter keeps committing tombstones: a compaction losing to it is the rule, not a failure.
         with contextlib.suppress(CommitConflict):
             compact(spark, uri, threshold=0.02, attempts=2)
-        gc(uri, keep_versions=1)
+        gc(uri, keep_versions=1, grace=WRITER_GRACE)
         rounds += 1
     outs = [p.communicate(timeout=60)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0]
@@ -249,7 +293,7 @@ def test_gc_never_removes_what_a_kept_version_needs_while_writers_commit(spark, 
             (added if word == "added" else deleted).update(int(i) for i in ids)
     assert len(deleted) == 25
     log = TableLog(open_storage(uri))
-    gc(uri, keep_versions=3)
+    gc(uri, keep_versions=3, grace=NOW)  # the writers are done
     for v in log.versions():  # every kept version opens and reads: nothing it references is gone
         assert _referenced(log, [v]) <= _keys(log.storage, "")
         resolve(log, v)
@@ -263,7 +307,7 @@ def test_a_long_lived_session_refuses_versions_collected_after_it_read_them(tmp_
     with Session(log.uri) as s:
         assert s.sql("SELECT count(*) AS n FROM t AS OF VERSION 1").to_pylist() == [{"n": 10}]
         assert s.scan("t", ["id"], version=2).num_rows == 20
-        gc(log.uri, keep_versions=1)
+        gc(log.uri, keep_versions=1, grace=NOW)
         # The session still holds views and snapshots of 1 and 2; the table no longer has them.
         with pytest.raises(VersionNotFound, match=r"table t: version 1 was garbage-collected \(oldest kept is 3\)"):
             s.sql("SELECT count(*) FROM t AS OF VERSION 1")

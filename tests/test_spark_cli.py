@@ -58,7 +58,7 @@ def test_every_subcommand_end_to_end(spark, check_version, tmp_path, capsys):
     assert (rc, out) == (0, "compact: nothing to compact; nothing committed")
     check_version(uri, 5, range(700, 1150))
 
-    rc, out, _ = _run(capsys, "gc", uri, "--keep-versions", "1", "--dry-run")
+    rc, out, _ = _run(capsys, "gc", uri, "--keep-versions", "1", "--grace", "0s", "--dry-run")
     assert rc == 0 and out.startswith("gc: would remove 5 version(s) 0-4, 1 data file(s), 1 tombstone file(s)")
     rc, out, _ = _run(capsys, "gc", uri, "--older-than", "1d")
     assert rc == 0 and out.startswith("gc: removed 0 version(s)")

@@ -13,7 +13,8 @@ writers commit concurrently):
    ``now - older_than``, and every version at or after the one the pointer
    names (a reader starting at the pointer must find its manifest). With
    neither ``keep_versions`` nor ``older_than`` every version is kept and only
-   orphans go.
+   orphans go. Whatever these say, a version whose manifest is younger than
+   ``grace`` is kept (FORMAT.md §8 rule 5).
 3. An object referenced by a kept version is never deleted. One referenced
    only by versions being dropped is deleted. One referenced by no manifest at
    all (an orphan: a failed or retried task's file, an uncommitted or
@@ -159,9 +160,11 @@ def gc(
 
     ``keep_versions``: keep the last N versions; ``older_than``: drop versions
     committed longer ago than this; with both, a version is kept if either
-    keeps it; the latest is always kept. ``grace``: objects no manifest
-    references are removed only when older than this (they may belong to a
-    writer that has not committed yet). ``dry_run`` deletes nothing.
+    keeps it; the latest is always kept. ``grace``, longer than any writer's
+    job: objects no manifest references are removed only when older than this
+    (they may belong to a writer that has not committed yet), and manifests
+    younger than this are kept (a writer that read an older head may still try
+    to create them). ``dry_run`` deletes nothing.
 
     Example::
 
@@ -201,6 +204,12 @@ def gc(
             keep |= {v for v in versions if log.manifest(v).created_at > cutoff}
     if pointer is not None:
         keep |= {v for v in versions if v >= pointer}
+    # A manifest younger than the grace period stays, whatever the version
+    # rules say: a writer that read its head before that version was committed
+    # may still be about to create the same key, and with the manifest gone its
+    # create-only put would succeed and fork the history (FORMAT.md §8 rule 5).
+    old = now.timestamp() - grace.total_seconds()
+    keep |= {v for v in versions if v not in manifests or manifests[v].mtime >= old}
     kept_refs: set[str] = set()
     for v in sorted(keep):
         kept_refs |= _references(log.manifest(v), storage.root)
@@ -216,7 +225,6 @@ def gc(
     report = GCReport(storage.root, head.version, sorted(keep), dry_run=dry_run)
     report.removed_versions = dropped
     report.bytes_freed = sum(manifests[v].size for v in dropped if v in manifests)
-    old = now.timestamp() - grace.total_seconds()
     for key, info in sorted(objects.items()):
         if key in kept_refs:
             continue

@@ -7,11 +7,15 @@ writes the commit protocol is built on.
 
 Example::
 
+    >>> import tempfile
     >>> from castsql.storage import open_storage
-    >>> st = open_storage("/tmp/castsql-doc-example")
-    >>> st.put_if_absent("hello.txt", b"hi")
+    >>> st = open_storage(tempfile.mkdtemp())
+    >>> etag = st.put_if_absent("hello.txt", b"hi")
     >>> st.get("hello.txt")
     b'hi'
+    >>> st.put_if_absent("hello.txt", b"again")   # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    castsql.storage.base.PreconditionFailed: .../hello.txt: object already exists
 """
 
 from __future__ import annotations
