@@ -103,6 +103,12 @@ class Views:
             body = f"SELECT * FROM {table}"
         con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
 
+    def drop(self, name: str) -> None:
+        """Drop the view ``name`` and the DuckLake table behind it, if any."""
+        self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+        if self._lake is not None:
+            self._lake.drop(name)
+
     def _positional_body(self, name: str, snap: Snapshot, files: list[ResolvedFile]) -> str:
         cols = ", ".join(f"s.{ident(c)}" for c in snap.schema.names)
         keys = pa.table({"file_index": pa.array(range(len(files)), pa.uint64()), "_file": [f.key for f in files]})

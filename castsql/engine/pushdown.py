@@ -1,0 +1,245 @@
+"""File pruning for SQL: which comparisons in a query bound a table's rows.
+
+The snapshot resolver can drop every data file whose manifest min/max cannot
+match a predicate, before DuckDB opens a single footer (that is what a
+selective query on a table of thousands of files, or on S3, spends its time
+on). This module finds those predicates in DuckDB's own parse tree
+(``json_serialize_sql``), so the SQL is parsed exactly as DuckDB will run it.
+
+Only what is certainly safe is used:
+
+- the top-level ``AND`` conjuncts of the ``WHERE`` of the ``SELECT`` whose
+  ``FROM`` names the table directly or through ``INNER``/``CROSS`` joins
+  (never an outer join, a subquery's outer scope, ``HAVING`` or ``ON``);
+- ``column op constant`` with op ``= < <= > >=``, ``BETWEEN`` and ``IN (…)``
+  (as its smallest and largest value); the column unqualified only when the
+  ``FROM`` holds that one table, else qualified by its alias or name;
+- constants whose type matches the column's exactly: integer literals for
+  integer columns, strings for string columns, strings or same-typed literals
+  for dates and timestamps, converted by DuckDB itself on the session's
+  connection (so time zones and formats mean what they mean in the query).
+  Floating-point columns are never pruned: DuckDB sorts NaN above every
+  number, and statistics leave NaN out.
+
+A name that a CTE anywhere in the statement defines is not the table.
+
+Example::
+
+    >>> import duckdb
+    >>> refs = table_refs(duckdb.connect(), "SELECT * FROM t WHERE id BETWEEN 5 AND 9 AND 'x' = s")
+    >>> [(r.name, r.conditions) for r in refs]
+    [('t', [('id', '>=', 5, 'INTEGER'), ('id', '<=', 9, 'INTEGER'), ('s', '=', 'x', 'VARCHAR')])]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+_OPS = {
+    "COMPARE_EQUAL": "=",
+    "COMPARE_LESSTHAN": "<",
+    "COMPARE_LESSTHANOREQUALTO": "<=",
+    "COMPARE_GREATERTHAN": ">",
+    "COMPARE_GREATERTHANOREQUALTO": ">=",
+}
+_FLIP = {"=": "=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_INTEGER_LITERALS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER"}
+_INNER = {"INNER", "CROSS"}
+
+
+@dataclass
+class TableRef:
+    """One table named in a FROM clause, and the comparisons that bound its rows."""
+
+    name: str  # as DuckDB parsed it (unquoted), lower-cased
+    location: int  # byte offset of the name in the SQL text
+    has_alias: bool
+    # (column lower-cased, op, constant, constant's DuckDB type or "VARCHAR"/"CAST:<type>")
+    conditions: list[tuple[str, str, Any, str]] = field(default_factory=list)
+
+
+def table_refs(con: duckdb.DuckDBPyConnection, sql: str) -> list[TableRef]:
+    """Every plain table reference of the SELECT statements in ``sql`` that
+    some comparison bounds; [] if DuckDB cannot serialize the statement."""
+    try:
+        raw = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+    except duckdb.Error:
+        return []
+    tree = json.loads(raw[0]) if raw else {}
+    if tree.get("error", True):
+        return []
+    ctes: set[str] = set()
+    _collect_ctes(tree, ctes)
+    out: list[TableRef] = []
+    for st in tree.get("statements", []):
+        _walk(st, out, ctes)
+    return [r for r in out if r.conditions and r.name not in ctes]
+
+
+def _collect_ctes(node: Any, out: set[str]) -> None:
+    if isinstance(node, dict):
+        cte_map = node.get("cte_map")
+        if isinstance(cte_map, dict):
+            for entry in cte_map.get("map", []):
+                if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                    out.add(entry["key"].lower())
+        for v in node.values():
+            _collect_ctes(v, out)
+    elif isinstance(node, list):
+        for v in node:
+            _collect_ctes(v, out)
+
+
+def _walk(node: Any, out: list[TableRef], ctes: set[str]) -> None:
+    if isinstance(node, dict):
+        if node.get("type") == "SELECT_NODE":
+            _select(node, out)
+        for v in node.values():
+            _walk(v, out, ctes)
+    elif isinstance(node, list):
+        for v in node:
+            _walk(v, out, ctes)
+
+
+def _from_tables(node: Any) -> list[dict] | None:
+    """Base tables reachable through inner/cross joins; None if the FROM holds
+    anything else at that level (outer joins make WHERE reasoning per side)."""
+    if not isinstance(node, dict):
+        return None
+    kind = node.get("type")
+    if kind == "BASE_TABLE":
+        return [node]
+    if kind == "JOIN" and node.get("join_type") in _INNER and node.get("ref_type") in ("REGULAR", "CROSS"):
+        left, right = _from_tables(node.get("left")), _from_tables(node.get("right"))
+        if left is None or right is None:
+            return None
+        return left + right
+    return None
+
+
+def _select(node: dict, out: list[TableRef]) -> None:
+    tables = _from_tables(node.get("from_table"))
+    where = node.get("where_clause")
+    if not tables or not where:
+        return
+    refs = []
+    for t in tables:
+        if t.get("schema_name") or t.get("catalog_name") or t.get("at_clause") or t.get("sample"):
+            refs.append(None)
+            continue
+        loc = t.get("query_location")
+        if not isinstance(loc, int) or loc >= 1 << 62:
+            refs.append(None)
+            continue
+        ref = TableRef(t["table_name"].lower(), loc, bool(t.get("alias")))
+        refs.append(ref)
+        out.append(ref)
+    by_qualifier = {}
+    for t, ref in zip(tables, refs, strict=True):
+        if ref is not None:
+            by_qualifier.setdefault((t.get("alias") or t["table_name"]).lower(), []).append(ref)
+    for cond in _conjuncts(where):
+        for column, op, value, vtype in _comparisons(cond):
+            if len(column) == 1 and len(tables) == 1 and refs[0] is not None:
+                refs[0].conditions.append((column[0].lower(), op, value, vtype))
+            elif len(column) == 2 and len(by_qualifier.get(column[0].lower(), [])) == 1:
+                by_qualifier[column[0].lower()][0].conditions.append((column[1].lower(), op, value, vtype))
+
+
+def _conjuncts(expr: dict) -> list[dict]:
+    if expr.get("type") == "CONJUNCTION_AND":
+        return [c for child in expr.get("children", []) for c in _conjuncts(child)]
+    return [expr]
+
+
+def _constant(expr: Any) -> tuple[Any, str] | None:
+    """A literal's value and kind: its DuckDB type id, or ``CAST:<type>`` for
+    ``DATE '…'``-style typed strings."""
+    if not isinstance(expr, dict):
+        return None
+    if expr.get("class") == "CONSTANT":
+        v = expr.get("value", {})
+        if v.get("is_null") or "value" not in v:
+            return None
+        return v["value"], v.get("type", {}).get("id", "")
+    if expr.get("class") == "CAST" and not expr.get("try_cast"):
+        inner = _constant(expr.get("child"))
+        target = expr.get("cast_type", {}).get("id", "")
+        if inner is not None and inner[1] == "VARCHAR" and target:
+            return inner[0], f"CAST:{target}"
+    return None
+
+
+def _column(expr: Any) -> list[str] | None:
+    if isinstance(expr, dict) and expr.get("class") == "COLUMN_REF":
+        names = expr.get("column_names")
+        if isinstance(names, list) and 1 <= len(names) <= 2:
+            return names
+    return None
+
+
+def _comparisons(expr: dict) -> list[tuple[list[str], str, Any, str]]:
+    kind = expr.get("type")
+    if kind in _OPS:
+        op = _OPS[kind]
+        col, const = _column(expr.get("left")), _constant(expr.get("right"))
+        if col is None:
+            col, const, op = _column(expr.get("right")), _constant(expr.get("left")), _FLIP[op]
+        if col is None or const is None:
+            return []
+        return [(col, op, const[0], const[1])]
+    if kind == "COMPARE_BETWEEN":
+        col, lo, hi = _column(expr.get("input")), _constant(expr.get("lower")), _constant(expr.get("upper"))
+        if col is None:
+            return []
+        return [(col, op, c[0], c[1]) for op, c in ((">=", lo), ("<=", hi)) if c is not None]
+    if kind == "COMPARE_IN":
+        children = expr.get("children", [])
+        col = _column(children[0]) if children else None
+        consts = [_constant(c) for c in children[1:]]
+        if col is None or not consts or any(c is None for c in consts):
+            return []
+        kinds = {c[1] for c in consts if c is not None}
+        if len(kinds) != 1 or kinds & {"DECIMAL", "DOUBLE", "FLOAT"}:
+            return []
+        values = [c[0] for c in consts if c is not None]
+        try:
+            lo, hi = min(values), max(values)
+        except TypeError:
+            return []
+        k = kinds.pop()
+        return [(col, ">=", lo, k), (col, "<=", hi, k)]
+    return []
+
+
+def duck_value(con: duckdb.DuckDBPyConnection, value: Any, vtype: str, column_type: str) -> Any | None:
+    """``value`` (of literal kind ``vtype``) as the Python value DuckDB compares
+    with a column of manifest type ``column_type``, or None when a comparison
+    of the two is not an exact comparison in the column's own type."""
+    if column_type.startswith(("int", "uint")):
+        if vtype not in _INTEGER_LITERALS or not isinstance(value, int) or isinstance(value, bool):
+            return None
+        return value
+    if column_type == "string":
+        return value if vtype == "VARCHAR" and isinstance(value, str) else None
+    if column_type.startswith("timestamp"):
+        target = "TIMESTAMP WITH TIME ZONE" if "tz=" in column_type else "TIMESTAMP"
+    elif column_type.startswith("date"):
+        target = "DATE"
+    else:
+        return None  # floats (NaN), booleans, decimals, binary: not pruned
+    allowed = {"VARCHAR", f"CAST:{target}"}
+    if target == "TIMESTAMP WITH TIME ZONE":
+        allowed.add("CAST:TIMESTAMP_TZ")
+    if target == "TIMESTAMP":
+        allowed.add("CAST:TIMESTAMP")
+    if vtype not in allowed or not isinstance(value, str):
+        return None
+    try:
+        return con.execute(f"SELECT CAST(? AS {target})", [value]).fetchone()[0]
+    except duckdb.Error:
+        return None  # DuckDB will say what is wrong with the literal when the query runs
