@@ -209,3 +209,25 @@ def test_bitmap_encoding_is_portable():
     bm = BitMap([1, 2, 3])
     raw = base64.b64decode(base64.b64encode(bm.serialize()))
     assert BitMap.deserialize(raw) == bm
+
+
+def test_a_base_name_shared_by_two_data_files_is_refused_not_guessed(tmp_path):
+    import dataclasses
+
+    from castsql.format import PositionDelete, TableLog, write_data_files
+    from castsql.snapshot import resolve
+    from castsql.storage import open_storage
+
+    st = open_storage(str(tmp_path / "t"))
+    log = TableLog.create(st, pa.schema([("id", pa.int64())]))
+    [f] = write_data_files(st, pa.table({"id": pa.array([1, 2], pa.int64())}))
+    name = f.path.rsplit("/", 1)[1]
+    twin = dataclasses.replace(f, path=f"data/elsewhere/{name}")  # e.g. copied by another tool
+    st.put(twin.path, st.get(f.path))
+    log.append([f, twin])
+    with pytest.raises(FormatError, match=f"tombstone names '{name}', which matches several data files"):
+        log.delete([PositionDelete(name, None, BitMap([0]))])
+    assert log.latest_version() == 1
+    # The full path is not ambiguous.
+    log.delete([PositionDelete(twin.path, None, BitMap([0]))])
+    assert resolve(log).live_rows == 3

@@ -47,10 +47,12 @@ class FileIndex:
     def _by_name(self) -> dict[str, str | None]:
         """Base name -> table key (None: ambiguous); built on first use (tombstones)."""
         if self._names is None:
-            names: dict[str, str | None] = {}
-            for key in self.by_key:
-                name = key.rpartition("/")[2]
-                names[name] = None if name in names else key
+            names: dict[str, str | None] = {k.rpartition("/")[2]: k for k in self.by_key}
+            if len(names) < len(self.by_key):  # some base name twice: mark those ambiguous
+                names = {}
+                for key in self.by_key:
+                    name = key.rpartition("/")[2]
+                    names[name] = None if name in names else key
             self._names = names
         return self._names
 
