@@ -80,6 +80,7 @@ def test_warehouse_and_joins(storage, events, s3_config):
     users.append(write_data_files(users.storage, pa.table({"grp": ["g0", "g1"], "owner": ["ann", "bob"]})))
     with Session(storage.root, s3=s3_config) as s:
         assert s.tables == ["events", "users"]
+        assert s.sql("SHOW TABLES").to_pylist() == [{"name": "events"}, {"name": "users"}]  # before any query
         got = s.sql(
             "SELECT u.owner, count(*) AS n FROM events AS OF VERSION 1 e JOIN users u USING (grp) GROUP BY 1 ORDER BY 1"
         ).to_pylist()
@@ -87,6 +88,9 @@ def test_warehouse_and_joins(storage, events, s3_config):
             {"owner": "ann", "n": sum(1 for i in range(1000) if i % 7 == 0)},
             {"owner": "bob", "n": sum(1 for i in range(1000) if i % 7 == 1)},
         ]
+        # Version views and pruned file sets are not tables of the warehouse.
+        s.sql("SELECT count(*) FROM events WHERE id < 10")
+        assert s.sql("show tables;").to_pylist() == [{"name": "events"}, {"name": "users"}]
 
 
 def test_empty_table(storage, s3_config):

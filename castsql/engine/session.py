@@ -213,6 +213,10 @@ class Session:
 
     def prepare(self, sql: str) -> str:
         """``sql`` with time travel and audit calls rewritten, every view it needs in place."""
+        if [t.word for t in tokenize(sql) if t.text != ";"] == ["SHOW", "TABLES"]:
+            # The opened tables, not DuckDB's temp views (versions, pruned file sets).
+            self.con.register(_TABLES_VIEW, pa.table({"name": pa.array(self.tables, pa.string())}))
+            return f"SELECT name FROM {_TABLES_VIEW} ORDER BY name"
         sql = audit.rewrite_audit_calls(self, sql)
         sql, _ = rewrite(sql, self._replace)
         for name in referenced_names(sql):
@@ -386,6 +390,7 @@ class Session:
         self.close()
 
 
+_TABLES_VIEW = "__castsql_tables"
 _PRUNED_VIEWS = 64  # views of pruned file sets kept per session
 
 
