@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
@@ -32,6 +34,22 @@ def start_s3():
     server.start()
     server.create_bucket("bench")
     return server
+
+
+@contextlib.contextmanager
+def backend_root(backend: str, name: str) -> Iterator[tuple[object, str]]:
+    """(S3 config or None, a root URI nobody else uses) for ``local`` or ``s3``
+    (a SeaweedFS server that lives as long as the block)."""
+    if backend == "s3":
+        server = start_s3()
+        try:
+            yield server.config, f"s3://bench/{name}"
+        finally:
+            server.stop()
+    elif backend == "local":
+        yield None, tempfile.mkdtemp(prefix=f"castsql-{name}-")
+    else:
+        raise SystemExit(f"unknown backend {backend!r} (use local or s3)")
 
 
 def machine() -> str:

@@ -16,12 +16,11 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import machine, start_s3
+from _common import backend_root, machine
 
 
 def _wait_for_start(ready, start) -> float:
@@ -115,21 +114,16 @@ def main() -> None:
     counts = [int(w) for w in args.writers.split(",")]
     print(f"# commit benchmark: {machine()}; {args.seconds:g} s per run, median of {args.rounds} rounds")
     print(f"{'backend':8} {'writers':>7} {'raw CAS/s':>10} {'commits/s':>10} {'ratio':>6}")
-    server = None
-    try:
-        for backend in args.backends.split(","):
-            if backend == "s3":
-                server = start_s3()
-                cfg = server.config
-                base, s3cfg = "s3://bench/commits", cfg
+    for backend in args.backends.split(","):
+        with backend_root(backend, "commits") as (s3cfg, base):
+            env = {}
+            if s3cfg is not None:
                 env = {
-                    "AWS_ENDPOINT_URL": cfg.endpoint_url,
-                    "AWS_ACCESS_KEY_ID": cfg.key,
-                    "AWS_SECRET_ACCESS_KEY": cfg.secret,
-                    "AWS_REGION": cfg.region,
+                    "AWS_ENDPOINT_URL": s3cfg.endpoint_url,
+                    "AWS_ACCESS_KEY_ID": s3cfg.key,
+                    "AWS_SECRET_ACCESS_KEY": s3cfg.secret,
+                    "AWS_REGION": s3cfg.region,
                 }
-            else:
-                base, s3cfg, env = tempfile.mkdtemp(prefix="castsql-bench-"), None, {}
             for n in counts:
                 cas = statistics.median(
                     _run("cas", _fresh("cas", base, s3cfg), env, n, args.seconds) for _ in range(args.rounds)
@@ -138,9 +132,6 @@ def main() -> None:
                     _run("commit", _fresh("commit", base, s3cfg), env, n, args.seconds) for _ in range(args.rounds)
                 )
                 print(f"{backend:8} {n:>7} {cas:>10.1f} {com:>10.1f} {com / cas:>6.2f}", flush=True)
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 
 import pyarrow as pa
-from _common import machine, start_s3
+from _common import backend_root, machine
 
 from castsql.engine import Session
 from castsql.engine.duck import configure_s3, new_connection
@@ -110,19 +109,11 @@ def main() -> None:
     print(f"# {machine()}; {args.files} files x {args.rows} rows; median of {args.reps} interleaved rounds")
     print(f"{'backend':8} {'mode':5} {'query':6} {'castsql ms':>11} {'raw ms':>9} {'castsql/raw':>12}")
     for backend in args.backends.split(","):
-        server = None
-        try:
-            if backend == "s3":
-                server = start_s3()
-                s3, uri = server.config, "s3://bench/prune/t"
-            else:
-                s3, uri = None, tempfile.mkdtemp(prefix="castsql-prune-bench-") + "/t"
+        with backend_root(backend, "prune") as (s3, root):
+            uri = f"{root}/t"
             uris = build(uri, s3, args.files, args.rows)
             for mode, q, a, b in run(uri, s3, uris, args.files, args.rows, args.reps):
                 print(f"{backend:8} {mode:5} {q:6} {a * 1e3:11.2f} {b * 1e3:9.2f} {a / b:12.2f}", flush=True)
-        finally:
-            if server is not None:
-                server.stop()
 
 
 if __name__ == "__main__":

@@ -212,14 +212,17 @@ def make_machine(root: str, s3, spark):
         def changes_match(self):
             if not hasattr(self, "session") or len(self.model) < 2:
                 return
-            latest = max(self.model)
-            a = max(latest // 2, min(self.model))
-            got = self.session.changes("t", a, latest).to_pylist()
-            for v in range(a + 1, latest + 1):
-                ins = {r["id"] for r in got if r["_commit_version"] == v and r["_change_type"] == "insert"}
-                dels = {r["id"] for r in got if r["_commit_version"] == v and r["_change_type"] == "delete"}
-                assert ins == set(self.model[v]) - set(self.model[v - 1])
-                assert dels == set(self.model[v - 1]) - set(self.model[v])
+            latest, oldest = max(self.model), min(self.model)
+            # Two ranges per step: the newer half up to the head, and from the
+            # oldest kept version to one before the head.
+            for a, b in ((max(latest // 2, oldest), latest), (oldest, max(oldest, latest - 1))):
+                got = self.session.changes("t", a, b).to_pylist()
+                assert {r["_commit_version"] for r in got} <= set(range(a + 1, b + 1))
+                for v in range(a + 1, b + 1):
+                    ins = sorted(r["id"] for r in got if r["_commit_version"] == v and r["_change_type"] == "insert")
+                    dels = sorted(r["id"] for r in got if r["_commit_version"] == v and r["_change_type"] == "delete")
+                    assert ins == sorted(set(self.model[v]) - set(self.model[v - 1])), (a, b, v)
+                    assert dels == sorted(set(self.model[v - 1]) - set(self.model[v])), (a, b, v)
 
     return History
 
