@@ -128,6 +128,12 @@ def test_versions_with_deletes_still_drop_their_rows(tmp_path):
     log.delete([PositionDelete(f.name, None, BitMap([0, 1]))])
     with Session(root) as s:
         assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 5 AND 14").to_pylist() == [{"n": 8}]
+        # Files with deletes left: the version's DuckLake table, which skips files itself.
+        assert "#p" not in s.prepare("SELECT * FROM t WHERE id BETWEEN 5 AND 14")
+        # Only clean files left: a plain read_parquet of them, without DuckLake.
+        assert "#p" in s.prepare("SELECT * FROM t WHERE id >= 20")
+        assert s.sql("SELECT count(*) AS n FROM t WHERE id >= 20").to_pylist() == [{"n": 10}]
+        assert s.sql("SELECT count(*) AS n FROM t WHERE id >= 10").to_pylist() == [{"n": 18}]
         assert s.sql("SELECT count(*) AS n FROM t AS OF VERSION 3 WHERE id BETWEEN 5 AND 14").to_pylist() == [{"n": 10}]
 
 

@@ -186,11 +186,9 @@ class Session:
         return name
 
     def _note_prunable(self, view: str, snap: Snapshot) -> None:
-        # Only plain read_parquet views: a version with deletes is a DuckLake
-        # table, which skips files by its own per-file statistics.
         if self._view_snaps.get(view) is snap:
             return
-        if len(snap.files) > 1 and not any(f.has_deletes for f in snap.files):
+        if len(snap.files) > 1:
             self._view_snaps[view] = snap
         else:
             self._view_snaps.pop(view, None)
@@ -278,7 +276,13 @@ class Session:
             self._pruned_by_preds.move_to_end(key)
             return self._pruned_by_preds[key]
         files = prune_files(snap.files, preds, {c.name: c.type for c in snap.schema.columns})
-        name = self._pruned_view(view, snap, files) if len(files) < len(snap.files) else None
+        # If files with deletes are left, the version's DuckLake table is the
+        # better view: it skips files by its own per-file statistics, and a new
+        # DuckLake table per file set would cost more than it saves. Files
+        # without deletes become a plain read_parquet, without DuckLake's
+        # per-query cost (bench/prune_bench.py).
+        prunes = len(files) < len(snap.files) and not any(f.has_deletes for f in files)
+        name = self._pruned_view(view, snap, files) if prunes else None
         self._pruned_by_preds[key] = name
         while len(self._pruned_by_preds) > 256:
             self._pruned_by_preds.popitem(last=False)
