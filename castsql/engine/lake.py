@@ -77,9 +77,6 @@ class Lake:
             self._add_deletes(name, with_deletes)
         return qualified
 
-    def drop(self, name: str) -> None:
-        self.con.execute(f"DROP TABLE IF EXISTS {CATALOG}.main.{_ident(name)}")
-
     def _add_deletes(self, name: str, files: list[tuple[str, BitMap]]) -> None:
         con = self.con
         tid = con.execute(

@@ -83,10 +83,10 @@ class Session:
         self._pinned: set[str] = set()  # version views already created
         # view name (lower) -> the snapshot it shows, for views whose files a query may prune
         self._view_snaps: dict[str, Snapshot] = {}
-        self._pruned: OrderedDict[tuple[str, int, tuple[str, ...]], str] = OrderedDict()  # file subsets' views
+        # (view, version, predicates) -> view of the files they may match, None if every file
+        self._pruned: OrderedDict[tuple, str | None] = OrderedDict()
         self._pruned_seq = itertools.count()
         self._refs_cache: OrderedDict[str, list[TableRef]] = OrderedDict()
-        self._pruned_by_preds: OrderedDict[tuple, str | None] = OrderedDict()
         self._s3_ready = False
         self.uris: list[str] = []
         self.safe = False
@@ -272,36 +272,25 @@ class Session:
         """The view of ``snap``'s files that ``preds`` may match, or None if that is every file.
         Remembered per predicate set: pruning 100,000 files takes ~60 ms."""
         key = (view, snap.version, preds)
-        if key in self._pruned_by_preds:
-            self._pruned_by_preds.move_to_end(key)
-            return self._pruned_by_preds[key]
+        if key in self._pruned:
+            self._pruned.move_to_end(key)
+            return self._pruned[key]
         files = prune_files(snap.files, preds, {c.name: c.type for c in snap.schema.columns})
         # If files with deletes are left, the version's DuckLake table is the
         # better view: it skips files by its own per-file statistics, and a new
         # DuckLake table per file set would cost more than it saves. Files
         # without deletes become a plain read_parquet, without DuckLake's
         # per-query cost (bench/prune_bench.py).
-        prunes = len(files) < len(snap.files) and not any(f.has_deletes for f in files)
-        name = self._pruned_view(view, snap, files) if prunes else None
-        self._pruned_by_preds[key] = name
-        while len(self._pruned_by_preds) > 256:
-            self._pruned_by_preds.popitem(last=False)
-        return name
-
-    def _pruned_view(self, view: str, snap: Snapshot, files: list) -> str:
-        key = (view, snap.version, tuple(f.key for f in files))
-        name = self._pruned.get(key)
-        if name is not None:
-            self._pruned.move_to_end(key)
-            return name
-        name = f"{view}#p{next(self._pruned_seq)}"
-        self._create_view(name, Snapshot(snap.table_uri, snap.version, snap.manifest, files, snap.primary_key), view)
+        name = None
+        if len(files) < len(snap.files) and not any(f.has_deletes for f in files):
+            name = f"{view}#p{next(self._pruned_seq)}"
+            sub = Snapshot(snap.table_uri, snap.version, snap.manifest, files, snap.primary_key)
+            self._create_view(name, sub, view)
         self._pruned[key] = name
         while len(self._pruned) > _PRUNED_VIEWS:
             _, old = self._pruned.popitem(last=False)
-            self.views.drop(old)
-            for k in [k for k, v in self._pruned_by_preds.items() if v == old]:
-                del self._pruned_by_preds[k]
+            if old is not None:
+                self.views.drop(old)
         return name
 
     # ------------------------------------------------------------ queries
@@ -395,7 +384,7 @@ class Session:
 
 
 _TABLES_VIEW = "__castsql_tables"
-_PRUNED_VIEWS = 64  # views of pruned file sets kept per session
+_PRUNED_VIEWS = 64  # pruning results (and their views) kept per session
 
 
 def _replace_names(sql: str, edits: list[tuple[int, bool, str]]) -> str:

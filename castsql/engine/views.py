@@ -104,10 +104,8 @@ class Views:
         con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
 
     def drop(self, name: str) -> None:
-        """Drop the view ``name`` and the DuckLake table behind it, if any."""
+        """Drop the view ``name`` (one over files without deletes: no DuckLake table behind it)."""
         self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
-        if self._lake is not None:
-            self._lake.drop(name)
 
     def _positional_body(self, name: str, snap: Snapshot, files: list[ResolvedFile]) -> str:
         cols = ", ".join(f"s.{ident(c)}" for c in snap.schema.names)

@@ -5,23 +5,7 @@ from __future__ import annotations
 from castsql.errors import FormatError
 from castsql.format.layout import to_table_key
 from castsql.format.manifest import DataFile, Manifest
-
-
-def plain_keys(paths: list[str]) -> bool:
-    """True if every path is already a normalised key relative to the table root,
-    which :func:`to_table_key` would return unchanged (checked on all at once)."""
-    j = "\n".join(paths)
-    return not j or not (
-        j[0] in "/.\n"
-        or j[-1] in "/\n"
-        or "://" in j
-        or "/." in j
-        or "//" in j
-        or "\n/" in j
-        or "\n." in j
-        or "/\n" in j
-        or "\n\n" in j
-    )
+from castsql.storage.base import is_normal_key
 
 
 class FileIndex:
@@ -37,7 +21,7 @@ class FileIndex:
         files = manifest.data_files
         paths = [f.path for f in files]
         self.by_key: dict[str, DataFile]
-        if plain_keys(paths):  # CastSQL's own manifests: the paths are the keys
+        if all(map(is_normal_key, paths)):  # CastSQL's own manifests: the paths are the keys
             self.by_key = dict(zip(paths, files, strict=True))
         else:
             self.by_key = {to_table_key(f.path, table_root, what="data file"): f for f in files}

@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from castsql.errors import FormatError
+from castsql.storage.base import is_normal_key
 
 POINTER_KEY = "_latest_manifest"
 MANIFEST_DIR = "manifest"
@@ -51,7 +52,7 @@ def to_table_key(path: str, table_root: str, *, what: str) -> str:
     must lie inside the table root: a manifest cannot make a reader open
     arbitrary files or URLs.
     """
-    if path and path[0] not in "/." and path[-1] != "/" and "/." not in path and "//" not in path and "://" not in path:
+    if is_normal_key(path):  # "://" contains "//": URLs take the full path below
         return path  # already a normalised relative key: the common case, kept cheap
     root = table_root.rstrip("/")
     if "://" in path or path.startswith("/"):

@@ -27,6 +27,17 @@ from dataclasses import dataclass
 from castsql.errors import CastSQLError
 
 
+def is_normal_key(key: str) -> bool:
+    """True for a key that needs no normalising: relative, no ``.``/``..`` or
+    empty segment, no trailing ``/`` (names starting with ``.`` take the slow,
+    exact path too). Checked without touching the file system.
+
+    >>> is_normal_key("data/2026/a.parquet"), is_normal_key("data/../x"), is_normal_key("/abs")
+    (True, False, False)
+    """
+    return bool(key) and key[0] not in "/." and key[-1] != "/" and "/." not in key and "//" not in key
+
+
 class StorageError(CastSQLError):
     """A storage operation failed for a reason other than a lost race."""
 

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from castsql.storage.base import ObjectInfo, ObjectNotFound, PreconditionFailed, Storage, StorageError
+from castsql.storage.base import ObjectInfo, ObjectNotFound, PreconditionFailed, Storage, StorageError, is_normal_key
 
 _TMP_PREFIX = ".tmp-"
 
@@ -53,7 +53,7 @@ class LocalStorage(Storage):
         k = key.lstrip("/")
         if not k:
             return self.root
-        if k[0] == "." or "/." in k or "//" in k or k[-1] == "/":
+        if not is_normal_key(k):
             k = posixpath.normpath(k)
             if k == ".":
                 return self.root
