@@ -76,7 +76,7 @@ def table_refs(con: duckdb.DuckDBPyConnection, sql: str) -> list[TableRef]:
     _collect_ctes(tree, ctes)
     out: list[TableRef] = []
     for st in tree.get("statements", []):
-        _walk(st, out, ctes)
+        _walk(st, out)
     return [r for r in out if r.conditions and r.name not in ctes]
 
 
@@ -94,15 +94,15 @@ def _collect_ctes(node: Any, out: set[str]) -> None:
             _collect_ctes(v, out)
 
 
-def _walk(node: Any, out: list[TableRef], ctes: set[str]) -> None:
+def _walk(node: Any, out: list[TableRef]) -> None:
     if isinstance(node, dict):
         if node.get("type") == "SELECT_NODE":
             _select(node, out)
         for v in node.values():
-            _walk(v, out, ctes)
+            _walk(v, out)
     elif isinstance(node, list):
         for v in node:
-            _walk(v, out, ctes)
+            _walk(v, out)
 
 
 def _from_tables(node: Any) -> list[dict] | None:
@@ -232,12 +232,8 @@ def duck_value(con: duckdb.DuckDBPyConnection, value: Any, vtype: str, column_ty
         target = "DATE"
     else:
         return None  # floats (NaN), booleans, decimals, binary: not pruned
-    allowed = {"VARCHAR", f"CAST:{target}"}
-    if target == "TIMESTAMP WITH TIME ZONE":
-        allowed.add("CAST:TIMESTAMP_TZ")
-    if target == "TIMESTAMP":
-        allowed.add("CAST:TIMESTAMP")
-    if vtype not in allowed or not isinstance(value, str):
+    # A typed literal's cast_type id in DuckDB's tree is this same type name.
+    if vtype not in ("VARCHAR", f"CAST:{target}") or not isinstance(value, str):
         return None
     try:
         return con.execute(f"SELECT CAST(? AS {target})", [value]).fetchone()[0]
