@@ -31,3 +31,28 @@ class SchemaMismatch(CastSQLError):
 class CommitConflict(CastSQLError):
     """A commit could not be applied: a concurrent change made it invalid, or
     every retry lost the race."""
+
+
+class StorageError(CastSQLError):
+    """A storage operation failed for a reason other than a lost race."""
+
+
+class ObjectNotFound(StorageError, FileNotFoundError):
+    """The key does not exist."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(f"{uri}: object not found")
+        self.uri = uri
+
+
+class PreconditionFailed(StorageError):
+    """A conditional write lost: the object exists (create-only) or changed (CAS).
+
+    S3 answers 412 for both, 409 for concurrent conditional writes, and 404 for
+    an ``If-Match`` on a missing key; callers treat all of them as "lost the
+    race, re-read and retry".
+    """
+
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(f"{uri}: {reason}")
+        self.uri = uri

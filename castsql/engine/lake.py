@@ -2,12 +2,29 @@
 
 DuckLake (https://ducklake.select) is a table format whose catalog is a set of
 SQL tables; its DuckDB extension applies per-file positional delete files
-natively, per vector, inside the Parquet scan. CastSQL keeps an in-memory
-DuckLake catalog per session and describes each version it reads with it: the
-version's data files are registered where they are (nothing is copied), and
-each file's deleted positions are written once as a small local Parquet delete
-file (``file_path, pos``) and entered in the catalog's ``ducklake_delete_file``
+natively, per vector, inside the Parquet scan. CastSQL keeps a DuckLake catalog
+per session and describes each version it reads with it: the version's data
+files are registered where they are (nothing is copied), and each file's
+deleted positions are written once as a small local Parquet delete file
+(``file_path, pos``) and entered in the catalog's ``ducklake_delete_file``
 table as the DuckLake 1.0 specification defines it.
+
+The catalog must never be able to touch a table's files. DuckLake treats the
+files of its catalog as its own: compaction rewrites them, expiring snapshots
+schedules them for deletion and cleanup deletes what is scheduled. So:
+
+- the catalog's metadata is a DuckDB file in the session's work directory,
+  attached **read-only** whenever anything but this class runs: no statement
+  can then change the catalog, and with it nothing can be rewritten, expired or
+  scheduled. This class re-attaches it writable only for the few milliseconds
+  it takes to register a version (``_writable``; ~2 ms each way);
+- CastSQL never ends a data file or drops a table in it (every table gets a
+  name of its own), so nothing it registered is ever scheduled for deletion:
+  ``ducklake_cleanup_old_files`` only deletes scheduled files, and
+  ``ducklake_delete_orphaned_files`` only looks inside the catalog's data path,
+  which is the session's work directory;
+- :mod:`castsql.engine.guard` refuses every statement that names the catalog
+  or calls a DuckLake function, as a second barrier with a clear message.
 
 Measured (bench/read_bench.py, docs/PERFORMANCE.md): with 1% random deletes
 scans cost 1.06-1.18x a raw ``read_parquet`` where an anti-join costs 2-38x;
@@ -17,9 +34,11 @@ counts and selective filters and at parity on full scans. Versions without delet
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import struct
+from collections.abc import Iterator
 
 import duckdb
 import pyarrow as pa
@@ -27,8 +46,9 @@ import pyarrow.parquet as pq
 from pyroaring import BitMap
 
 from castsql.engine.duck import load_extension
+from castsql.engine.guard import INTERNAL_CATALOG
 
-CATALOG = "castsql_lake"
+CATALOG = INTERNAL_CATALOG
 _META = f"__ducklake_metadata_{CATALOG}"
 
 
@@ -41,40 +61,62 @@ def _ident(s: str) -> str:
 
 
 class Lake:
-    """The session's DuckLake catalog; delete files live in ``directory``."""
+    """The session's DuckLake catalog; its metadata and delete files live in ``directory``."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, directory: str) -> None:
         self.con = con
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
         load_extension(con, "ducklake")
+        self._metadata = os.path.join(directory, "catalog.ducklake")
         con.execute(
-            f"ATTACH 'ducklake::memory:' AS {CATALOG} (DATA_PATH {_q(directory + '/')}, DATA_INLINING_ROW_LIMIT 0)"
+            f"ATTACH {_q('ducklake:' + self._metadata)} AS {CATALOG} "
+            f"(DATA_PATH {_q(directory + '/')}, DATA_INLINING_ROW_LIMIT 0)"
         )
+        self._reattach(read_only=True)
         self._seq = itertools.count()
 
+    def _reattach(self, *, read_only: bool) -> None:
+        self.con.execute(f"DETACH {CATALOG}")
+        mode = " (READ_ONLY)" if read_only else ""
+        self.con.execute(f"ATTACH {_q('ducklake:' + self._metadata)} AS {CATALOG}{mode}")
+
+    @contextlib.contextmanager
+    def _writable(self) -> Iterator[None]:
+        """The catalog attached writable for the duration; read-only again after, whatever happens."""
+        self._reattach(read_only=False)
+        try:
+            yield
+        finally:
+            self._reattach(read_only=True)
+
     def table(self, name: str, schema: pa.Schema, files: list[tuple[str, BitMap]]) -> str:
-        """A DuckLake table over ``files`` (URI, deleted positions); returns its qualified name."""
+        """A new DuckLake table over ``files`` (URI, deleted positions); returns its qualified name.
+
+        Every call makes a table of its own (never replacing or dropping one),
+        named after ``name``.
+        """
         con = self.con
-        qualified = f"{CATALOG}.main.{_ident(name)}"
+        table = f"{name}#{next(self._seq)}"
+        qualified = f"{CATALOG}.main.{_ident(table)}"
         empty = f"__castsql_schema_{next(self._seq)}"
         con.register(empty, schema.empty_table())
         try:
-            con.execute(f"DROP TABLE IF EXISTS {qualified}")
-            con.execute(f"CREATE TABLE {qualified} AS SELECT * FROM {_ident(empty)} LIMIT 0")
+            with self._writable():
+                con.execute(f"CREATE TABLE {qualified} AS SELECT * FROM {_ident(empty)} LIMIT 0")
+                con.execute("BEGIN")
+                try:
+                    for uri, _ in files:
+                        con.execute(f"CALL ducklake_add_data_files({_q(CATALOG)}, {_q(table)}, {_q(uri)})")
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                with_deletes = [(uri, bm) for uri, bm in files if bm]
+                if with_deletes:
+                    self._add_deletes(table, with_deletes)
         finally:
             con.unregister(empty)
-        con.execute("BEGIN")
-        try:
-            for uri, _ in files:
-                con.execute(f"CALL ducklake_add_data_files({_q(CATALOG)}, {_q(name)}, {_q(uri)})")
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        with_deletes = [(uri, bm) for uri, bm in files if bm]
-        if with_deletes:
-            self._add_deletes(name, with_deletes)
         return qualified
 
     def _add_deletes(self, name: str, files: list[tuple[str, BitMap]]) -> None:

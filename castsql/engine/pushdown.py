@@ -34,6 +34,7 @@ Example::
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,22 +63,45 @@ class TableRef:
     conditions: list[tuple[str, str, Any, str]] = field(default_factory=list)
 
 
-def table_refs(con: duckdb.DuckDBPyConnection, sql: str) -> list[TableRef]:
-    """Every plain table reference of the SELECT statements in ``sql`` that
-    some comparison bounds; [] if DuckDB cannot serialize the statement."""
+@dataclass
+class Analysis:
+    """What DuckDB's parse tree says about the tables of a statement.
+
+    ``tables`` counts the plain (unqualified) table references of each name,
+    lower-cased, CTE names left out; ``refs`` are those that some comparison
+    bounds (what file pruning can use).
+    """
+
+    tables: Counter[str]
+    refs: list[TableRef]
+
+
+def analyze(con: duckdb.DuckDBPyConnection, sql: str) -> Analysis | None:
+    """The tables ``sql`` reads, from DuckDB's parse tree; None if DuckDB cannot
+    serialize the statement (not a SELECT, or not valid SQL)."""
     try:
         raw = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
     except duckdb.Error:
-        return []
+        return None
     tree = json.loads(raw[0]) if raw else {}
     if tree.get("error", True):
-        return []
+        return None
     ctes: set[str] = set()
     _collect_ctes(tree, ctes)
-    out: list[TableRef] = []
+    refs: list[TableRef] = []
+    tables: Counter[str] = Counter()
     for st in tree.get("statements", []):
-        _walk(st, out)
-    return [r for r in out if r.conditions and r.name not in ctes]
+        _walk(st, refs, tables)
+    for cte in ctes:
+        tables.pop(cte, None)
+    return Analysis(tables, [r for r in refs if r.conditions and r.name not in ctes])
+
+
+def table_refs(con: duckdb.DuckDBPyConnection, sql: str) -> list[TableRef]:
+    """Every plain table reference of the SELECT statements in ``sql`` that
+    some comparison bounds; [] if DuckDB cannot serialize the statement."""
+    a = analyze(con, sql)
+    return a.refs if a is not None else []
 
 
 def _collect_ctes(node: Any, out: set[str]) -> None:
@@ -94,15 +118,20 @@ def _collect_ctes(node: Any, out: set[str]) -> None:
             _collect_ctes(v, out)
 
 
-def _walk(node: Any, out: list[TableRef]) -> None:
+def _walk(node: Any, out: list[TableRef], tables: Counter[str]) -> None:
     if isinstance(node, dict):
-        if node.get("type") == "SELECT_NODE":
+        kind = node.get("type")
+        if kind == "SELECT_NODE":
             _select(node, out)
+        elif kind == "BASE_TABLE" and not node.get("schema_name") and not node.get("catalog_name"):
+            name = node.get("table_name")
+            if isinstance(name, str):
+                tables[name.lower()] += 1
         for v in node.values():
-            _walk(v, out)
+            _walk(v, out, tables)
     elif isinstance(node, list):
         for v in node:
-            _walk(v, out)
+            _walk(v, out, tables)
 
 
 def _from_tables(node: Any) -> list[dict] | None:

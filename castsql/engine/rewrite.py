@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import duckdb
@@ -198,9 +198,14 @@ def _clause(m: _Matcher) -> tuple[int | None, str | None] | None:
     return None
 
 
-def rewrite(sql: str, replace: Callable[[TimeTravel], str]) -> tuple[str, list[TimeTravel]]:
+def rewrite(
+    sql: str, replace: Callable[[TimeTravel], str], tables: Collection[str] = ()
+) -> tuple[str, list[TimeTravel]]:
     """Replace every time-travel reference with ``replace(ref)``; returns the
     new SQL and the references found, in order.
+
+    ``tables`` (lower-cased) are table names that may be written unquoted
+    although DuckDB tokenizes them as keywords (``data``, ``year``, ``source``…).
 
     Example::
 
@@ -214,7 +219,7 @@ def rewrite(sql: str, replace: Callable[[TimeTravel], str]) -> tuple[str, list[T
     i = 0
     while i < len(toks):
         t = toks[i]
-        if t.kind != "identifier":
+        if t.kind != "identifier" and not (t.kind == "keyword" and t.text.lower() in tables):
             i += 1
             continue
         # A possibly qualified name: ident (. ident)*
@@ -244,5 +249,6 @@ def rewrite(sql: str, replace: Callable[[TimeTravel], str]) -> tuple[str, list[T
 
 
 def referenced_names(sql: str) -> set[str]:
-    """Lower-cased identifiers in ``sql`` (candidates for table names)."""
-    return {_unquote(t).lower() for t in tokenize(sql) if t.kind == "identifier"}
+    """Lower-cased identifiers and keywords in ``sql`` (candidates for table
+    names: a table may be called like a non-reserved keyword, ``data``)."""
+    return {_unquote(t).lower() for t in tokenize(sql) if t.kind in ("identifier", "keyword")}

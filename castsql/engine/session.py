@@ -28,7 +28,7 @@ import itertools
 import shutil
 import tempfile
 import weakref
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -38,11 +38,12 @@ import pyarrow as pa
 
 from castsql.engine import audit
 from castsql.engine.duck import configure_s3, load_httpfs, new_connection
-from castsql.engine.pushdown import TableRef, duck_value, table_refs
+from castsql.engine.guard import check_statement
+from castsql.engine.pushdown import Analysis, analyze, duck_value
 from castsql.engine.rewrite import TimeTravel, referenced_names, rewrite, tokenize
 from castsql.engine.safety import SafeModeError, check_read_only, lock_down
 from castsql.engine.views import Views, ident
-from castsql.errors import CastSQLError, TableNotFound, VersionNotFound
+from castsql.errors import CastSQLError, StorageError, TableNotFound, VersionNotFound
 from castsql.format import TableLog
 from castsql.format.layout import POINTER_KEY, manifest_key
 from castsql.format.manifest import parse_time
@@ -79,14 +80,13 @@ class Session:
         self.s3 = s3
         self._logs: dict[str, TableLog] = {}
         self._display: dict[str, str] = {}
-        self._latest: dict[str, int] = {}  # table -> version its plain view shows
-        self._pinned: set[str] = set()  # version views already created
-        # view name (lower) -> the snapshot it shows, for views whose files a query may prune
-        self._view_snaps: dict[str, Snapshot] = {}
+        # view name (lower) -> (table URI, version) it shows now
+        self._views_at: dict[str, tuple[str, int]] = {}
         # (view, version, predicates) -> view of the files they may match, None if every file
         self._pruned: OrderedDict[tuple, str | None] = OrderedDict()
         self._pruned_seq = itertools.count()
-        self._refs_cache: OrderedDict[str, list[TableRef]] = OrderedDict()
+        self._analyses: OrderedDict[str, Analysis | None] = OrderedDict()
+        self.skipped: list[str] = []  # sub-directories of opened warehouses that are not readable tables
         self._s3_ready = False
         self.uris: list[str] = []
         self.safe = False
@@ -106,7 +106,13 @@ class Session:
     # ------------------------------------------------------------ catalog
 
     def open(self, uri: str, name: str | None = None) -> list[str]:
-        """Add a table or every table of a warehouse; returns the names added."""
+        """Add a table or every table of a warehouse; returns the names added.
+
+        A warehouse's sub-directories that cannot be tables (a symbolic link
+        leading out of it, an unreadable entry) are skipped and listed in
+        ``skipped``; two tables whose names differ only in case cannot both be
+        queried (SQL names are case-insensitive) and are refused together.
+        """
         if self.safe:
             raise SafeModeError(f"safe mode: cannot open {uri}; tables are fixed when a safe session starts")
         storage = open_storage(uri, s3=self.s3)
@@ -118,15 +124,27 @@ class Session:
         else:
             found = {}
             for child in storage.list_dirs():
-                sub = storage.child(child)
-                if _is_table(sub):
-                    found[child] = sub
+                try:
+                    sub = storage.child(child)
+                    if _is_table(sub):
+                        found[child] = sub
+                except StorageError as e:
+                    self.skipped.append(f"{storage.uri(child)}: {e}")
             if not found:
                 raise TableNotFound(f"{storage.root}: neither a table nor a warehouse of tables")
+        by_lower: dict[str, list[str]] = {}
+        for n in [*self._display.values(), *found]:
+            by_lower.setdefault(n.lower(), []).append(n)
+        clash = [names for names in by_lower.values() if len(names) > 1]
+        if clash:
+            pairs = "; ".join(" and ".join(repr(n) for n in names) for names in clash)
+            raise TableNotFound(
+                f"{storage.root}: tables {pairs} differ only in case, and SQL names are case-insensitive; "
+                "open one of them directly (castsql URI/NAME)"
+            )
         for n, st in found.items():
             self._logs[n.lower()] = TableLog(st)
             self._display[n.lower()] = n
-            self._latest.pop(n.lower(), None)
         self.uris.append(storage.root)
         return list(found)
 
@@ -148,17 +166,17 @@ class Session:
 
     def refresh(self) -> None:
         """Forget cached state; the next query re-reads every table."""
-        self._latest.clear()
+        self._views_at.clear()
 
     # ------------------------------------------------------------ views
 
-    def _sync_latest(self, table: str) -> None:
-        key = table.lower()
-        snap = resolve(self._logs[key])
-        if self._latest.get(key) != snap.version:
-            self._create_view(self._display[key], snap, self._display[key])
-            self._latest[key] = snap.version
-        self._note_prunable(key, snap)
+    def _ensure_view(self, name: str, snap: Snapshot, table: str) -> None:
+        """The view ``name`` shows ``snap`` (created or replaced if it shows anything else)."""
+        at = (snap.table_uri, snap.version)
+        if self._views_at.get(name.lower()) != at:
+            self._views_at.pop(name.lower(), None)
+            self._create_view(name, snap, table)
+            self._views_at[name.lower()] = at
 
     def _create_view(self, name: str, snap: Snapshot, table: str, **kw: Any) -> None:
         try:
@@ -166,32 +184,24 @@ class Session:
         except duckdb.Error as e:
             raise QueryError(f"table {table} version {snap.version}: {_one_line(e)}") from None
 
-    def version_view(self, table: str, version: int) -> str:
-        """Name of a view of ``table`` at ``version`` (created on first use)."""
+    def _version_snapshot(self, table: str, version: int) -> tuple[str, Snapshot]:
+        """The view name of ``table`` at ``version`` and its snapshot; a collected version is refused."""
         log = self.log(table)
         disp = self._display[table.lower()]
-        name = f"{disp}@v{version}"
         # A version's rows never change, but GC can drop the version: the probe
         # (one existence check per time-travel query) refuses a collected
         # version in a long-lived session just as in a new one.
         try:
             snap = resolve(log, version, probe=True)
         except VersionNotFound as e:
-            self._pinned.discard(name)
             raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
-        if name not in self._pinned:
-            self._create_view(name, snap, disp)
-            self._pinned.add(name)
-        self._note_prunable(name.lower(), snap)
-        return name
+        return f"{disp}@v{version}", snap
 
-    def _note_prunable(self, view: str, snap: Snapshot) -> None:
-        if self._view_snaps.get(view) is snap:
-            return
-        if len(snap.files) > 1:
-            self._view_snaps[view] = snap
-        else:
-            self._view_snaps.pop(view, None)
+    def version_view(self, table: str, version: int) -> str:
+        """Name of a view of ``table`` at ``version`` (created on first use)."""
+        name, snap = self._version_snapshot(table, version)
+        self._ensure_view(name, snap, self._display[table.lower()])
+        return name
 
     def resolve_time(self, table: str, when: str | datetime) -> int:
         log = self.log(table)
@@ -204,74 +214,103 @@ class Session:
         except VersionNotFound as e:
             raise VersionNotFound(f"table {self._display[table.lower()]}: {str(e).split(': ', 1)[-1]}") from None
 
-    def _replace(self, ref: TimeTravel) -> str:
-        table = ref.name[-1]
-        version = ref.version if ref.version is not None else self.resolve_time(table, ref.timestamp or "")
-        return ident(self.version_view(table, version))
-
     def prepare(self, sql: str) -> str:
-        """``sql`` with time travel and audit calls rewritten, every view it needs in place."""
+        """``sql`` with time travel and audit calls rewritten, every view it needs in place.
+
+        Only the versions the statement reads are resolved: a table named only
+        with ``AS OF`` is never asked for its latest version, so an old version
+        reads even when the latest one is broken.
+        """
         if [t.word for t in tokenize(sql) if t.text != ";"] == ["SHOW", "TABLES"]:
             # The opened tables, not DuckDB's temp views (versions, pruned file sets).
             self.con.register(_TABLES_VIEW, pa.table({"name": pa.array(self.tables, pa.string())}))
             return f"SELECT name FROM {_TABLES_VIEW} ORDER BY name"
         sql = audit.rewrite_audit_calls(self, sql)
-        sql, _ = rewrite(sql, self._replace)
-        for name in referenced_names(sql):
-            if name in self._logs:
-                self._sync_latest(name)
-        return self._prune(sql)
+        wanted: dict[str, tuple[str, Snapshot, str]] = {}  # view (lower) -> (view, snapshot, table)
 
-    def _prune(self, sql: str) -> str:
+        def replace(ref: TimeTravel) -> str:
+            table = ref.name[-1]
+            version = ref.version if ref.version is not None else self.resolve_time(table, ref.timestamp or "")
+            name, snap = self._version_snapshot(table, version)
+            wanted[name.lower()] = (name, snap, self._display[table.lower()])
+            return ident(name)
+
+        sql, _ = rewrite(sql, replace, self._logs)
+        analysis = self._analyze(sql)
+        names = set(analysis.tables) if analysis is not None else referenced_names(sql)
+        for key in names:
+            if key in self._logs:
+                disp = self._display[key]
+                wanted[key] = (disp, resolve(self._logs[key]), disp)
+        sql, pruned = self._prune(sql, analysis, wanted)
+        for key, (name, snap, table) in wanted.items():
+            # Views every reference of which was swapped for a pruned one are not needed.
+            if analysis is None or pruned.get(key, 0) < analysis.tables.get(key, 1):
+                self._ensure_view(name, snap, table)
+        return sql
+
+    def _prune(
+        self, sql: str, analysis: Analysis | None, wanted: dict[str, tuple[str, Snapshot, str]]
+    ) -> tuple[str, Counter[str]]:
         """``sql`` reading, for each table reference bounded by comparisons in
         its WHERE, a view of only the files whose manifest min/max can match
-        (see :mod:`castsql.engine.pushdown`)."""
-        if not self._view_snaps:
-            return sql
-        # EXPLAIN [ANALYZE] shows the plan of the statement as it will run.
+        (see :mod:`castsql.engine.pushdown`); and how many references of each
+        view were swapped."""
+        done: Counter[str] = Counter()
+        if analysis is None or not analysis.refs:
+            return sql, done
+        edits: list[tuple[int, bool, str]] = []
+        for ref in analysis.refs:
+            entry = wanted.get(ref.name)
+            if entry is None or len(entry[1].files) <= 1:
+                continue
+            _, snap, table = entry
+            preds = self._predicates(snap, ref.conditions)
+            if not preds:
+                continue
+            view = self._view_for(entry[0], snap, tuple(preds), table)
+            if view is not None:
+                edits.append((ref.location, ref.has_alias, view))
+        if not edits:
+            return sql, done
+        return _replace_names(sql, edits, done)
+
+    def _predicates(self, snap: Snapshot, conditions: list) -> list[Predicate]:
+        columns = {c.name.lower(): c for c in snap.schema.columns}
+        preds = []
+        for col, op, value, vtype in conditions:
+            c = columns.get(col)
+            v = None if c is None else duck_value(self.con, value, vtype, c.type)
+            if v is not None:
+                preds.append(Predicate(c.name, op, v))
+        return preds
+
+    def _analyze(self, sql: str) -> Analysis | None:
+        # The parse (~0.3 ms) depends on the text alone: repeated queries skip it.
+        # EXPLAIN [ANALYZE] shows the plan of the statement as it will run, so
+        # the statement after it is analysed, at its own offset.
+        if sql in self._analyses:
+            self._analyses.move_to_end(sql)
+            return self._analyses[sql]
         toks = tokenize(sql)
-        if not any(t.word == "WHERE" for t in toks):
-            return sql
         skip = 0
         while skip < len(toks) and toks[skip].word in ("EXPLAIN", "ANALYZE"):
             skip += 1
         offset = toks[skip].start if 0 < skip < len(toks) else 0
-        shift = len(sql[:offset].encode())
-        edits: list[tuple[int, bool, str]] = []
-        for ref in self._table_refs(sql[offset:]):
-            snap = self._view_snaps.get(ref.name)
-            if snap is None:
-                continue
-            columns = {c.name.lower(): c for c in snap.schema.columns}
-            preds = []
-            for col, op, value, vtype in ref.conditions:
-                c = columns.get(col)
-                v = None if c is None else duck_value(self.con, value, vtype, c.type)
-                if v is not None:
-                    preds.append(Predicate(c.name, op, v))
-            if not preds:
-                continue
-            view = self._view_for(ref.name, snap, tuple(preds))
-            if view is not None:
-                edits.append((ref.location + shift, ref.has_alias, view))
-        return _replace_names(sql, edits) if edits else sql
+        a = analyze(self.con, sql[offset:])
+        if a is not None and offset:
+            shift = len(sql[:offset].encode())
+            for r in a.refs:
+                r.location += shift
+        self._analyses[sql] = a
+        while len(self._analyses) > 256:
+            self._analyses.popitem(last=False)
+        return a
 
-    def _table_refs(self, sql: str) -> list[TableRef]:
-        # The parse (~0.3 ms) depends on the text alone: repeated queries skip it.
-        refs = self._refs_cache.get(sql)
-        if refs is None:
-            refs = table_refs(self.con, sql)
-            self._refs_cache[sql] = refs
-            while len(self._refs_cache) > 256:
-                self._refs_cache.popitem(last=False)
-        else:
-            self._refs_cache.move_to_end(sql)
-        return refs
-
-    def _view_for(self, view: str, snap: Snapshot, preds: tuple[Predicate, ...]) -> str | None:
+    def _view_for(self, view: str, snap: Snapshot, preds: tuple[Predicate, ...], table: str) -> str | None:
         """The view of ``snap``'s files that ``preds`` may match, or None if that is every file.
         Remembered per predicate set: pruning 100,000 files takes ~60 ms."""
-        key = (view, snap.version, preds)
+        key = (view.lower(), snap.table_uri, snap.version, preds)
         if key in self._pruned:
             self._pruned.move_to_end(key)
             return self._pruned[key]
@@ -285,7 +324,7 @@ class Session:
         if len(files) < len(snap.files) and not any(f.has_deletes for f in files):
             name = f"{view}#p{next(self._pruned_seq)}"
             sub = Snapshot(snap.table_uri, snap.version, snap.manifest, files, snap.primary_key)
-            self._create_view(name, sub, view)
+            self._create_view(name, sub, table)
         self._pruned[key] = name
         while len(self._pruned) > _PRUNED_VIEWS:
             _, old = self._pruned.popitem(last=False)
@@ -296,6 +335,7 @@ class Session:
     # ------------------------------------------------------------ queries
 
     def _run(self, sql: str) -> duckdb.DuckDBPyRelation | None:
+        check_statement(sql, private_paths=(self._workdir,))
         prepared = self.prepare(sql)
         try:
             if self.safe:
@@ -354,8 +394,12 @@ class Session:
         for c in list(columns or []) + [p.column for p in preds]:
             if c not in names:
                 raise CastSQLError(f"table {table}: no column {c!r} (columns: {', '.join(names)})")
-        view = f"{self._display[table.lower()]}@scan"
-        self._create_view(view, snap, table, predicates=preds)
+        disp = self._display[table.lower()]
+        name = disp if version is None else f"{disp}@v{snap.version}"
+        view = self._view_for(name, snap, tuple(preds), disp) if preds and len(snap.files) > 1 else None
+        if view is None:
+            self._ensure_view(name, snap, disp)
+            view = name
         cols = ", ".join(ident(c) for c in columns) if columns else "*"
         where = " AND ".join(f"{ident(p.column)} {p.op} ?" for p in preds)
         q = f"SELECT {cols} FROM {ident(view)}" + (f" WHERE {where}" if where else "")
@@ -387,20 +431,22 @@ _TABLES_VIEW = "__castsql_tables"
 _PRUNED_VIEWS = 64  # pruning results (and their views) kept per session
 
 
-def _replace_names(sql: str, edits: list[tuple[int, bool, str]]) -> str:
+def _replace_names(sql: str, edits: list[tuple[int, bool, str]], done: Counter[str]) -> tuple[str, Counter[str]]:
     """Replace the table name token at each byte offset with a view name,
-    keeping the old name as the alias when the query gave none."""
+    keeping the old name as the alias when the query gave none; counts in
+    ``done`` the references replaced, by the name they had (lower-cased)."""
     starts = {t.start: t for t in tokenize(sql)}
     raw = sql.encode()
     out, pos = [], 0
     for loc, has_alias, view in sorted(edits):
         at = loc if sql.isascii() else len(raw[:loc].decode(errors="replace"))
         tok = starts.get(at)
-        if tok is None or tok.kind != "identifier":
+        if tok is None or tok.kind not in ("identifier", "keyword"):
             continue  # not where DuckDB said: leave this reference unpruned
         out += [sql[pos : tok.start], ident(view) + ("" if has_alias else f" AS {tok.text}")]
+        done[(tok.text[1:-1].replace('""', '"') if tok.text.startswith('"') else tok.text).lower()] += 1
         pos = tok.end
-    return "".join(out) + sql[pos:]
+    return "".join(out) + sql[pos:], done
 
 
 def _one_line(e: Exception) -> str:

@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from castsql.errors import FormatError
-from castsql.storage.base import is_normal_key
+from castsql.storage.base import is_normal_key, key_problem
 
 POINTER_KEY = "_latest_manifest"
 MANIFEST_DIR = "manifest"
@@ -49,8 +49,9 @@ def to_table_key(path: str, table_root: str, *, what: str) -> str:
 
     Manifests written by CastSQL hold relative keys; the seed's manifests hold
     full URIs (``s3://bucket/table/data/…``). Both are accepted, but the object
-    must lie inside the table root: a manifest cannot make a reader open
-    arbitrary files or URLs.
+    must lie inside the table root and its key must be plain (no query string,
+    glob or control characters, see :func:`castsql.storage.base.key_problem`):
+    a manifest cannot make a reader open arbitrary files or URLs.
     """
     if is_normal_key(path):  # "://" contains "//": URLs take the full path below
         return path  # already a normalised relative key: the common case, kept cheap
@@ -66,6 +67,9 @@ def to_table_key(path: str, table_root: str, *, what: str) -> str:
         key = full[len(root) + 1 :]
     else:
         key = path
+    problem = key_problem(key)
+    if problem is not None:
+        raise FormatError(f"{what} {path!r} is not a plain object key: it {problem}")
     norm = posixpath.normpath(key)
     if norm.startswith("../") or norm == ".." or norm.startswith("/") or norm == ".":
         raise FormatError(f"{what} {path!r} lies outside the table root {table_root}")

@@ -41,6 +41,7 @@ import pyarrow as pa
 from castsql.errors import CommitConflict, FormatError, TableExists, TableNotFound, VersionNotFound
 from castsql.format.change import Change
 from castsql.format.files import FileIndex
+from castsql.format.jsonio import load_json
 from castsql.format.layout import (
     MANIFEST_DIR,
     POINTER_KEY,
@@ -82,10 +83,7 @@ def default_writer_id() -> str:
 
 
 def parse_pointer(data: bytes, where: str) -> int:
-    try:
-        obj = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{where}: pointer is not valid JSON ({e})") from None
+    obj = load_json(data, where, "pointer")
     v = obj.get("version") if isinstance(obj, dict) else None
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
         raise FormatError(f'{where}: pointer must be {{"version": <non-negative integer>}}, got {data[:80]!r}')
@@ -178,9 +176,7 @@ class TableLog:
         key = manifest_key(version)
         data = self.storage.get(key)
         with no_gc():  # a 100,000-file manifest is millions of small objects: see no_gc
-            m = parse_manifest(data, self.storage.uri(key))
-        if m.version != version:
-            raise FormatError(f"{self.storage.uri(key)}: holds version {m.version}, expected {version}")
+            m = parse_manifest(data, self.storage.uri(key), expected_version=version)
         with self._lock:
             self._manifests[version] = m
             while len(self._manifests) > 64:
@@ -252,25 +248,27 @@ class TableLog:
             return self._read_manifest(version)
         except ObjectNotFound:
             pass
-        latest = self.latest()
-        if version > latest.version:
-            raise VersionNotFound(
-                f"{self.storage.root}: version {version} does not exist (latest is {latest.version})"
-            ) from None
-        oldest = min(self.versions(), default=latest.version)
+        # Listing, not the pointer: a version is told apart from a collected one
+        # even when the latest version is unreadable (audits of old versions
+        # must keep working exactly then).
+        kept = self.versions()
+        if not kept or version > kept[-1]:
+            latest = f" (latest is {kept[-1]})" if kept else ""
+            raise VersionNotFound(f"{self.storage.root}: version {version} does not exist{latest}") from None
         raise VersionNotFound(
-            f"{self.storage.root}: version {version} was garbage-collected (oldest kept is {oldest})"
+            f"{self.storage.root}: version {version} was garbage-collected (oldest kept is {kept[0]})"
         ) from None
 
     def versions(self) -> list[int]:
-        """Committed versions whose manifests are still kept, ascending."""
-        latest = self.latest().version
-        vs = sorted(
-            v
-            for info in self.storage.list(MANIFEST_DIR + "/")
-            if (v := manifest_version(info.key)) is not None and v <= latest
+        """Committed versions whose manifests are still kept, ascending.
+
+        A manifest that exists is committed (the create-only put is the commit
+        point), so this is a listing of ``manifest/`` alone: it needs neither
+        the pointer nor the latest manifest to be readable.
+        """
+        return sorted(
+            v for info in self.storage.list(MANIFEST_DIR + "/") if (v := manifest_version(info.key)) is not None
         )
-        return vs
 
     def history(self) -> list[Manifest]:
         """Every kept version's manifest, oldest first."""

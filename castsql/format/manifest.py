@@ -19,7 +19,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from castsql.errors import FormatError
+from castsql.format.jsonio import load_json
 from castsql.format.schema import Schema
+from castsql.storage.base import is_normal_key, key_problem
 
 FORMAT_VERSION = 1
 
@@ -177,12 +179,13 @@ class Manifest:
         return json.dumps(self.to_json(), separators=(",", ":"), allow_nan=False).encode()
 
 
-def parse_manifest(data: bytes, where: str) -> Manifest:
-    """Parse and validate a manifest; ``where`` names it in errors."""
-    try:
-        obj = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{where}: manifest is not valid JSON ({e})") from None
+def parse_manifest(data: bytes, where: str, *, expected_version: int | None = None) -> Manifest:
+    """Parse and validate a manifest; ``where`` names it in errors.
+
+    ``expected_version`` is the version its key names: a manifest holding
+    another version is refused before anything else is checked.
+    """
+    obj = load_json(data, where, "manifest")
     if not isinstance(obj, dict):
         raise FormatError(f"{where}: manifest must be a JSON object")
     fv = obj.get("format_version", FORMAT_VERSION)
@@ -194,6 +197,8 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
     version = obj["version"]
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise FormatError(f"{where}: 'version' must be a non-negative integer, got {version!r}")
+    if expected_version is not None and version != expected_version:
+        raise FormatError(f"{where}: holds version {version}, but its key names version {expected_version}")
     previous = obj.get("previous")
     if previous is not None and (not isinstance(previous, int) or isinstance(previous, bool) or previous >= version):
         raise FormatError(f"{where}: 'previous' must be an integer below version {version}, got {previous!r}")
@@ -213,6 +218,10 @@ def parse_manifest(data: bytes, where: str) -> Manifest:
     tombs = obj["tombstones"]
     if not isinstance(tombs, list) or not all(isinstance(t, str) and t for t in tombs):
         raise FormatError(f"{where}: 'tombstones' must be a list of paths")
+    for kind, paths in (("data file", (f.path for f in files)), ("tombstone", tombs)):
+        for p in paths:
+            if not is_normal_key(p) and (problem := key_problem(p)) is not None:
+                raise FormatError(f"{where}: {kind} {p!r} is not a plain object key: it {problem}")
     pk = obj.get("primary_key")
     if pk is not None and (not isinstance(pk, str) or schema.column(pk) is None):
         raise FormatError(f"{where}: primary_key {pk!r} is not a column of the schema")

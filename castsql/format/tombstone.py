@@ -25,6 +25,8 @@ from typing import Any
 from pyroaring import BitMap
 
 from castsql.errors import FormatError
+from castsql.format.jsonio import loads_text
+from castsql.storage.base import key_problem
 
 # Below this many positions a JSON list is as small as a bitmap and readable by eye.
 _LIST_MAX = 32
@@ -69,6 +71,8 @@ def parse_record(obj: Any, where: str) -> TombstoneRecord:
     f = obj.get("file")
     if not isinstance(f, str) or not f:
         raise FormatError(f"{where}: tombstone has no 'file'")
+    if (problem := key_problem(f)) is not None:
+        raise FormatError(f"{where}: 'file' {f!r} is not a plain object key: it {problem}")
     keys = set(obj) - {"file"}
     rg = obj.get("row_group")
     if "row_group" in obj and not _nonneg_int(rg):
@@ -106,10 +110,7 @@ def parse_tombstones(data: bytes, where: str) -> list[TombstoneRecord]:
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise FormatError(f"{where}: line {n} is not valid JSON ({e.msg})") from None
+        obj = loads_text(line, where, f"line {n}")
         out.append(parse_record(obj, f"{where}: line {n}"))
     return out
 

@@ -15,52 +15,65 @@ Example::
     b'hi'
     >>> st.put_if_absent("hello.txt", b"again")   # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    castsql.storage.base.PreconditionFailed: .../hello.txt: object already exists
+    castsql.errors.PreconditionFailed: .../hello.txt: object already exists
 """
 
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from castsql.errors import CastSQLError
+from castsql.errors import ObjectNotFound, PreconditionFailed, StorageError
+
+__all__ = [
+    "ObjectInfo",
+    "ObjectNotFound",
+    "PreconditionFailed",
+    "Storage",
+    "StorageError",
+    "is_normal_key",
+    "key_problem",
+]
+
+# Characters a table's object key may not hold. Readers hand keys to DuckDB,
+# which expands glob characters and honours a URL's query string (one
+# ``?s3_endpoint=`` sends the signed request, credentials and all, to another
+# host), so keys must be plain: no query or fragment, no glob, no escapes, no
+# control characters or NUL.
+_NOT_PLAIN = re.compile(r"[?#*\[\]{}\\\x00-\x1f\x7f]")
+
+
+def key_problem(key: str) -> str | None:
+    """Why ``key`` is not a plain object key, or None if it is.
+
+    >>> key_problem("data/a.parquet"), key_problem("data/a.parquet?s3_endpoint=evil")
+    (None, "holds '?' (keys may not hold ? # * [ ] { } \\\\ or control characters)")
+    """
+    m = _NOT_PLAIN.search(key)
+    if m is None:
+        return None
+    return f"holds {m.group(0)!r} (keys may not hold ? # * [ ] {{ }} \\ or control characters)"
 
 
 def is_normal_key(key: str) -> bool:
-    """True for a key that needs no normalising: relative, no ``.``/``..`` or
-    empty segment, no trailing ``/`` (names starting with ``.`` take the slow,
-    exact path too). Checked without touching the file system.
+    """True for a plain key that needs no normalising: relative, no ``.``/``..``
+    or empty segment, no trailing ``/`` (names starting with ``.`` take the
+    slow, exact path too), none of the characters :func:`key_problem` refuses.
+    Checked without touching the file system.
 
-    >>> is_normal_key("data/2026/a.parquet"), is_normal_key("data/../x"), is_normal_key("/abs")
-    (True, False, False)
+    >>> is_normal_key("data/2026/a.parquet"), is_normal_key("data/../x"), is_normal_key("/abs"), is_normal_key("a*")
+    (True, False, False, False)
     """
-    return bool(key) and key[0] not in "/." and key[-1] != "/" and "/." not in key and "//" not in key
-
-
-class StorageError(CastSQLError):
-    """A storage operation failed for a reason other than a lost race."""
-
-
-class ObjectNotFound(StorageError, FileNotFoundError):
-    """The key does not exist."""
-
-    def __init__(self, uri: str) -> None:
-        super().__init__(f"{uri}: object not found")
-        self.uri = uri
-
-
-class PreconditionFailed(StorageError):
-    """A conditional write lost: the object exists (create-only) or changed (CAS).
-
-    S3 answers 412 for both, 409 for concurrent conditional writes, and 404 for
-    an ``If-Match`` on a missing key; callers treat all of them as "lost the
-    race, re-read and retry".
-    """
-
-    def __init__(self, uri: str, reason: str) -> None:
-        super().__init__(f"{uri}: {reason}")
-        self.uri = uri
+    return (
+        bool(key)
+        and key[0] not in "/."
+        and key[-1] != "/"
+        and "/." not in key
+        and "//" not in key
+        and _NOT_PLAIN.search(key) is None
+    )
 
 
 @dataclass(frozen=True)
