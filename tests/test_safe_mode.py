@@ -100,3 +100,111 @@ def test_credentials_never_appear_in_errors(s3_server, s3_root):
         s.sql("SELECT * FROM events")
     assert s3_server.config.secret not in str(e.value)
     assert s3_server.config.secret not in repr(s3_server.config)
+
+
+# ---------------------------------------------------------------- escapes found by hand (issue 11)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM read_text('{root}/' || '_latest_manifest')",  # a path not written out
+        "SELECT * FROM read_text((SELECT '/etc/passwd'))",
+        "SELECT * FROM read_text(getvariable('p'))",
+    ],
+)
+def test_table_function_arguments_must_be_literals(safe, events, sql):
+    with pytest.raises(SafeModeError, match="must be literals"):
+        safe.sql(sql.format(root=events.log.uri))
+
+
+def test_duckdb_temp_directory_is_not_readable(safe, tmp_path, monkeypatch):
+    # DuckDB allows its temporary directory (.tmp/ under the current one) in every mode.
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "secret.csv").write_text("secret\n42\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CastSQLError, match=r"(?i)permission|not allowed"):
+        safe.sql("SELECT * FROM read_csv('.tmp/secret.csv')")
+    with pytest.raises(CastSQLError, match=r"(?i)permission|not allowed"):
+        safe.sql(f"SELECT * FROM read_csv('{tmp_path}/.tmp/secret.csv')")
+
+
+@pytest.mark.parametrize("path", ["s3://b/t/../other/_latest_manifest", "s3://b/t/./x", "s3://b/t/%2e%2e/x"])
+def test_dot_segments_in_urls_are_refused(safe, path):
+    with pytest.raises(SafeModeError, match="path segment"):
+        safe.sql(f"SELECT * FROM read_text('{path}')")
+    with pytest.raises(SafeModeError, match="path segment"):
+        safe.sql(f"SELECT * FROM '{path}'")
+
+
+# ---------------------------------------------------------------- the shell's meta-commands in --safe
+
+SHELL_ESCAPES = [
+    (".open {outside}", ".open is not allowed"),
+    (".open --add {outside}", ".open is not allowed"),
+    (".once {root}/_latest_manifest", ".once is not allowed"),
+    (".output {outside}/out.csv", ".output FILE is not allowed"),
+    (".read /etc/passwd", ".read is not allowed"),
+]
+
+
+def _shell(args, env, stdin=""):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "castsql.cli", *args], input=stdin, capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+@pytest.mark.parametrize(("line", "message"), SHELL_ESCAPES)
+def test_safe_shell_refuses_meta_commands_that_touch_files(tmp_path, shell_env, line, message):
+    from tables import build_events
+
+    from castsql.storage import open_storage
+
+    root = tmp_path / "events"
+    build_events(open_storage(str(root)))
+    (tmp_path / "outside").mkdir()
+    pq.write_table(pa.table({"secret": [42]}), tmp_path / "outside" / "other.parquet")
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    line = line.format(root=root, outside=tmp_path / "outside")
+    script = f"{line}\nSELECT count(*) AS n FROM events;\nSELECT * FROM read_text('/etc/passwd');\n"
+    r = _shell([str(root), "--safe", "-c", script], shell_env)
+    assert r.returncode == 1
+    assert r.stdout == ""  # stopped at the first line: nothing ran after it
+    assert message in r.stderr and "Traceback" not in r.stderr and "root:" not in r.stderr
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "outside" / "out.csv").exists()
+
+
+def test_safe_shell_refuses_them_interactively_too(tmp_path, shell_env):
+    import pexpect
+    from tables import build_events
+    from test_shell_pty import Shell
+
+    from castsql.storage import open_storage
+
+    root = tmp_path / "events"
+    build_events(open_storage(str(root)))
+    before = (root / "_latest_manifest").read_bytes()
+    sh = Shell([str(root), "--safe"], shell_env)
+    try:
+        for line, message in SHELL_ESCAPES:
+            out = sh.run(line.format(root=root, outside=tmp_path))
+            assert message in out, (line, out)
+        out = sh.run("SELECT count(*) AS n FROM events;")
+        assert "1896" in out
+        out = sh.run("SELECT * FROM read_text('/etc/passwd');")
+        assert "root:" not in out and "Error" in out
+        sh.child.sendeof()
+        sh.child.expect(pexpect.EOF)
+    finally:
+        sh.close()
+    assert (root / "_latest_manifest").read_bytes() == before
+
+
+def test_read_refuses_devices_in_every_mode(shell_warehouse, shell_env):
+    r = _shell([shell_warehouse, "-c", ".read /dev/zero"], shell_env)
+    assert r.returncode == 1
+    assert r.stderr.strip() == "Error: cannot read /dev/zero: not a regular file"

@@ -100,7 +100,8 @@ class Session:
         if not self._s3_ready:
             load_httpfs(self.con)  # extensions cannot be loaded once locked
         self.views.lake  # noqa: B018 - attach DuckLake while that is still allowed
-        lock_down(self.con, [*self.uris, self._workdir])
+        temp = f"{self._workdir}/duckdb-tmp"
+        lock_down(self.con, [*self.uris, self._workdir], temp)
         self.safe = True
 
     # ------------------------------------------------------------ catalog

@@ -44,7 +44,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=MODES,
         help="output mode (default: box on a terminal, csv when output is piped or redirected)",
     )
-    p.add_argument("--safe", action="store_true", help="safe mode (accepted now, enforced by a later release)")
+    p.add_argument(
+        "--safe",
+        action="store_true",
+        help="safe mode: queries only read the opened tables (no other file, URL, write, install or setting); "
+        ".open, .read, .output FILE and .once are refused",
+    )
     p.add_argument("--no-banner", action="store_true", help="do not print the start-up banner")
     return p
 

@@ -104,9 +104,7 @@ class Shell:
         self._stdout = stdout
         self._stderr = stderr
         self.interactive = interactive
-        # --safe is accepted and kept here; enforcing it (read-only SQL, no file
-        # access) belongs to a later change of the engine and meta-commands.
-        self.safe = safe
+        self._safe = safe
         self.exit_requested = False
         self.cancelled = False  # a command was cancelled with Ctrl-C (scripts then exit with 130)
         self.output_path: str | None = None
@@ -120,6 +118,17 @@ class Shell:
             spinner=self.stderr if interactive and self.stderr.isatty() else None,
         )
         self._configure(session)
+
+    @property
+    def safe(self) -> bool:
+        """Safe mode (``--safe``): the session reads its tables and nothing else,
+        and no meta-command reads or writes a file or opens other tables."""
+        return self._safe or self.session.safe
+
+    def refuse_in_safe_mode(self, what: str) -> None:
+        """Raise ShellError for ``what`` (a meta-command) when in safe mode."""
+        if self.safe:
+            raise ShellError(f"safe mode: {what} is not allowed (safe mode reads the opened tables and nothing else)")
 
     # ------------------------------------------------------------ streams
 

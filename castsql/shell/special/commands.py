@@ -5,6 +5,7 @@ arguments."""
 from __future__ import annotations
 
 import os
+import stat
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -175,6 +176,7 @@ def diff(shell: Shell, args: list[str]) -> pa.Table:
     threaded=True,
 )
 def open_(shell: Shell, args: list[str]) -> None:
+    shell.refuse_in_safe_mode(".open")
     add = args[0] == "--add"
     if add:
         if len(args) != 2:
@@ -251,11 +253,14 @@ def maxrows(shell: Shell, args: list[str]) -> None:
     ".output", ".output [FILE]", "write results to FILE from now on; without FILE, back to the screen", args=("path",)
 )
 def output(shell: Shell, args: list[str]) -> None:
+    if args:
+        shell.refuse_in_safe_mode(".output FILE")
     shell.set_output(args[0] if args else None)
 
 
 @meta_command(".once", ".once FILE", "write the next result to FILE", args=("path",), min_args=1)
 def once(shell: Shell, args: list[str]) -> None:
+    shell.refuse_in_safe_mode(".once")
     shell.set_output(args[0], once=True)
 
 
@@ -267,6 +272,7 @@ def once(shell: Shell, args: list[str]) -> None:
     min_args=1,
 )
 def read(shell: Shell, args: list[str]) -> None:
+    shell.refuse_in_safe_mode(".read")
     path = os.path.expanduser(args[0])
     if shell.read_depth >= MAX_READ_DEPTH:
         raise ShellError(f".read nested more than {MAX_READ_DEPTH} deep (does {args[0]} read itself?)")
@@ -274,6 +280,11 @@ def read(shell: Shell, args: list[str]) -> None:
         f = open(path, encoding="utf-8")  # noqa: SIM115 - closed below, after a possibly long run
     except OSError as e:
         raise ShellError(f"cannot read {args[0]}: {e.strerror or e}") from None
+    # A device or a pipe (/dev/zero, /dev/stdin) never ends, or holds no lines:
+    # reading it would grow memory without bound.
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        raise ShellError(f"cannot read {args[0]}: not a regular file")
     shell.read_depth += 1
     try:
         with f:
