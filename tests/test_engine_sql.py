@@ -132,3 +132,96 @@ def test_garbage_collected_version(session, events, storage):
     storage.child("events").delete("manifest/v00000001.json")
     with pytest.raises(VersionNotFound, match=r"table events: version 1 was garbage-collected \(oldest kept is 0\)"):
         session.sql("SELECT * FROM events AS OF VERSION 1")
+
+
+# ---------------------------------------------------------------- a broken latest version (issue 11.8)
+
+
+def _break(events, how: str) -> str:
+    """Break the latest version of ``events`` in one way; returns what the error must name."""
+    from pyroaring import BitMap
+
+    from castsql.format import PositionDelete
+    from castsql.format.layout import POINTER_KEY, manifest_key
+
+    st = events.log.storage
+    if how == "pointer":
+        st.put(POINTER_KEY, b"\xff\xfe garbage")
+        return "_latest_manifest"
+    if how == "manifest":
+        st.put_if_absent(manifest_key(7), b'{"version": 7, "previous": 6, "schema": {')
+        return "v00000007.json"
+    if how == "tombstone":
+        f = events.log.manifest(6).data_files[0]
+        m = events.log.delete([PositionDelete(f.name, None, BitMap([1]))])
+        st.delete(m.tombstones[-1])
+        return "tombstone file is missing"
+    assert how == "data file"
+    m = events.log.manifest(6)
+    new = next(f for f in m.data_files if f.path not in {g.path for g in events.log.manifest(5).data_files})
+    st.delete(new.path)
+    return new.path.rsplit("/", 1)[-1]
+
+
+@pytest.mark.parametrize("how", ["pointer", "manifest", "tombstone", "data file"])
+def test_a_broken_latest_version_does_not_block_older_ones(events, s3_config, how):
+    named = _break(events, how)
+    with Session(events.log.uri, s3=s3_config) as s:
+        with pytest.raises(CastSQLError, match=named):
+            s.sql("SELECT count(*) FROM events")
+        for v in (1, 3, 5):
+            assert ids(s.sql(f"SELECT id FROM events AS OF VERSION {v}")) == events.live[v]
+            assert ids(s.sql(f"SELECT events.id FROM events AS OF VERSION {v} WHERE events.id >= 0")) == events.live[v]
+        both = s.sql("SELECT count(*) AS n FROM events AS OF VERSION 2 a JOIN events AS OF VERSION 5 b USING (id)")
+        assert both["n"][0].as_py() == len(events.live[2] & events.live[5])
+        assert s.sql("SELECT count(*) AS n FROM table_changes('events', 2, 5)")["n"][0].as_py() == 204
+        h = s.sql("SELECT version, live_rows, error FROM table_history('events') ORDER BY version").to_pylist()
+    good = [r for r in h if r["error"] is None]
+    assert [(r["version"], r["live_rows"]) for r in good][:6] == [(v, len(events.live[v])) for v in range(6)]
+    if how in ("manifest", "tombstone"):
+        assert named in h[-1]["error"] and h[-1]["version"] == 7
+
+
+@pytest.mark.parametrize("name", ["data", "source", "name", "type", "value", "year"])
+def test_tables_named_like_keywords_need_no_quotes(tmp_path, name):
+    st = open_storage_local(tmp_path / "wh" / name)
+    log = TableLog.create(st, SCHEMA, primary_key="id")
+    log.append(write_data_files(st, rows(0, 10)))
+    log.append(write_data_files(st, rows(10, 30)))
+    with Session(str(tmp_path / "wh")) as s:
+        assert s.sql(f"SELECT count(*) AS n FROM {name}")["n"][0].as_py() == 30
+        assert s.sql(f"SELECT count(*) AS n FROM {name} AS OF VERSION 1")["n"][0].as_py() == 10
+        assert s.sql(f"SELECT count(*) AS n FROM {name} VERSION AS OF 1 WHERE id > 4")["n"][0].as_py() == 5
+        got = s.sql(f"SELECT count(*) AS n FROM {name} AS OF VERSION 2 a JOIN {name} AS OF VERSION 1 b USING (id)")
+        assert got["n"][0].as_py() == 10
+        assert s.sql(f"SELECT count(*) AS n FROM {name} WHERE id >= 10")["n"][0].as_py() == 20
+
+
+def test_two_tables_differing_only_in_case_are_refused_by_name(tmp_path):
+    for name in ("events", "Events", "users"):
+        st = open_storage_local(tmp_path / "wh" / name)
+        TableLog.create(st, SCHEMA)
+    with pytest.raises(TableNotFound, match=r"'Events' and 'events' differ only in case"):
+        Session(str(tmp_path / "wh"))
+    with Session(str(tmp_path / "wh" / "Events")) as s:  # one of them, opened directly
+        assert s.tables == ["Events"]
+
+
+def test_a_symlink_leading_out_of_a_warehouse_is_skipped_not_fatal(tmp_path):
+    import os
+
+    st = open_storage_local(tmp_path / "wh" / "events")
+    TableLog.create(st, SCHEMA).append(write_data_files(st, rows(0, 5)))
+    other = open_storage_local(tmp_path / "elsewhere" / "secret")
+    TableLog.create(other, SCHEMA)
+    os.symlink(tmp_path / "elsewhere" / "secret", tmp_path / "wh" / "secret")
+    with Session(str(tmp_path / "wh")) as s:
+        assert s.tables == ["events"]
+        assert len(s.skipped) == 1 and "secret" in s.skipped[0] and "escapes" in s.skipped[0]
+        assert s.sql("SELECT count(*) AS n FROM events")["n"][0].as_py() == 5
+
+
+def open_storage_local(path):
+    from castsql.storage import open_storage
+
+    return open_storage(str(path))

@@ -175,3 +175,26 @@ def test_quit_words(run: Run) -> None:
         run.shell.exit_requested = False
         ok, _, _ = run(word, "SELECT 1;")
         assert ok and run.shell.exit_requested
+
+
+def test_control_characters_in_names_never_reach_the_terminal(tmp_path) -> None:
+    """A directory name can hold escape sequences (retitle, clear, recolour the
+    terminal): the banner, meta-commands and error lines show them escaped."""
+    from castsql.shell.banner import banner_text
+
+    evil = "ev\x1b]0;pwned\x07\x1b[2J"
+    st = open_storage(str(tmp_path / "wh" / evil))
+    log = TableLog.create(st, pa.schema([("id", pa.int64())]))
+    log.append(write_data_files(st, pa.table({"id": [1]})))
+    r = Run(str(tmp_path / "wh"), mode="box")
+    try:
+        r.shell.say(banner_text(r.shell.session))
+        for line in (".tables", ".schema", ".history", f'SELECT * FROM "{evil}" AS OF VERSION 7;', ".refresh"):
+            r(line)
+        out, err = r.out.getvalue(), r.err.getvalue()
+    finally:
+        r.shell.close()
+    for text in (out, err):
+        assert "\x1b" not in text and "\x07" not in text
+    assert "ev\\x1b]0;pwned\\x07\\x1b[2J" in out
+    assert "version 7 does not exist" in err

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import duckdb
 import pyarrow as pa
 
 from castsql.engine.rewrite import tokenize
@@ -46,6 +47,7 @@ HISTORY_SCHEMA = pa.schema(
         ("rows_added", pa.int64()),
         ("rows_deleted", pa.int64()),
         ("live_rows", pa.int64()),
+        ("error", pa.string()),  # why this version cannot be read; NULL when it can
     ]
 )
 
@@ -82,11 +84,33 @@ def history(session: Session, table: str) -> pa.Table:
     rows = []
     prev: Snapshot | None = None
     prev_live = 0
-    for m in log.history():
-        snap = resolve(log, m.version)
+    # Versions come from the listing, and each is read on its own: a broken
+    # version (latest or not) gets a row saying what is wrong, and the others
+    # still read (audits of old versions matter most when the latest is broken).
+    for v in log.versions():
+        try:
+            m = log.manifest(v)
+        except CastSQLError as e:
+            rows.append({"version": v, "error": str(e)})
+            prev = None
+            continue
+        row = {
+            "version": m.version,
+            "committed_at": m.created_at,
+            "operation": m.operation,
+            "writer": m.writer,
+            "data_files": len(m.data_files),
+            "tombstone_files": len(m.tombstones),
+        }
+        try:
+            snap = resolve(log, m.version)
+            live = live_rows(session, table, snap)
+        except (CastSQLError, duckdb.Error) as e:
+            rows.append({**row, "error": str(e).splitlines()[0]})
+            prev = None
+            continue
         keys = {f.key for f in snap.files}
         all_keys = {f.path for f in m.data_files}
-        live = live_rows(session, table, snap)
         if prev is None or prev.version != m.version - 1:
             added_files = removed_files = None
             rows_added = rows_deleted = None
@@ -102,12 +126,7 @@ def history(session: Session, table: str) -> pa.Table:
                 rows_deleted = prev_live + rows_added - live
         rows.append(
             {
-                "version": m.version,
-                "committed_at": m.created_at,
-                "operation": m.operation,
-                "writer": m.writer,
-                "data_files": len(m.data_files),
-                "tombstone_files": len(m.tombstones),
+                **row,
                 "files_added": added_files,
                 "files_removed": removed_files,
                 "rows_added": rows_added,
@@ -121,16 +140,15 @@ def history(session: Session, table: str) -> pa.Table:
 
 def changes(session: Session, table: str, start: int, end: int | None = None) -> pa.Table:
     log = session.log(table)
-    latest = log.latest_version()
-    end = latest if end is None else end
     disp = session._display[table.lower()]
-    if start > end:
-        raise CastSQLError(f"table {disp}: table_changes start version {start} is after end version {end}")
-    if end > latest:
-        raise VersionNotFound(f"table {disp}: version {end} does not exist (latest is {latest})")
-    # GC keeps a contiguous run of versions up to the latest: if start is still
-    # stored, so is every version after it.
+    # With both ends given the latest version is never read: changes between
+    # old versions stay readable when the latest one is broken.
     try:
+        end = log.latest_version() if end is None else log.manifest(end, probe=True).version
+        if start > end:
+            raise CastSQLError(f"table {disp}: table_changes start version {start} is after end version {end}")
+        # GC keeps a contiguous run of versions up to the latest: if start is
+        # still stored, so is every version after it.
         resolve(log, start, probe=True)
     except VersionNotFound as e:
         raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None

@@ -78,6 +78,7 @@ def main(argv: list[str]) -> int:
 def _run(args: argparse.Namespace, interactive: bool, stdout_tty: bool) -> int:
     from castsql.errors import CastSQLError
     from castsql.shell.core import Settings, Shell, one_line
+    from castsql.shell.render import printable
 
     try:
         from castsql.engine import Session
@@ -85,7 +86,7 @@ def _run(args: argparse.Namespace, interactive: bool, stdout_tty: bool) -> int:
         session = Session(args.uri, safe=args.safe) if args.uri else Session(safe=args.safe)
     except Exception as e:  # storage, S3 set-up, DuckDB: whatever it is, one line
         prefix = "" if isinstance(e, CastSQLError | OSError) else f"{type(e).__name__}: "
-        sys.stderr.write(f"Error: {prefix}{one_line(e)}\n")
+        sys.stderr.write(f"Error: {printable(prefix + one_line(e))}\n")
         return 1
     # Box is for reading; a pipe or a file gets CSV unless --mode says otherwise.
     mode = args.mode or ("box" if stdout_tty else "csv")

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from castsql.errors import CastSQLError
 from castsql.shell.catalog import Catalog
-from castsql.shell.render import MODES, RenderOptions, write_result
+from castsql.shell.render import MODES, RenderOptions, printable, write_result
 from castsql.shell.runner import Cancelled, Runner
 from castsql.shell.statements import QUIT_WORDS, Command, iter_commands
 
@@ -141,14 +141,16 @@ class Shell:
         return self._stderr or sys.stderr
 
     def say(self, text: str) -> None:
-        """A message for the user (help, status): on the console, never into an ``.output`` file."""
+        """A message for the user (help, status): on the console, never into an
+        ``.output`` file; control characters (from table or directory names) escaped."""
+        text = printable(text, keep="\n")
         self.stdout.write(text if text.endswith("\n") else text + "\n")
         self.stdout.flush()
 
     def error(self, message: str) -> None:
-        """One error line on stderr (red on a terminal)."""
+        """One error line on stderr (red on a terminal), control characters escaped."""
         err = self.stderr
-        line = f"Error: {message}"
+        line = f"Error: {printable(message)}"
         if err.isatty() and not _no_color():
             line = f"\x1b[31m{line}\x1b[0m"
         err.write(line + "\n")

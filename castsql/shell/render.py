@@ -158,11 +158,29 @@ def _pad(s: str, width: int, align: str) -> str:
 _CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def _escape_controls(s: str) -> str:
-    # A newline inside a cell would break the grid: show it the way it is written in SQL strings.
+def printable(s: str, keep: str = "") -> str:
+    r"""``s`` with every non-printable character (except those in ``keep``)
+    escaped the way SQL strings write them: nothing a table or directory name
+    holds can move the cursor, recolour or retitle the terminal.
+
+    Example::
+
+        >>> printable("ev\x1b[2Jents\n"), printable("a\nb", keep="\n")
+        ('ev\\x1b[2Jents\\n', 'a\nb')
+    """
     if s.isprintable():
         return s
-    return "".join(_CONTROL.get(c, f"\\x{ord(c):02x}" if not c.isprintable() else c) for c in s)
+    return "".join(
+        c
+        if c in keep or c.isprintable()
+        else _CONTROL.get(c, f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")
+        for c in s
+    )
+
+
+def _escape_controls(s: str) -> str:
+    # A newline inside a cell would break the grid: show it the way it is written in SQL strings.
+    return printable(s)
 
 
 def _format_interval(v: Any) -> str:

@@ -137,7 +137,10 @@ def schema(shell: Shell, args: list[str]) -> pa.Table | None:
 def history(shell: Shell, args: list[str]) -> pa.Table:
     table = _table_arg(shell, args, ".history TABLE")
     h = shell.session.history(table)
-    return h.select(["version", "committed_at", "operation", "rows_added", "rows_deleted", "live_rows"])
+    cols = ["version", "committed_at", "operation", "rows_added", "rows_deleted", "live_rows"]
+    if h.column("error").null_count < h.num_rows:
+        cols.append("error")  # some version cannot be read: say which and why
+    return h.select(cols)
 
 
 @meta_command(
