@@ -38,7 +38,7 @@ import contextlib
 import itertools
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import duckdb
 import pyarrow as pa
@@ -90,8 +90,9 @@ class Lake:
         finally:
             self._reattach(read_only=True)
 
-    def table(self, name: str, schema: pa.Schema, files: list[tuple[str, BitMap]]) -> str:
-        """A new DuckLake table over ``files`` (URI, deleted positions); returns its qualified name.
+    def table(self, name: str, columns: Sequence[tuple[str, str | None]], files: list[tuple[str, BitMap]]) -> str:
+        """A new DuckLake table of ``columns`` (name, DuckDB type: the files'
+        own) over ``files`` (URI, deleted positions); returns its qualified name.
 
         Every call makes a table of its own (never replacing or dropping one),
         named after ``name``.
@@ -99,24 +100,20 @@ class Lake:
         con = self.con
         table = f"{name}#{next(self._seq)}"
         qualified = f"{CATALOG}.main.{_ident(table)}"
-        empty = f"__castsql_schema_{next(self._seq)}"
-        con.register(empty, schema.empty_table())
-        try:
-            with self._writable():
-                con.execute(f"CREATE TABLE {qualified} AS SELECT * FROM {_ident(empty)} LIMIT 0")
-                con.execute("BEGIN")
-                try:
-                    for uri, _ in files:
-                        con.execute(f"CALL ducklake_add_data_files({_q(CATALOG)}, {_q(table)}, {_q(uri)})")
-                    con.execute("COMMIT")
-                except BaseException:
-                    con.execute("ROLLBACK")
-                    raise
-                with_deletes = [(uri, bm) for uri, bm in files if bm]
-                if with_deletes:
-                    self._add_deletes(table, with_deletes)
-        finally:
-            con.unregister(empty)
+        cols = ", ".join(f"{_ident(n)} {t}" for n, t in columns)
+        with self._writable():
+            con.execute(f"CREATE TABLE {qualified} ({cols})")
+            con.execute("BEGIN")
+            try:
+                for uri, _ in files:
+                    con.execute(f"CALL ducklake_add_data_files({_q(CATALOG)}, {_q(table)}, {_q(uri)})")
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            with_deletes = [(uri, bm) for uri, bm in files if bm]
+            if with_deletes:
+                self._add_deletes(table, with_deletes)
         return qualified
 
     def _add_deletes(self, name: str, files: list[tuple[str, BitMap]]) -> None:

@@ -43,7 +43,7 @@ from castsql.engine.pushdown import Analysis, analyze, duck_value
 from castsql.engine.rewrite import TimeTravel, referenced_names, rewrite, tokenize
 from castsql.engine.safety import SafeModeError, check_read_only, lock_down
 from castsql.engine.views import Views, ident
-from castsql.errors import CastSQLError, StorageError, TableNotFound, VersionNotFound
+from castsql.errors import CastSQLError, SchemaMismatch, StorageError, TableNotFound, VersionNotFound
 from castsql.format import TableLog
 from castsql.format.layout import POINTER_KEY, manifest_key
 from castsql.format.manifest import parse_time
@@ -184,6 +184,8 @@ class Session:
             self.views.create(name, snap, **kw)
         except duckdb.Error as e:
             raise QueryError(f"table {table} version {snap.version}: {_one_line(e)}") from None
+        except SchemaMismatch as e:
+            raise SchemaMismatch(f"table {table} {e}") from None
 
     def _version_snapshot(self, table: str, version: int) -> tuple[str, Snapshot]:
         """The view name of ``table`` at ``version`` and its snapshot; a collected version is refused."""

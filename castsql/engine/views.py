@@ -22,6 +22,8 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from castsql.engine.lake import Lake
+from castsql.engine.physical import Group, Signatures, projection
+from castsql.errors import SchemaMismatch
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot, prune_files
 
 
@@ -50,6 +52,7 @@ class Views:
         self.workdir = workdir
         self._lake: Lake | None = None
         self._range_cache: dict[tuple[str, tuple], BitMap] = {}
+        self.signatures = Signatures(con)
         self._seq = itertools.count()
 
     @property
@@ -87,50 +90,82 @@ class Views:
 
         ``predicates`` prune files by manifest min/max first; ``positions`` adds
         ``_file`` (table key) and ``_pos`` (row position) columns, for audits.
+        Every view has the manifest's columns, names, order and types, whatever
+        the files hold (:mod:`castsql.engine.physical`).
         """
         files = prune_files(snap.files, predicates, {c.name: c.type for c in snap.schema.columns})
         con = self.con
         if positions:
             body = self._positional_body(name, snap, files)
         elif not files:
-            empty = f"{name}$empty"
-            con.register(empty, snap.schema.to_arrow().empty_table())
-            body = f"SELECT * FROM {ident(empty)}"
-        elif not any(f.has_deletes for f in files):
-            body = f"SELECT * FROM read_parquet({_file_list([f.uri for f in files])})"
+            body = self._empty(name, snap)
         else:
-            table = self.lake.table(name, snap.schema.to_arrow(), [(f.uri, self.deleted(snap, f)) for f in files])
-            body = f"SELECT * FROM {table}"
+            branches = []
+            for group, members in self._groups(files):
+                proj = self._projection(snap, group, members[0])
+                clean = [f for f in members if not f.has_deletes]
+                dirty = [f for f in members if f.has_deletes]
+                if clean:
+                    branches.append(f"SELECT {proj} FROM read_parquet({_file_list([f.uri for f in clean])})")
+                if dirty:
+                    # The DuckLake table holds the files as they are; the projection maps them.
+                    table = self.lake.table(name, group.signature, [(f.uri, self.deleted(snap, f)) for f in dirty])
+                    branches.append(f"SELECT {proj} FROM {table}")
+            body = " UNION ALL ".join(branches)
         con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
+
+    def _groups(self, files: list[ResolvedFile]) -> list[tuple[Group, list[ResolvedFile]]]:
+        by_uri = {f.uri: f for f in files}
+        return [(g, [by_uri[u] for u in g.uris]) for g in self.signatures.groups([f.uri for f in files])]
+
+    def _projection(self, snap: Snapshot, group: Group, first: ResolvedFile) -> str:
+        try:
+            return projection(snap.schema, group.signature, first.uri)
+        except SchemaMismatch as e:
+            raise SchemaMismatch(f"version {snap.version}: {e}") from None
+
+    def _empty(self, name: str, snap: Snapshot) -> str:
+        empty = f"{name}$empty"
+        self.con.register(empty, snap.schema.to_arrow().empty_table())
+        return f"SELECT * FROM {ident(empty)}"
 
     def drop(self, name: str) -> None:
         """Drop the view ``name`` (one over files without deletes: no DuckLake table behind it)."""
         self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
 
     def _positional_body(self, name: str, snap: Snapshot, files: list[ResolvedFile]) -> str:
-        cols = ", ".join(f"s.{ident(c)}" for c in snap.schema.names)
-        keys = pa.table({"file_index": pa.array(range(len(files)), pa.uint64()), "_file": [f.key for f in files]})
-        idx, pos = [], []
-        for i, f in enumerate(files):
-            bm = self.deleted(snap, f)
-            if bm:
-                idx.append(pa.array([i] * len(bm), pa.uint64()))
-                pos.append(_bitmap_array(bm))
-        dels = pa.table(
-            {
-                "file_index": pa.concat_arrays(idx) if idx else pa.array([], pa.uint64()),
-                "pos": pa.concat_arrays(pos) if pos else pa.array([], pa.int64()),
-            }
-        )
-        self.con.register(f"{name}$files", keys)
-        self.con.register(f"{name}$deletes", dels)
         if not files:
-            empty = f"{name}$empty"
-            self.con.register(empty, snap.schema.to_arrow().empty_table())
-            return f"SELECT *, NULL::VARCHAR AS _file, NULL::BIGINT AS _pos FROM {ident(empty)}"
-        return (
-            f"SELECT {cols}, k._file, s.file_row_number AS _pos "
-            f"FROM (SELECT *, file_index, file_row_number FROM read_parquet({_file_list([f.uri for f in files])})) s "
-            f"JOIN {ident(name + '$files')} k ON s.file_index = k.file_index "
-            f"ANTI JOIN {ident(name + '$deletes')} d ON s.file_index = d.file_index AND s.file_row_number = d.pos"
-        )
+            return f"SELECT *, NULL::VARCHAR AS _file, NULL::BIGINT AS _pos FROM ({self._empty(name, snap)})"
+        branches = []
+        for n, (group, members) in enumerate(self._groups(files)):
+            proj = self._projection(snap, group, members[0])
+            keys = pa.table(
+                {"file_index": pa.array(range(len(members)), pa.uint64()), "_file": [f.key for f in members]}
+            )
+            idx, pos = [], []
+            for i, f in enumerate(members):
+                bm = self.deleted(snap, f)
+                if bm:
+                    idx.append(pa.array([i] * len(bm), pa.uint64()))
+                    pos.append(_bitmap_array(bm))
+            dels = pa.table(
+                {
+                    "file_index": pa.concat_arrays(idx) if idx else pa.array([], pa.uint64()),
+                    "pos": pa.concat_arrays(pos) if pos else pa.array([], pa.int64()),
+                }
+            )
+            files_view, deletes_view = f"{name}$files{n}", f"{name}$deletes{n}"
+            self.con.register(files_view, keys)
+            self.con.register(deletes_view, dels)
+            cols = ", ".join(f"p.{ident(c)}" for c in snap.schema.names)
+            branches.append(
+                f"SELECT {cols}, k._file, p.{_POS} AS _pos "
+                f"FROM (SELECT {proj}, file_index AS {_FI}, file_row_number AS {_POS} "
+                f"FROM read_parquet({_file_list([f.uri for f in members])})) p "
+                f"JOIN {ident(files_view)} k ON p.{_FI} = k.file_index "
+                f"ANTI JOIN {ident(deletes_view)} d ON p.{_FI} = d.file_index AND p.{_POS} = d.pos"
+            )
+        return " UNION ALL ".join(branches)
+
+
+_FI, _POS = "__castsql_file_index", "__castsql_pos"

@@ -1,0 +1,221 @@
+"""Data files as they are, against the schema the manifest declares.
+
+A table's files may come from other writers, and files that lose nothing
+still differ from the manifest: columns in another order or case, an extra
+column, ``int32`` where the manifest says ``int64``, a timestamp stored as an
+instant (Spark's default, ``isAdjustedToUTC``) where the manifest says a naive
+``timestamp[us]``. DuckDB's ``read_parquet`` maps the columns of every file by
+name onto the *first* file's columns and casts the rest to the first file's
+types (a zoned timestamp through the session's ``TimeZone``), so without care
+``SELECT *`` would return different columns, types or instants depending on
+which file a query happens to read first.
+
+So every view reads the manifest's columns, names, order and types, whatever
+the files hold: files are grouped by their physical columns (read from their
+footers once: files never change), each group is read on its own, and each
+manifest column is an expression over the group's physical column:
+
+- the same type: the column itself;
+- a lossless widening (``int32`` to ``int64``, ``float`` to ``double``, a
+  wider decimal, another timestamp unit): a ``CAST``;
+- an instant where the manifest says a naive timestamp, or the reverse: the
+  UTC wall-clock time (``timezone('UTC', …)``), never the session's time zone;
+- anything else (``VARCHAR`` where the manifest says ``BIGINT``, a missing
+  column, a name matching two columns but for case): one error naming the
+  file, the column and both types.
+
+Example::
+
+    >>> conversion("c", "INTEGER", "BIGINT", "f.parquet")
+    'CAST("c" AS BIGINT)'
+    >>> conversion("ts", "TIMESTAMP WITH TIME ZONE", "TIMESTAMP", "f.parquet")
+    'timezone(\\'UTC\\', "ts")'
+    >>> conversion("c", "VARCHAR", "BIGINT", "f.parquet")
+    Traceback (most recent call last):
+    castsql.errors.SchemaMismatch: f.parquet: column 'c' is VARCHAR in the file, the manifest says BIGINT
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from castsql.errors import SchemaMismatch
+from castsql.format.schema import Schema, type_from_name
+
+Signature = tuple[tuple[str, str | None], ...]  # (physical name, DuckDB type or None for nested), in file order
+
+_INTS = {
+    "TINYINT": (True, 8),
+    "SMALLINT": (True, 16),
+    "INTEGER": (True, 32),
+    "BIGINT": (True, 64),
+    "HUGEINT": (True, 128),
+    "UTINYINT": (False, 8),
+    "USMALLINT": (False, 16),
+    "UINTEGER": (False, 32),
+    "UBIGINT": (False, 64),
+}
+_DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
+_TIMESTAMPS = {"TIMESTAMP", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS"}
+_TZ = "TIMESTAMP WITH TIME ZONE"
+
+
+def duck_type(arrow_name: str) -> str:
+    """DuckDB's name for a manifest column type (``int64`` -> ``BIGINT``).
+
+    >>> duck_type("timestamp[us, tz=UTC]"), duck_type("decimal128(10, 2)"), duck_type("string")
+    ('TIMESTAMP WITH TIME ZONE', 'DECIMAL(10,2)', 'VARCHAR')
+    """
+    t = type_from_name(arrow_name)
+    simple = {
+        pa.bool_(): "BOOLEAN", pa.int8(): "TINYINT", pa.int16(): "SMALLINT", pa.int32(): "INTEGER",
+        pa.int64(): "BIGINT", pa.uint8(): "UTINYINT", pa.uint16(): "USMALLINT", pa.uint32(): "UINTEGER",
+        pa.uint64(): "UBIGINT", pa.float16(): "FLOAT", pa.float32(): "FLOAT", pa.float64(): "DOUBLE",
+        pa.string(): "VARCHAR", pa.binary(): "BLOB", pa.date32(): "DATE",
+    }  # fmt: skip
+    if t in simple:
+        return simple[t]
+    if pa.types.is_timestamp(t):
+        return _TZ if t.tz else "TIMESTAMP"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    raise SchemaMismatch(f"column type {arrow_name} has no DuckDB equivalent")
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _widens(src: str, dst: str) -> bool:
+    """Every value of DuckDB type ``src`` is exactly a value of ``dst``."""
+    if src in _INTS and dst in _INTS:
+        (s_signed, s_bits), (d_signed, d_bits) = _INTS[src], _INTS[dst]
+        if s_signed == d_signed:
+            return d_bits >= s_bits
+        return d_signed and d_bits > s_bits  # unsigned into a wider signed type
+    if src == "FLOAT" and dst == "DOUBLE":
+        return True
+    s, d = _DECIMAL.match(src), _DECIMAL.match(dst)
+    if s and d:
+        (sp, ss), (dp, ds) = (int(s[1]), int(s[2])), (int(d[1]), int(d[2]))
+        return ds >= ss and dp - ds >= sp - ss
+    if src in _INTS and d:  # an integer into a decimal with room for all its digits
+        digits = {8: 3, 16: 5, 32: 10, 64: 20, 128: 39}[_INTS[src][1]]
+        return int(d[1]) - int(d[2]) >= digits
+    # Timestamp units: DuckDB reads seconds and milliseconds as microseconds; a
+    # nanosecond column keeps the microseconds the manifest's type can hold.
+    return src in _TIMESTAMPS and dst == "TIMESTAMP"
+
+
+def conversion(physical: str, src: str | None, dst: str, file: str) -> str:
+    """The SQL expression turning file column ``physical`` of DuckDB type ``src``
+    into the manifest's type ``dst``; SchemaMismatch if that would lose or invent data."""
+    col = _ident(physical)
+    if src == dst:
+        return col
+    if src is not None:
+        if _widens(src, dst):
+            return f"CAST({col} AS {dst})"
+        if src == _TZ and dst == "TIMESTAMP":
+            return f"timezone('UTC', {col})"  # the instant's UTC wall-clock time
+        if src in _TIMESTAMPS and dst == _TZ:
+            inner = col if src == "TIMESTAMP" else f"CAST({col} AS TIMESTAMP)"
+            return f"timezone('UTC', {inner})"  # a naive time taken as UTC, as FORMAT.md §3 says
+    what = src or "a nested type"
+    raise SchemaMismatch(f"{file}: column {physical!r} is {what} in the file, the manifest says {dst}")
+
+
+def projection(schema: Schema, signature: Signature, file: str) -> str:
+    """``expr AS "column", …`` for every manifest column, in manifest order, over
+    files whose physical columns are ``signature`` (``file`` names one in errors)."""
+    exact = {name: (name, t) for name, t in signature}
+    folded: dict[str, list[tuple[str, str | None]]] = {}
+    for name, t in signature:
+        folded.setdefault(name.lower(), []).append((name, t))
+    out = []
+    for c in schema.columns:
+        found = exact.get(c.name)
+        if found is None:
+            candidates = folded.get(c.name.lower(), [])
+            if len(candidates) > 1:
+                names = " and ".join(repr(n) for n, _ in candidates)
+                raise SchemaMismatch(f"{file}: columns {names} both match the manifest's column {c.name!r}")
+            if not candidates:
+                have = ", ".join(n for n, _ in signature)
+                raise SchemaMismatch(f"{file}: has no column {c.name!r} (it has {have})")
+            found = candidates[0]
+        out.append(f"{conversion(found[0], found[1], duck_type(c.type), file)} AS {_ident(c.name)}")
+    return ", ".join(out)
+
+
+def matches(schema: Schema, signature: Signature) -> bool:
+    """The files hold exactly the manifest's columns, in its order, with its types."""
+    return len(signature) == len(schema.columns) and all(
+        name == c.name and t == duck_type(c.type) for (name, t), c in zip(signature, schema.columns, strict=True)
+    )
+
+
+@dataclass(frozen=True)
+class Group:
+    """Files of one physical signature."""
+
+    signature: Signature
+    uris: tuple[str, ...]
+
+
+class Signatures:
+    """Physical columns of data files, read from their footers once per process
+    (data files are immutable; DuckDB's own metadata cache keeps the footers)."""
+
+    _cache: dict[str, Signature] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        self.con = con
+
+    def of(self, uris: Sequence[str]) -> dict[str, Signature]:
+        with self._lock:
+            missing = [u for u in uris if u not in self._cache]
+        for start in range(0, len(missing), 2000):
+            found = self._read(missing[start : start + 2000])
+            with self._lock:
+                self._cache.update(found)
+        with self._lock:
+            return {u: self._cache[u] for u in uris}
+
+    def _read(self, uris: list[str]) -> dict[str, Signature]:
+        rows = self.con.execute(
+            "SELECT file_name, name, duckdb_type, num_children FROM parquet_schema(?)", [uris]
+        ).fetchall()
+        out: dict[str, list[tuple[str, str | None]]] = {}
+        pending: dict[str, list[int]] = {}  # per file: children still to skip below the current top-level column
+        for file, name, dtype, children in rows:
+            stack = pending.setdefault(file, [])
+            if file not in out:  # the first row of a file is its root
+                out[file] = []
+                continue
+            if stack:  # inside a nested column: skip its members
+                stack[-1] -= 1
+                if stack[-1] == 0:
+                    stack.pop()
+                if children:
+                    stack.append(children)
+                continue
+            out[file].append((name, dtype if not children else None))
+            if children:
+                stack.append(children)
+        return {f: tuple(cols) for f, cols in out.items()}
+
+    def groups(self, uris: Sequence[str]) -> list[Group]:
+        """``uris`` by physical signature, in the order each signature is first met."""
+        sigs = self.of(uris)
+        by: dict[Signature, list[str]] = {}
+        for u in uris:
+            by.setdefault(sigs[u], []).append(u)
+        return [Group(sig, tuple(us)) for sig, us in by.items()]
