@@ -193,3 +193,47 @@ def test_very_narrow_terminals_still_show_something() -> None:
             lines = grid(t, width=width)
             assert all(display_width(ln) <= width for ln in lines[:-1]), (width, lines)
             assert "v" in lines[3]
+
+
+@pytest.mark.parametrize(
+    ("sql", "shown"),
+    [
+        ("SELECT 'infinity'::TIMESTAMPTZ AS v", "infinity"),
+        ("SELECT '-infinity'::DATE AS v", "-infinity"),
+        ("SELECT TIMETZ '12:00:00+05' AS v", "12:00:00+05"),
+        ("SELECT INTERVAL '1 month 2 days 3 hours' AS v", "1 month 2 days 03:00:00"),
+        ("SELECT DATE '5881580-07-10' AS v", "5881580-07-10"),
+        ("SELECT DATE '0044-03-15 (BC)' AS v", "0044-03-15 (BC)"),
+        ("SELECT TIMESTAMP '2025-01-01 12:00:00.5' AS v", "2025-01-01 12:00:00.5"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["box", "csv", "json", "line"])
+def test_values_print_as_duckdbs_own_shell_prints_them(sql, shown, mode) -> None:
+    import io
+
+    from castsql.engine import Session
+    from castsql.shell.core import Settings, Shell
+
+    out = io.StringIO()
+    sh = Shell(Session(), stdout=out, stderr=out, settings=Settings(mode=mode))
+    try:
+        assert sh.run_lines([sql + ";\n"], "<test>")
+    finally:
+        sh.close()
+    assert shown in out.getvalue(), out.getvalue()
+    assert "out of range" not in out.getvalue() and "32103" not in out.getvalue()
+
+
+def test_types_row_shows_the_duckdb_type_of_spelled_columns() -> None:
+    import io
+
+    from castsql.engine import Session
+    from castsql.shell.core import Settings, Shell
+
+    out = io.StringIO()
+    sh = Shell(Session(), stdout=out, stderr=out, settings=Settings(mode="box", types=True))
+    try:
+        sh.run_lines(["SELECT TIMETZ '12:00:00+05' AS a, TIMESTAMPTZ '2025-01-01' AS b, 1 AS c;\n"], "<test>")
+    finally:
+        sh.close()
+    assert re.search(r"│\s+timetz\s+│\s+timestamptz\s+│\s+integer\s+│", out.getvalue()), out.getvalue()

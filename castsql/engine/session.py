@@ -360,15 +360,33 @@ class Session:
         except duckdb.Error as e:
             raise QueryError(_one_line(e)) from None
 
-    def reader(self, query: str, batch_size: int = 122_880) -> pa.RecordBatchReader:
-        """Run ``query``; the result streamed as Arrow record batches."""
+    def reader(self, query: str, batch_size: int = 122_880, *, display: bool = False) -> pa.RecordBatchReader:
+        """Run ``query``; the result streamed as Arrow record batches.
+
+        ``display`` (the shell's use): dates, times and intervals come as the
+        text DuckDB spells them (``infinity``, ``12:00:00+05``, ``1 month
+        2 days 03:00:00``, ``0044-03-15 (BC)``: values Arrow cannot carry or
+        Python cannot print), with their DuckDB type in the field's
+        ``castsql.type`` metadata.
+        """
         rel = self._run(query)
         if rel is None:
             return pa.RecordBatchReader.from_batches(pa.schema([]), [])
+        shown: dict[int, str] = {}
+        if display:
+            rel, shown = _as_displayed(rel)
         try:
             inner = rel.to_arrow_reader(batch_size)
         except duckdb.Error as e:
             raise QueryError(_one_line(e)) from None
+        if shown:
+            fields = [
+                f.with_metadata({"castsql.type": shown[i]}) if i in shown else f for i, f in enumerate(inner.schema)
+            ]
+            schema = pa.schema(fields)
+            inner = pa.RecordBatchReader.from_batches(
+                schema, (pa.RecordBatch.from_arrays(b.columns, schema=schema) for b in inner)
+            )
 
         def batches():
             # Errors can surface while batches are read (a file vanished, an
@@ -431,6 +449,21 @@ class Session:
 
 
 _TABLES_VIEW = "__castsql_tables"
+_SPELLED = {"date", "time", "time with time zone", "interval"}  # and every timestamp
+
+
+def _as_displayed(rel: duckdb.DuckDBPyRelation) -> tuple[duckdb.DuckDBPyRelation, dict[int, str]]:
+    """``rel`` with its temporal columns cast to DuckDB's own text; which ones, with their types."""
+    shown = {i: str(t) for i, t in enumerate(rel.types) if t.id in _SPELLED or t.id.startswith("timestamp")}
+    if not shown:
+        return rel, shown
+    cols = [
+        f"CAST(#{i + 1} AS VARCHAR) AS {ident(c)}" if i in shown else f"#{i + 1} AS {ident(c)}"
+        for i, c in enumerate(rel.columns)
+    ]
+    return rel.project(", ".join(cols)), shown
+
+
 _PRUNED_VIEWS = 64  # pruning results (and their views) kept per session
 
 

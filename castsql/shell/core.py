@@ -216,7 +216,7 @@ class Shell:
         started = time.monotonic()
 
         def work(progress):
-            reader = self.session.reader(sql)
+            reader = self.session.reader(sql, display=True)
             return write_result(reader, reader.schema, out, opts, progress)
 
         try:

@@ -268,6 +268,19 @@ def is_numeric(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
 
 
+_LABELS = {"timestamp with time zone": "timestamptz", "time with time zone": "timetz"}
+
+
+def field_label(f: pa.Field) -> str:
+    """The type shown for a result column: the DuckDB type it had before the
+    shell spelled it as text (``castsql.type`` metadata), else its Arrow type's label."""
+    meta = f.metadata or {}
+    if b"castsql.type" in meta:
+        name = meta[b"castsql.type"].decode().lower()
+        return _LABELS.get(name, name)
+    return type_label(f.type)
+
+
 def type_label(t: pa.DataType) -> str:
     """DuckDB's name for an Arrow type, lower case (``int64`` -> ``bigint``).
 
@@ -476,7 +489,7 @@ def render_grid(c: Collected, opts: RenderOptions) -> str:
         return ""
     style = BOX if opts.mode == "box" else ASCII
     names = [_escape_controls(f.name) for f in schema]
-    types = [type_label(f.type) for f in schema]
+    types = [field_label(f) for f in schema]
     aligns = ["right" if is_numeric(f.type) else "left" for f in schema]
 
     def cells(rows: list[tuple[Any, ...]]) -> list[list[tuple[str, bool]]]:
