@@ -5,6 +5,7 @@ client never learns its write landed), and slow responses.
 
     proxy = FaultProxy(upstream_port, rate=0.1, seed=1); proxy.start(); ...; proxy.stop()
     proxy.counts  # faults injected by kind
+    proxy.stall = lambda method, path: path.endswith(".parquet")  # accept, never answer, until stop()
 
 SigV4 signs the Host header, so it is forwarded as the client sent it.
 """
@@ -16,6 +17,7 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULTS = ("error", "drop_before", "drop_after", "slow")
@@ -34,6 +36,9 @@ class FaultProxy:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        # (method, path) -> True: the request is read and never answered (a stalled server).
+        self.stall: Callable[[str, str], bool] | None = None
+        self._released = threading.Event()
 
     @property
     def endpoint_url(self) -> str:
@@ -61,6 +66,12 @@ class FaultProxy:
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                if proxy.stall is not None and proxy.stall(self.command, self.path):
+                    with proxy._lock:
+                        proxy.counts["stalled"] += 1
+                    proxy._released.wait()
+                    self.close_connection = True
+                    return
                 fault = proxy._pick()
                 if fault == "drop_before":
                     self.close_connection = True
@@ -105,6 +116,7 @@ class FaultProxy:
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
+        self._released.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

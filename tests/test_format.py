@@ -231,3 +231,84 @@ def test_a_base_name_shared_by_two_data_files_is_refused_not_guessed(tmp_path):
     # The full path is not ambiguous.
     log.delete([PositionDelete(twin.path, None, BitMap([0]))])
     assert resolve(log).live_rows == 3
+
+
+# ---------------------------------------------------------------- hostile objects (issue 11)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"version": ' + b"9" * 5000 + b"}", "Exceeds the limit"),
+        ("{\"version\": 1}".encode("utf-16"), "is not UTF-8 text"),
+        (b'{"version": NaN}', "NaN is not a JSON number"),
+        (b'{"version": Infinity}', "Infinity is not a JSON number"),
+    ],
+)
+def test_hostile_json_is_one_error_naming_the_object(data, message):
+    for parse in (lambda d: parse_pointer(d, "t/_latest_manifest"), lambda d: parse_manifest(d, "t/m.json")):
+        with pytest.raises(FormatError, match=message) as e:
+            parse(data)
+        assert str(e.value).startswith("t/") and "\n" not in str(e.value)
+    with pytest.raises(FormatError, match=message):
+        parse_tombstones(data.replace(b"\n", b" "), "t/x.del")
+
+
+def test_a_manifest_holding_another_version_says_so_first():
+    doc = dict(SEED_MANIFEST, version=9, previous=8)
+    with pytest.raises(FormatError, match="holds version 9, but its key names version 3"):
+        parse_manifest(json.dumps(doc).encode(), "t/v3.json", expected_version=3)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "data/x.parquet?s3_endpoint=127.0.0.1:39999&s3_use_ssl=false",
+        "data/x.parquet#frag",
+        "data/**",
+        "data/*.parquet",
+        "data/[ab].parquet",
+        "data/{a,b}.parquet",
+        "data/x\x00.parquet",
+        "data/x\n.parquet",
+        "data\\x.parquet",
+    ],
+)
+def test_object_keys_must_be_plain(path):
+    doc = json.loads(json.dumps(SEED_MANIFEST))
+    doc["data_files"][0]["path"] = path
+    with pytest.raises(FormatError, match="is not a plain object key") as e:
+        parse_manifest(json.dumps(doc).encode(), "t/m.json")
+    assert str(e.value).startswith("t/m.json: data file")
+    doc = json.loads(json.dumps(SEED_MANIFEST))
+    doc["tombstones"] = [path]
+    with pytest.raises(FormatError, match="t/m.json: tombstone .* is not a plain object key"):
+        parse_manifest(json.dumps(doc).encode(), "t/m.json")
+    line = json.dumps({"file": path, "row_group": 0}).encode()
+    with pytest.raises(FormatError, match=r"t/x.del: line 1: 'file' .* is not a plain object key"):
+        parse_tombstones(line, "t/x.del")
+
+
+def test_a_key_range_of_the_wrong_type_names_the_tombstone(tmp_path):
+    import pyarrow as pa
+
+    from castsql.engine import Session
+    from castsql.format import TableLog, write_data_files
+    from castsql.format.tombstone import serialize_tombstones
+    from castsql.storage import open_storage
+
+    st = open_storage(str(tmp_path / "t"))
+    log = TableLog.create(st, pa.schema([("id", pa.int64())]), primary_key="id")
+    f = log.append(write_data_files(st, pa.table({"id": [1, 2, 3]}))).data_files[0]
+    bad = KeyRangeDelete(f.name, "a", "b")
+    with pytest.raises(FormatError, match=r"key range \['a', 'b'\] does not fit primary key 'id' \(int64\)"):
+        log.delete([bad])
+    # Written by another writer, past that check: readers name the tombstone.
+    st.put_new("tombstone/x.del", serialize_tombstones([bad]))
+    m = json.loads(st.get(manifest_key(1)))
+    m.update(version=2, previous=1, tombstones=["tombstone/x.del"])
+    st.put_if_absent(manifest_key(2), json.dumps(m).encode())
+    with Session(st.root) as s, pytest.raises(FormatError, match=r"x\.del \(version 2\): record 0: key range"):
+        s.sql("SELECT * FROM t")
+    assert log.latest_version() == 2

@@ -58,6 +58,10 @@ def configure_s3(con: duckdb.DuckDBPyConnection, config: S3Config, name: str = "
             f"USE_SSL {'true' if scheme == 'https' else 'false'}",
         ]
     con.execute(f"CREATE OR REPLACE SECRET {name} ({', '.join(opts)})")
+    # The same bounded waits as the storage layer (S3Config): httpfs's own
+    # defaults wait 30 s per try, and a stalled server must not hang a query.
+    con.execute(f"SET http_timeout = {max(1, round(config.read_timeout))}")
+    con.execute(f"SET http_retries = {config.max_attempts - 1}")
 
 
 def new_connection(*, threads: int | None = None) -> duckdb.DuckDBPyConnection:

@@ -57,6 +57,7 @@ from castsql.format.tombstone import (
     PositionDelete,
     RowGroupDelete,
     TombstoneRecord,
+    check_key_range,
     parse_tombstones,
     serialize_tombstones,
 )
@@ -466,6 +467,8 @@ class TableLog:
                 if r.positions.max() >= limit:
                     scope = f"row group {r.row_group} of {f.name}" if r.row_group is not None else f.name
                     raise FormatError(f"{at}: row {r.positions.max()} is past the end of {scope} ({limit} rows)")
-            if isinstance(r, KeyRangeDelete) and base.primary_key is None:
-                raise FormatError(f"{at}: key-range tombstone on a table with no primary key")
+            if isinstance(r, KeyRangeDelete):
+                if base.primary_key is None:
+                    raise FormatError(f"{at}: key-range tombstone on a table with no primary key")
+                check_key_range(r, base.schema, base.primary_key, at)
         return targets

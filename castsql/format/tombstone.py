@@ -20,12 +20,15 @@ import binascii
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import date, datetime
 from typing import Any
 
+import pyarrow as pa
 from pyroaring import BitMap
 
 from castsql.errors import FormatError
 from castsql.format.jsonio import loads_text
+from castsql.format.schema import Schema, type_from_name
 from castsql.storage.base import key_problem
 
 # Below this many positions a JSON list is as small as a bitmap and readable by eye.
@@ -133,3 +136,33 @@ def record_to_json(r: TombstoneRecord) -> dict[str, Any]:
 
 def serialize_tombstones(records: Iterable[TombstoneRecord]) -> bytes:
     return "".join(json.dumps(record_to_json(r), separators=(",", ":")) + "\n" for r in records).encode()
+
+
+def check_key_range(r: KeyRangeDelete, schema: Schema, pk: str, where: str) -> None:
+    """FormatError unless ``r``'s bounds are values of the primary key's type
+    (FORMAT.md §4: numbers for numeric keys, strings for string keys, ISO
+    times and dates for temporal ones)."""
+    col = schema.column(pk)
+    t = type_from_name(col.type) if col is not None else None
+    if t is None or not all(_fits(v, t) for v in (r.pk_min, r.pk_max)):
+        kind = col.type if col is not None else "no such column"
+        raise FormatError(f"{where}: key range [{r.pk_min!r}, {r.pk_max!r}] does not fit primary key {pk!r} ({kind})")
+
+
+def _fits(v: Any, t: pa.DataType) -> bool:
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        return isinstance(v, int | float) and not isinstance(v, bool)
+    if not isinstance(v, str):
+        return False
+    if pa.types.is_string(t):
+        return True
+    try:
+        if pa.types.is_timestamp(t):
+            datetime.fromisoformat(v.replace("Z", "+00:00"))
+        elif pa.types.is_date(t):
+            date.fromisoformat(v)
+        else:
+            return False
+    except ValueError:
+        return False
+    return True

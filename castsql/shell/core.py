@@ -36,6 +36,7 @@ from castsql.shell.catalog import Catalog
 from castsql.shell.render import MODES, RenderOptions, printable, write_result
 from castsql.shell.runner import Cancelled, Runner
 from castsql.shell.statements import QUIT_WORDS, Command, iter_commands
+from castsql.storage.base import allow_waits, cancel_waits
 
 if TYPE_CHECKING:
     from castsql.engine import Session
@@ -113,7 +114,7 @@ class Shell:
         self.read_depth = 0
         self.catalog = Catalog(lambda: self.session)
         self.runner = Runner(
-            interrupt=lambda: self.session.con.interrupt(),
+            interrupt=self._interrupt,
             query_progress=lambda: self.session.con.query_progress(),
             spinner=self.stderr if interactive and self.stderr.isatty() else None,
         )
@@ -129,6 +130,11 @@ class Shell:
         """Raise ShellError for ``what`` (a meta-command) when in safe mode."""
         if self.safe:
             raise ShellError(f"safe mode: {what} is not allowed (safe mode reads the opened tables and nothing else)")
+
+    def _interrupt(self) -> None:
+        # Ctrl-C: stop DuckDB, and any wait on the network in the storage layer.
+        cancel_waits()
+        self.session.con.interrupt()
 
     # ------------------------------------------------------------ streams
 
@@ -250,6 +256,7 @@ class Shell:
         ``where`` (``file:line``) prefixes the error, for scripts.
         """
         prefix = f"{where}: " if where else ""
+        allow_waits()  # a Ctrl-C before this command is spent
         try:
             if command.kind == "meta":
                 self.run_meta(command.text)

@@ -34,6 +34,7 @@ from castsql.format import DataFile, KeyRangeDelete, Manifest, PositionDelete, R
 from castsql.format.files import FileIndex
 from castsql.format.manifest import no_gc
 from castsql.format.schema import Schema
+from castsql.format.tombstone import check_key_range
 from castsql.snapshot.footer import row_group_rows
 
 
@@ -152,6 +153,7 @@ def _resolve_files(log: TableLog, m: Manifest) -> Snapshot:
             if isinstance(r, KeyRangeDelete):
                 if m.primary_key is None:
                     raise FormatError(f"{at}: key-range tombstone on a table with no primary key")
+                check_key_range(r, m.schema, m.primary_key, at)
                 rf.key_ranges += ((r.pk_min, r.pk_max),)
                 continue
             if type(rf.deleted) is not BitMap:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import re
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -33,8 +34,11 @@ __all__ = [
     "PreconditionFailed",
     "Storage",
     "StorageError",
+    "allow_waits",
+    "cancel_waits",
     "is_normal_key",
     "key_problem",
+    "waits_cancelled",
 ]
 
 # Characters a table's object key may not hold. Readers hand keys to DuckDB,
@@ -74,6 +78,24 @@ def is_normal_key(key: str) -> bool:
         and "//" not in key
         and _NOT_PLAIN.search(key) is None
     )
+
+
+_cancel = threading.Event()
+
+
+def cancel_waits() -> None:
+    """Make every storage call now waiting on the network give up (the shell's
+    Ctrl-C: its queries run in a worker thread, out of KeyboardInterrupt's reach)."""
+    _cancel.set()
+
+
+def allow_waits() -> None:
+    """Undo :func:`cancel_waits` (before the next command)."""
+    _cancel.clear()
+
+
+def waits_cancelled() -> bool:
+    return _cancel.is_set()
 
 
 @dataclass(frozen=True)

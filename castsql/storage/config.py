@@ -6,17 +6,31 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from castsql.errors import StorageError
+
 
 @dataclass(frozen=True)
 class S3Config:
-    """Where and as whom to reach S3. Unset fields fall back to the usual AWS
-    environment variables (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
-    ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``).
+    """Where and as whom to reach S3, and how long to wait for it.
+
+    Unset fields fall back to the usual AWS environment variables
+    (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+    ``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_MAX_ATTEMPTS``) and to
+    ``CASTSQL_S3_CONNECT_TIMEOUT`` / ``CASTSQL_S3_READ_TIMEOUT`` (seconds).
+
+    Every request has bounded waits: ``connect_timeout`` to connect,
+    ``read_timeout`` for each read of the answer, and at most ``max_attempts``
+    tries (with the AWS SDKs' standard backoff), so a server that accepts
+    connections and never answers costs at most about
+    ``max_attempts * (connect_timeout + read_timeout)`` before a clear error
+    naming the endpoint and the object. The defaults are the AWS SDKs'
+    standard mode (3 attempts) with shorter waits than their 60 s.
 
     Example::
 
-        >>> S3Config(endpoint_url="http://127.0.0.1:8333", key="k", secret="s").region
-        'us-east-1'
+        >>> c = S3Config(endpoint_url="http://127.0.0.1:8333", key="k", secret="s")
+        >>> c.region, c.connect_timeout, c.read_timeout, c.max_attempts
+        ('us-east-1', 10.0, 30.0, 3)
     """
 
     endpoint_url: str | None = None
@@ -24,6 +38,15 @@ class S3Config:
     secret: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
     region: str = "us-east-1"
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    max_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if not (self.connect_timeout > 0 and self.read_timeout > 0):
+            raise StorageError(f"S3 timeouts must be positive seconds, got {self.connect_timeout}, {self.read_timeout}")
+        if not (isinstance(self.max_attempts, int) and self.max_attempts >= 1):
+            raise StorageError(f"S3 max_attempts must be a positive integer, got {self.max_attempts!r}")
 
     @classmethod
     def from_env(cls) -> S3Config:
@@ -33,4 +56,17 @@ class S3Config:
             secret=os.environ.get("AWS_SECRET_ACCESS_KEY"),
             session_token=os.environ.get("AWS_SESSION_TOKEN"),
             region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            connect_timeout=_env_number("CASTSQL_S3_CONNECT_TIMEOUT", 10.0),
+            read_timeout=_env_number("CASTSQL_S3_READ_TIMEOUT", 30.0),
+            max_attempts=int(_env_number("AWS_MAX_ATTEMPTS", 3)),
         )
+
+
+def _env_number(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise StorageError(f"${name} must be a number, got {raw!r}") from None

@@ -21,12 +21,21 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 from collections.abc import Iterator
 from typing import Any
 
 from castsql.errors import CastSQLError
-from castsql.storage.base import ObjectInfo, ObjectNotFound, PreconditionFailed, Storage, StorageError
+from castsql.storage.base import (
+    ObjectInfo,
+    ObjectNotFound,
+    PreconditionFailed,
+    Storage,
+    StorageError,
+    waits_cancelled,
+)
 from castsql.storage.config import S3Config
 
 _SCHEMES = ("s3://", "s3a://")
@@ -81,14 +90,34 @@ def _status(exc: BaseException) -> tuple[int | None, str, str]:
     return status, code, message
 
 
+def _is_timeout(exc: BaseException) -> bool:
+    """A connect or read timeout, or a connection the server never answered, however wrapped."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        name = type(e).__name__
+        if isinstance(e, TimeoutError | asyncio.TimeoutError) or "Timeout" in name or name == "EndpointConnectionError":
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def _make_fs(config: S3Config) -> Any:
     import s3fs
 
-    config_kwargs: dict[str, Any] = {}
+    config_kwargs: dict[str, Any] = {
+        "connect_timeout": config.connect_timeout,
+        "read_timeout": config.read_timeout,
+        # botocore's standard mode retries throttling, 5xx, timeouts and dropped
+        # connections with backoff; s3fs's own retry loop (5 more rounds of
+        # those) is switched off below, or one stalled server costs 25 waits.
+        "retries": {"max_attempts": config.max_attempts, "mode": "standard"},
+    }
     if config.endpoint_url:
         # S3-compatible servers on an IP or localhost have no per-bucket DNS names.
         config_kwargs["s3"] = {"addressing_style": "path"}
-    return s3fs.S3FileSystem(
+    fs = s3fs.S3FileSystem(
         key=config.key,
         secret=config.secret,
         token=config.session_token,
@@ -98,6 +127,8 @@ def _make_fs(config: S3Config) -> Any:
         skip_instance_cache=True,  # never share a client (or its caches) with other callers
         use_listings_cache=False,
     )
+    fs.retries = 1
+    return fs
 
 
 class S3Storage(Storage):
@@ -130,9 +161,24 @@ class S3Storage(Storage):
         return f"{self.root}/{key}" if key else self.root
 
     def _sync(self, coro_fn: Any, *args: Any, **kwargs: Any) -> Any:
-        from fsspec.asyn import sync
+        """Run a coroutine on s3fs's event loop and wait for it in short slices,
+        so that a cancelled command (:func:`castsql.storage.base.cancel_waits`)
+        or Ctrl-C in the main thread stops waiting at once."""
+        future = asyncio.run_coroutine_threadsafe(coro_fn(*args, **kwargs), self._fs.loop)
+        try:
+            while True:
+                try:
+                    return future.result(timeout=0.05)
+                except concurrent.futures.TimeoutError:
+                    if waits_cancelled():
+                        raise StorageError(f"{self.root}: cancelled while waiting for {self._endpoint}") from None
+        finally:
+            if not future.done():
+                future.cancel()
 
-        return sync(self._fs.loop, coro_fn, *args, **kwargs)
+    @property
+    def _endpoint(self) -> str:
+        return self.config.endpoint_url or f"S3 ({self.config.region})"
 
     def _call(self, method: str, **kwargs: Any) -> Any:
         return self._sync(self._fs._call_s3, method, Bucket=self.bucket, **kwargs)
@@ -140,6 +186,12 @@ class S3Storage(Storage):
     def _error(self, key: str, action: str, exc: BaseException) -> StorageError:
         status, code, message = _status(exc)
         where = self.uri(key)
+        if status is None and _is_timeout(exc):
+            c = self.config
+            return StorageError(
+                f"{where}: cannot {action}: {self._endpoint} did not answer "
+                f"({c.max_attempts} attempt(s), {c.connect_timeout:g} s to connect, {c.read_timeout:g} s to read each)"
+            )
         if code == "NoSuchBucket":
             return StorageError(f"{where}: cannot {action}: bucket {self.bucket!r} does not exist")
         if status in (401, 403):

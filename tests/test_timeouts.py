@@ -1,0 +1,160 @@
+"""A stalled S3 server (accepts connections, never answers) must not hang
+anyone: every remote call has bounded connect and read timeouts and bounded
+retries, then one clear error naming the endpoint and the object; Ctrl-C works
+during the wait. Proved for the shell, the Python API and a writer commit, with
+a listener that never answers and with a proxy in front of the real test
+server that stalls only some requests."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from faultproxy import FaultProxy
+
+from castsql.engine import Session
+from castsql.errors import CastSQLError, StorageError
+from castsql.format import TableLog, write_data_files
+from castsql.storage import S3Config, open_storage
+
+pytestmark = pytest.mark.s3
+
+FAST = {"connect_timeout": 1.0, "read_timeout": 1.0, "max_attempts": 2}
+BOUND_S = 15  # 2 attempts x (1 s + 1 s) plus backoff and process start, with room for a loaded machine
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """An endpoint on 127.0.0.1 that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    t.join()
+    for c in held:
+        c.close()
+    server.close()
+
+
+def test_python_api_gives_up_with_the_endpoint_and_object(silent):
+    cfg = S3Config(endpoint_url=silent, key="k", secret="s", **FAST)
+    t0 = time.monotonic()
+    with pytest.raises(StorageError) as e:
+        Session("s3://bucket/wh/events", s3=cfg)
+    assert time.monotonic() - t0 < BOUND_S
+    msg = str(e.value)
+    assert silent in msg and "s3://bucket/wh/events/" in msg and "did not answer" in msg and "2 attempt" in msg
+
+
+def test_shell_gives_up_with_one_line(silent, shell_env):
+    env = {
+        **shell_env,
+        "AWS_ENDPOINT_URL": silent,
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "CASTSQL_S3_CONNECT_TIMEOUT": "1",
+        "CASTSQL_S3_READ_TIMEOUT": "1",
+        "AWS_MAX_ATTEMPTS": "2",
+    }
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "castsql.cli", "s3://bucket/events", "-c", "SELECT count(*) FROM events"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert time.monotonic() - t0 < BOUND_S
+    assert r.returncode == 1
+    assert len(r.stderr.splitlines()) == 1 and silent in r.stderr and "did not answer" in r.stderr, r.stderr
+
+
+@pytest.fixture
+def proxied(s3_server, s3_root) -> Iterator[tuple[FaultProxy, str, S3Config]]:
+    """A table on the real test server, and a proxy in front of it that stalls what ``proxy.stall`` says."""
+    st = open_storage(s3_root + "/events", s3=s3_server.config)
+    log = TableLog.create(st, pa.schema([("id", pa.int64())]))
+    log.append(write_data_files(st, pa.table({"id": list(range(100))})))
+    port = int(s3_server.endpoint_url.rsplit(":", 1)[1])
+    proxy = FaultProxy(port, rate=0.0)
+    proxy.start()
+    try:
+        yield proxy, st.root, dataclasses.replace(s3_server.config, endpoint_url=proxy.endpoint_url, **FAST)
+    finally:
+        proxy.stop()
+
+
+def test_a_writer_commit_gives_up_and_commits_nothing(proxied, s3_server):
+    proxy, root, cfg = proxied
+    st = open_storage(root, s3=cfg)
+    log = TableLog(st)
+    files = write_data_files(st, pa.table({"id": [100, 101]}))
+    proxy.stall = lambda method, path: method == "PUT" and "/manifest/" in path
+    t0 = time.monotonic()
+    with pytest.raises(StorageError) as e:
+        log.append(files)
+    assert time.monotonic() - t0 < BOUND_S
+    assert proxy.endpoint_url in str(e.value) and "manifest/v00000002.json" in str(e.value)
+    assert TableLog(open_storage(root, s3=s3_server.config)).latest_version() == 1
+
+
+def test_a_query_whose_data_reads_stall_fails_in_bounded_time(proxied):
+    proxy, root, cfg = proxied
+    with Session(root, s3=cfg) as s:
+        proxy.stall = lambda method, path: path.split("?")[0].endswith(".parquet")
+        t0 = time.monotonic()
+        with pytest.raises(CastSQLError) as e:
+            s.sql("SELECT sum(id) FROM events")
+        assert time.monotonic() - t0 < 3 * BOUND_S  # DuckDB's httpfs: http_timeout and http_retries from S3Config
+        assert "events" in str(e.value)
+
+
+def test_ctrl_c_in_the_shell_stops_the_wait(proxied, shell_env):
+    import pexpect
+    from test_shell_pty import Shell
+
+    proxy, root, cfg = proxied
+    env = {
+        **shell_env,
+        "AWS_ENDPOINT_URL": cfg.endpoint_url or "",
+        "AWS_ACCESS_KEY_ID": cfg.key or "",
+        "AWS_SECRET_ACCESS_KEY": cfg.secret or "",
+    }  # the default, long timeouts: only Ctrl-C ends this wait
+    sh = Shell([root], env)
+    try:
+        proxy.stall = lambda method, path: "_latest_manifest" in path
+        sh.type("SELECT count(*) FROM events;\r")
+        time.sleep(1.5)
+        sh.type("\x03")
+        t0 = time.monotonic()
+        out = sh.wait_prompt(input_accepted=True)
+        assert time.monotonic() - t0 < 3
+        assert "cancelled" in out.lower()
+        proxy.stall = None
+        out = sh.run("SELECT count(*) AS n FROM events;")
+        assert "100" in out  # the shell and its session still work
+        sh.child.sendeof()
+        sh.child.expect(pexpect.EOF)
+    finally:
+        sh.close()
