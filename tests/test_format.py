@@ -241,7 +241,7 @@ def test_a_base_name_shared_by_two_data_files_is_refused_not_guessed(tmp_path):
     [
         (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
         (b'{"version": ' + b"9" * 5000 + b"}", "Exceeds the limit"),
-        ("{\"version\": 1}".encode("utf-16"), "is not UTF-8 text"),
+        ('{"version": 1}'.encode("utf-16"), "is not UTF-8 text"),
         (b'{"version": NaN}', "NaN is not a JSON number"),
         (b'{"version": Infinity}', "Infinity is not a JSON number"),
     ],
@@ -283,7 +283,7 @@ def test_object_keys_must_be_plain(path):
     assert str(e.value).startswith("t/m.json: data file")
     doc = json.loads(json.dumps(SEED_MANIFEST))
     doc["tombstones"] = [path]
-    with pytest.raises(FormatError, match="t/m.json: tombstone .* is not a plain object key"):
+    with pytest.raises(FormatError, match=r"t/m\.json: tombstone .* is not a plain object key"):
         parse_manifest(json.dumps(doc).encode(), "t/m.json")
     line = json.dumps({"file": path, "row_group": 0}).encode()
     with pytest.raises(FormatError, match=r"t/x.del: line 1: 'file' .* is not a plain object key"):
