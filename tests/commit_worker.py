@@ -5,7 +5,8 @@
 Each commit writes one data file holding one row ``id = WRITER_ID * 1_000_000 + i``
 and appends it. With ``--crash-at`` the process SIGKILLs itself at that step
 of its first commit: ``data:before``, ``data:after``, ``tombstone:before``,
-``tombstone:after``, ``manifest:before``, ``manifest:after``,
+``tombstone:after``, ``meta:before``, ``meta:after`` (a metadata object the
+commit folds into: format version 2), ``manifest:before``, ``manifest:after``,
 ``pointer:before``, ``pointer:after``. S3 settings come from AWS_* variables.
 """
 
@@ -38,7 +39,9 @@ class CrashingStorage:
     def _kind_of(self, key: str) -> str:
         if key == POINTER_KEY:
             return "pointer"
-        return {"data": "data", "tombstone": "tombstone", "manifest": "manifest"}.get(key.split("/", 1)[0], "?")
+        return {"data": "data", "tombstone": "tombstone", "manifest": "manifest", "meta": "meta"}.get(
+            key.split("/", 1)[0], "?"
+        )
 
     def _maybe_die(self, key: str, when: str) -> None:
         if self._kind_of(key) == self._kind and when == self._when:

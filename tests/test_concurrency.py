@@ -41,14 +41,17 @@ def test_sixteen_writers(storage, worker_env):
     assert all(m.previous == m.version - 1 for m in hist[1:])
 
     # Every version added exactly one file, and the last holds all of them once.
-    last = hist[-1]
-    paths = [f.path for f in last.data_files]
+    last = log.state(hist[-1]).entries()
+    paths = [f.path for f in last]
     assert len(paths) == total == len(set(paths))
     for m in hist[1:]:
-        prev = {f.path for f in log.manifest(m.previous).data_files}
-        assert len({f.path for f in m.data_files} - prev) == 1
-    ids = sorted(f.min["id"] for f in last.data_files)
+        prev = set(log.state(log.manifest(m.previous)).keys().to_pylist())
+        assert len(set(log.state(m).keys().to_pylist()) - prev) == 1
+        assert [f.path for f in m.change.added_files] == list(set(log.state(m).keys().to_pylist()) - prev)
+    ids = sorted(f.min["id"] for f in last)
     assert ids == sorted(w * 1_000_000 + i for w in range(WRITERS) for i in range(COMMITS))
-    # No orphans either: every data file written was committed.
+    # No orphans either: every data file written was committed, and every
+    # metadata object the last version needs is there.
     assert sorted(o.key for o in storage.list("data/")) == sorted(paths)
+    assert all(storage.exists(r.path) for r in hist[-1].file_objects)
     assert storage.exists(manifest_key(total))

@@ -94,7 +94,7 @@ def test_commits_survive_faults_kills_and_concurrent_gc(s3_server, s3_root, tmp_
     kept = log.versions()
     assert kept == list(range(kept[0], latest + 1)) and len(kept) >= 2  # contiguous up to the head
     last = log.latest()
-    ids = [f.min["id"] for f in last.data_files]
+    ids = [f.min["id"] for f in log.state(last).entries()]
     assert len(ids) == len(set(ids)) == latest  # one file per commit, none twice
     steady_ids = {w * 1_000_000 + i for w in range(WRITERS) for i in range(COMMITS)}
     assert steady_ids <= set(ids)  # no commit of a surviving writer lost

@@ -307,7 +307,9 @@ def test_a_key_range_of_the_wrong_type_names_the_tombstone(tmp_path):
     # Written by another writer, past that check: readers name the tombstone.
     st.put_new("tombstone/x.del", serialize_tombstones([bad]))
     m = json.loads(st.get(manifest_key(1)))
-    m.update(version=2, previous=1, tombstones=["tombstone/x.del"])
+    m.update(version=2, previous=1)
+    m["deletes"]["inline"] = ["tombstone/x.del"]
+    m["change"] = {"added_tombstones": ["tombstone/x.del"]}
     st.put_if_absent(manifest_key(2), json.dumps(m).encode())
     with Session(st.root) as s, pytest.raises(FormatError, match=r"x\.del \(version 2\): record 0: key range"):
         s.sql("SELECT * FROM t")

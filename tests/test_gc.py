@@ -35,8 +35,9 @@ def _referenced(log: TableLog, versions) -> set[str]:
     out = set()
     for v in versions:
         m = log.manifest(v)
-        out |= {to_table_key(f.path, log.uri, what="d") for f in m.data_files}
-        out |= {to_table_key(t, log.uri, what="t") for t in m.tombstones}
+        out |= set(log.state(m).keys().to_pylist())  # every data file, in objects or inline
+        out |= {to_table_key(t, log.uri, what="t") for t in m.tombstones}  # inline tombstone files
+        out |= {r.path for r in (*m.file_objects, *m.delete_objects)}  # metadata objects
     return out
 
 

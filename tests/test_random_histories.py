@@ -92,7 +92,7 @@ def make_machine(root: str, s3, spark):
 
         def _files(self):
             # Drawn by index in commit order: file names are random, draws must not depend on them.
-            return list(self.log.latest().data_files)
+            return self.log.state(self.log.latest()).entries()
 
         @precondition(lambda self: self.live)
         @rule(data=st.data())
@@ -141,10 +141,10 @@ def make_machine(root: str, s3, spark):
             self._commit(m, {i: loc for i, loc in self.live.items() if not dead(i, *loc)})
             STEPS["deletes"] += 1
 
-        @precondition(lambda self: self.log.latest().tombstones)
+        @precondition(lambda self: self.log.latest().tombstone_count)
         @rule(threshold=st.sampled_from([0.01, 0.3, 1.0]), rg=st.sampled_from([8, 1000]), merge=st.booleans())
         def compaction(self, threshold, rg, merge):
-            before = {f.path for f in self.log.latest().data_files}
+            before = set(self.log.state(self.log.latest()).keys().to_pylist())
             m = compact(
                 spark,
                 self.storage.root,
@@ -157,7 +157,7 @@ def make_machine(root: str, s3, spark):
                 STEPS["compactions_with_nothing_to_do"] += 1
                 return
             assert m.operation == "COMPACT"
-            after = {f.path for f in m.data_files}
+            after = set(self.log.state(m).keys().to_pylist())
             gone, new = before - after, after - before
             moved = {i for i, (key, _) in self.live.items() if key in gone}
             live = {i: loc for i, loc in self.live.items() if i not in moved}
@@ -183,8 +183,9 @@ def make_machine(root: str, s3, spark):
             refs = set()
             for v in self.model:
                 mv = self.log.manifest(v)
-                refs |= {to_table_key(f.path, self.storage.root, what="data file") for f in mv.data_files}
+                refs |= set(self.log.state(mv).keys().to_pylist())
                 refs |= {to_table_key(t, self.storage.root, what="tombstone") for t in mv.tombstones}
+                refs |= {r.path for r in (*mv.file_objects, *mv.delete_objects)}
             left = {i.key for d in (DATA_DIR, TOMBSTONE_DIR) for i in self.storage.list(d + "/")}
             assert left == refs
             STEPS["gcs"] += 1

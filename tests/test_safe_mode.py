@@ -81,7 +81,7 @@ def test_a_manifest_naming_files_outside_the_root_is_refused_in_every_mode(stora
     st = events.log.storage
     m = json.loads(st.get(manifest_key(6)))
     m["version"], m["previous"] = 7, 6
-    m["data_files"][0]["path"] = str(outside / "other.parquet")
+    m["files"]["inline"][0]["path"] = str(outside / "other.parquet")
     st.put_if_absent(manifest_key(7), json.dumps(m).encode())
     with Session(events.log.uri, s3=s3_config) as s, pytest.raises(FormatError, match="outside the table root"):
         s.sql("SELECT * FROM events")

@@ -99,8 +99,8 @@ def history(session: Session, table: str) -> pa.Table:
             "committed_at": m.created_at,
             "operation": m.operation,
             "writer": m.writer,
-            "data_files": len(m.data_files),
-            "tombstone_files": len(m.tombstones),
+            "data_files": m.file_count,
+            "tombstone_files": m.tombstone_count,
         }
         try:
             snap = resolve(log, m.version)
@@ -109,16 +109,18 @@ def history(session: Session, table: str) -> pa.Table:
             rows.append({**row, "error": str(e).splitlines()[0]})
             prev = None
             continue
-        keys = {f.key for f in snap.files}
-        all_keys = {f.path for f in m.data_files}
         if prev is None or prev.version != m.version - 1:
             added_files = removed_files = None
             rows_added = rows_deleted = None
         else:
-            prev_all = {f.path for f in prev.manifest.data_files}
-            new_keys = keys - {f.key for f in prev.files}
-            added_files = len(all_keys - prev_all)
-            removed_files = len(prev_all - all_keys)
+            if m.change is not None:  # format version 2 says what it changed
+                new_keys = {f.path for f in m.change.added_files}
+                added_files, removed_files = len(new_keys), len(m.change.removed_files)
+            else:
+                all_keys = set(session.log(table).state(m).keys().to_pylist())
+                prev_all = set(session.log(table).state(prev.manifest).keys().to_pylist())
+                new_keys = {f.key for f in snap.files} - {f.key for f in prev.files}
+                added_files, removed_files = len(all_keys - prev_all), len(prev_all - all_keys)
             if (m.operation or "").upper() in _NO_DATA_CHANGE:
                 rows_added = rows_deleted = 0
             else:

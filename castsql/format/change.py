@@ -11,20 +11,26 @@ Conflict rules (docs/FORMAT.md, "Concurrent writers"):
   tombstone committed after the version it read, and with the loss of any file
   or tombstone it meant to remove.
 
-A conflict raises CommitConflict and commits nothing; the caller re-reads and
-recomputes (Spark's delete and compaction do so).
+Between version-2 manifests these are checked on the ``change`` records of
+the versions committed since the one the writer read (a few small manifests),
+never by reading the whole table. A conflict raises CommitConflict and commits
+nothing; the caller re-reads and recomputes (Spark's delete and compaction do so).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from castsql.errors import CommitConflict, FormatError
-from castsql.format.files import FileIndex
+from castsql.errors import CommitConflict, FormatError, ObjectNotFound
+from castsql.format import fold
 from castsql.format.layout import to_table_key
-from castsql.format.manifest import DataFile, Manifest
+from castsql.format.manifest import ChangeLog, DataFile, Manifest, Totals
 from castsql.format.schema import Schema
+
+if TYPE_CHECKING:
+    from castsql.format.log import TableLog
 
 
 @dataclass(frozen=True)
@@ -36,51 +42,100 @@ class Change:
     remove_tombstones: tuple[str, ...] = ()  # table keys
     tombstone_targets: frozenset[str] = frozenset()  # table keys of the files new tombstones name
     schema: Schema | None = None  # schema of add_files, checked against the base
-    read_version: int | None = None  # the version a compaction was computed from
-    read_tombstones: frozenset[str] | None = None  # that version's tombstone keys
+    read_version: int | None = None  # the version a delete or a compaction was computed from
+    read_tombstones: frozenset[str] | None = None  # that version's tombstone keys (compaction)
     summary: dict[str, Any] = field(default_factory=dict)
 
-    def apply(self, base: Manifest, table_root: str) -> Manifest:
-        """``base`` with this change applied; version fields still base's."""
+    def apply(self, base: Manifest, log: TableLog) -> Manifest:
+        """``base`` with this change applied, as a version-2 manifest; version
+        fields still base's. Writes the metadata objects the new version needs
+        (fold, merge, removal: :mod:`castsql.format.fold`)."""
         where = f"{self.operation} on version {base.version}"
+        root = log.storage.root
         if self.schema is not None:
             base.schema.check_compatible(self.schema, f"{where}: data files")
-        index = FileIndex(base, table_root)
-        files = dict(index.by_key)
-        for key in self.remove_files:
-            if key not in files:
-                raise CommitConflict(f"{where}: data file {key} was removed by a concurrent commit")
-            del files[key]
-        for f in self.add_files:
-            key = to_table_key(f.path, table_root, what="data file")
-            if key in files:
-                raise FormatError(f"{where}: data file {key} is already part of the table")
-            files[key] = replace(f, path=key)
-        tombs = {to_table_key(t, table_root, what="tombstone"): t for t in base.tombstones}
-        if (self.remove_files or self.remove_tombstones) and self.read_tombstones is not None:
-            newer = set(tombs) - self.read_tombstones
-            if newer:
-                raise CommitConflict(
-                    f"{where}: {len(newer)} tombstone(s) were committed after version {self.read_version}, "
-                    "which this rewrite read"
-                )
-        for key in self.remove_tombstones:
-            if key not in tombs:
-                raise CommitConflict(f"{where}: tombstone {key} was removed by a concurrent commit")
-            del tombs[key]
+        state = log.state(base)
+        inline = state.inline_entries()
+        inline_tombs = [to_table_key(t, root, what="tombstone") for t in base.tombstones]
+        since = self._changes_since(base, log)
+        if self.remove_files or self.remove_tombstones:
+            self._check_no_newer_tombstones(base, state, since, where)
+        added = [replace(f, path=to_table_key(f.path, root, what="data file")) for f in self.add_files]
+        inline_keys = {f.path for f in inline}
+        for f in added:
+            if f.path in inline_keys or (base.format_version == 1 and state.contains(f.path)):
+                raise FormatError(f"{where}: data file {f.path} is already part of the table")
         for key in self.add_tombstones:
-            if key in tombs:
+            if key in inline_tombs:
                 raise FormatError(f"{where}: tombstone {key} is already part of the table")
-            tombs[key] = key
-        for key in self.tombstone_targets:
-            if key not in files:
-                raise CommitConflict(
-                    f"{where}: a new tombstone names data file {key}, which is not in the table "
-                    "(removed by a concurrent commit, or never part of it)"
-                )
+        self._check_targets(state, since, where)
+        file_objects, files_inline, removed = fold.next_files(
+            log, base, base.schema, inline, added, set(self.remove_files), where
+        )
+        delete_objects, tombs_inline = fold.next_deletes(
+            log, base, inline_tombs, self.add_tombstones, set(self.remove_tombstones), where
+        )
+        t = log.totals(base)
+        totals = Totals(
+            files=t.files + len(added) - len(removed),
+            rows=t.rows + sum(f.total_rows for f in added) - sum(f.total_rows for f in removed),
+            bytes=t.bytes + sum(f.size_bytes for f in added) - sum(f.size_bytes for f in removed),
+            tombstones=t.tombstones + len(self.add_tombstones) - len(self.remove_tombstones),
+        )
         return base.evolve(
-            data_files=tuple(files.values()),
-            tombstones=tuple(tombs.values()),
+            format_version=2,
+            data_files=tuple(files_inline),
+            tombstones=tuple(tombs_inline),
+            file_objects=tuple(file_objects),
+            delete_objects=tuple(delete_objects),
+            totals=totals,
+            change=ChangeLog(tuple(added), tuple(self.remove_files), self.add_tombstones, self.remove_tombstones),
             operation=self.operation,
             summary=dict(self.summary),
         )
+
+    def _changes_since(self, base: Manifest, log: TableLog) -> list[ChangeLog] | None:
+        """The change records of the versions after ``read_version`` up to
+        ``base``; None when some of them has none (version 1) or is gone."""
+        if self.read_version is None:
+            return None
+        out = []
+        for v in range(self.read_version + 1, base.version + 1):
+            try:
+                m = base if v == base.version else log.manifest_raw(v)
+            except ObjectNotFound:
+                return None
+            if m.change is None:
+                return None
+            out.append(m.change)
+        return out
+
+    def _check_no_newer_tombstones(self, base: Manifest, state: Any, since: list[ChangeLog] | None, where: str) -> None:
+        if self.read_tombstones is None and since is None:
+            return
+        if since is not None:
+            newer = {t for c in since for t in c.added_tombstones}
+        else:
+            newer = set(state.tombstone_keys()) - (self.read_tombstones or frozenset())
+        if newer:
+            raise CommitConflict(
+                f"{where}: {len(newer)} tombstone(s) were committed after version {self.read_version}, "
+                "which this rewrite read"
+            )
+
+    def _check_targets(self, state: Any, since: list[ChangeLog] | None, where: str) -> None:
+        if not self.tombstone_targets:
+            return
+        gone: Iterator[str]
+        if since is not None:
+            # The targets were in the version the writer read (it checked):
+            # only a commit since then can have removed one.
+            removed = {k for c in since for k in c.removed_files} | set(self.remove_files)
+            gone = (k for k in sorted(self.tombstone_targets) if k in removed)
+        else:
+            gone = (k for k in sorted(self.tombstone_targets) if not state.contains(k) or k in self.remove_files)
+        for key in gone:
+            raise CommitConflict(
+                f"{where}: a new tombstone names data file {key}, which is not in the table "
+                "(removed by a concurrent commit, or never part of it)"
+            )

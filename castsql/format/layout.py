@@ -14,6 +14,7 @@ POINTER_KEY = "_latest_manifest"
 MANIFEST_DIR = "manifest"
 DATA_DIR = "data"
 TOMBSTONE_DIR = "tombstone"
+META_DIR = "meta"
 
 _MANIFEST_RE = re.compile(r"^manifest/v(\d{8,})\.json$")
 
@@ -42,6 +43,11 @@ def new_data_key(now: datetime | None = None) -> str:
 
 def new_tombstone_key(now: datetime | None = None) -> str:
     return f"{TOMBSTONE_DIR}/{_hour_dir(now)}/{uuid.uuid4().hex}.del"
+
+
+def new_meta_key(kind: str, now: datetime | None = None) -> str:
+    """``meta/YYYY/MM/DD/HH/<uuid>.files.parquet`` (or ``.deletes.parquet``)."""
+    return f"{META_DIR}/{_hour_dir(now)}/{uuid.uuid4().hex}.{kind}.parquet"
 
 
 def to_table_key(path: str, table_root: str, *, what: str) -> str:

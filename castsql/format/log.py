@@ -40,7 +40,6 @@ import pyarrow as pa
 
 from castsql.errors import CommitConflict, FormatError, TableExists, TableNotFound, VersionNotFound
 from castsql.format.change import Change
-from castsql.format.files import FileIndex
 from castsql.format.jsonio import load_json
 from castsql.format.layout import (
     MANIFEST_DIR,
@@ -50,8 +49,10 @@ from castsql.format.layout import (
     new_tombstone_key,
     to_table_key,
 )
-from castsql.format.manifest import DataFile, Manifest, format_time, no_gc, parse_manifest
+from castsql.format.manifest import DataFile, Manifest, MetaRef, Totals, format_time, no_gc, parse_manifest
+from castsql.format.metafiles import files_from_arrow, read_deletes_object
 from castsql.format.schema import Schema
+from castsql.format.state import FilePart, VersionState, read_part, read_records
 from castsql.format.tombstone import (
     KeyRangeDelete,
     PositionDelete,
@@ -77,6 +78,7 @@ class RetryPolicy:
 
 
 IDEMPOTENCY_WINDOW = 64
+_PART_ROWS_CACHED = 4_000_000  # file entries of metadata objects kept parsed, per table
 
 
 def default_writer_id() -> str:
@@ -109,6 +111,10 @@ class TableLog:
         self.writer = writer or default_writer_id()
         self._manifests: OrderedDict[int, Manifest] = OrderedDict()
         self._tombstones: OrderedDict[str, list[TombstoneRecord]] = OrderedDict()
+        # Metadata objects never change: parsed ones are kept by key (bounded by rows held).
+        self._parts: OrderedDict[tuple[str, str], FilePart] = OrderedDict()
+        self._deletes: OrderedDict[str, pa.Table] = OrderedDict()
+        self._records: OrderedDict[str, list[tuple[str, TombstoneRecord]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -147,6 +153,7 @@ class TableLog:
             operation="CREATE",
             commit_id=commit_id,
             writer=log.writer,
+            totals=Totals(),
         )
         if storage.exists(POINTER_KEY):
             existing = log.latest()
@@ -183,6 +190,75 @@ class TableLog:
             while len(self._manifests) > 64:
                 self._manifests.popitem(last=False)
         return m
+
+    def manifest_raw(self, version: int) -> Manifest:
+        """Manifest ``version`` (cached), or ObjectNotFound: no listing, no pointer read."""
+        return self._read_manifest(version)
+
+    # ------------------------------------------------------------------ what a version holds
+
+    def state(self, m: Manifest) -> VersionState:
+        """The files and tombstones of version ``m`` (format version 1 or 2)."""
+        return VersionState(self, m)
+
+    def part(self, ref: MetaRef, m: Manifest) -> FilePart:
+        """The entries of files object ``ref`` of version ``m`` (cached by key and schema)."""
+        ck = (ref.path, json.dumps(m.schema.to_json(), sort_keys=True))
+        with self._lock:
+            p = self._parts.get(ck)
+            if p is not None:
+                self._parts.move_to_end(ck)
+                return p
+        p = read_part(self, ref, m, self.storage.uri(manifest_key(m.version)))
+        with self._lock:
+            self._parts[ck] = p
+            held = sum(x.table.num_rows for x in self._parts.values())
+            while held > _PART_ROWS_CACHED and len(self._parts) > 1:
+                held -= self._parts.popitem(last=False)[1].table.num_rows
+        return p
+
+    def deletes_table(self, ref: MetaRef) -> pa.Table:
+        """The rows of deletes object ``ref`` (cached by key)."""
+        with self._lock:
+            t = self._deletes.get(ref.path)
+            if t is not None:
+                self._deletes.move_to_end(ref.path)
+                return t
+        t = read_deletes_object(self.storage, ref, self.storage.root)
+        with self._lock:
+            self._deletes[ref.path] = t
+            while len(self._deletes) > 256:
+                self._deletes.popitem(last=False)
+        return t
+
+    def delete_records(self, ref: MetaRef, where: str) -> list[tuple[str, TombstoneRecord]]:
+        """The records of deletes object ``ref``, with the tombstone file of each (cached by key)."""
+        with self._lock:
+            recs = self._records.get(ref.path)
+            if recs is not None:
+                self._records.move_to_end(ref.path)
+                return recs
+        self.deletes_table(ref)  # read and checked once
+        recs = read_records(self, ref, where)
+        with self._lock:
+            self._records[ref.path] = recs
+            while len(self._records) > 256:
+                self._records.popitem(last=False)
+        return recs
+
+    def entries_of(self, table: pa.Table) -> list[DataFile]:
+        return files_from_arrow(table)
+
+    def totals(self, m: Manifest) -> Totals:
+        """What ``m`` holds: its own totals (version 2), or counted from its lists (version 1)."""
+        if m.totals is not None:
+            return m.totals
+        return Totals(
+            files=len(m.data_files),
+            rows=sum(f.total_rows for f in m.data_files),
+            bytes=sum(f.size_bytes for f in m.data_files),
+            tombstones=len(m.tombstones),
+        )
 
     def _read_pointer(self) -> tuple[int | None, str | None]:
         try:
@@ -344,7 +420,7 @@ class TableLog:
                         self._advance_pointer(v, commit_id, pv, etag)
                         return m
             checked = base.version
-            new = change.apply(base, self.storage.root).evolve(
+            new = change.apply(base, self).evolve(
                 version=base.version + 1,
                 previous=base.version,
                 # Never earlier than the base: time travel by timestamp bisects.
@@ -439,21 +515,30 @@ class TableLog:
         targets = self.validate_tombstones(records, base, where=f"{self.storage.root}: delete")
         key = new_tombstone_key()
         self.storage.put_new(key, serialize_tombstones(records))
+        with self._lock:
+            self._tombstones[key] = records  # the fold that takes it into a deletes object reads it from here
         summary: dict[str, Any] = {"added_tombstones": 1, "tombstone_records": len(records)}
         if deleted_rows is not None:
             summary["deleted_rows"] = deleted_rows
         return self.commit(
-            Change(operation, add_tombstones=(key,), tombstone_targets=frozenset(targets), summary=summary)
+            Change(
+                operation,
+                add_tombstones=(key,),
+                tombstone_targets=frozenset(targets),
+                read_version=base.version,
+                summary=summary,
+            )
         )
 
     def validate_tombstones(self, records: Sequence[TombstoneRecord], base: Manifest, *, where: str) -> set[str]:
         """Check records against ``base``; return the table keys of the files they name."""
-        index = FileIndex(base, self.storage.root)
+        state = self.state(base)
         targets = set()
         for i, r in enumerate(records):
             at = f"{where}: record {i}"
-            f = index.lookup(r.file, at)
-            targets.add(index.key_of(f))
+            key = state.lookup_key(r.file, at)
+            f = state.entry(key)
+            targets.add(key)
             rg = r.row_group if isinstance(r, RowGroupDelete | PositionDelete) else None
             if rg is not None and rg >= f.row_group_count:
                 raise FormatError(f"{at}: row group {rg} of {f.name} does not exist (it has {f.row_group_count})")

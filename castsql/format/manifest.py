@@ -1,10 +1,20 @@
 """Manifests: one immutable JSON document per table version.
 
-The seed's fields (``version``, ``previous``, ``created_at``, ``schema``,
-``data_files``, ``tombstones``) are all a reader needs; CastSQL adds optional
-fields (``format_version``, ``primary_key``, ``operation``, ``summary``,
-``commit_id``, ``writer``, and per file ``row_group_rows``) and keeps any field
-it does not know when it rewrites a manifest. See docs/FORMAT.md.
+Format version 1 (the seed's): ``data_files`` lists every data file and
+``tombstones`` every tombstone file; its fields (``version``, ``previous``,
+``created_at``, ``schema``, ``data_files``, ``tombstones``) are all a reader
+needs, and CastSQL's optional ones (``format_version``, ``primary_key``,
+``operation``, ``summary``, ``commit_id``, ``writer``, per file
+``row_group_rows``) come on top.
+
+Format version 2 (what CastSQL writes): the data files and tombstones of a
+version are immutable metadata objects under ``meta/`` (:class:`MetaRef`,
+:mod:`castsql.format.metafiles`) plus a short *inline* list of each not yet
+folded into one; ``totals`` count them and ``change`` says what this version
+changed. In memory both versions are one :class:`Manifest`: a version-1
+manifest is a version-2 one whose every file and tombstone is inline.
+
+Unknown fields are kept when a manifest is rewritten. See docs/FORMAT.md.
 """
 
 from __future__ import annotations
@@ -23,9 +33,13 @@ from castsql.format.jsonio import load_json
 from castsql.format.schema import Schema
 from castsql.storage.base import is_normal_key, key_problem
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # the newest this code reads, and what it writes
 
 _KNOWN_FIELDS = {
+    "files",
+    "deletes",
+    "totals",
+    "change",
     "format_version",
     "version",
     "previous",
@@ -133,8 +147,142 @@ class DataFile:
 
 
 @dataclass(frozen=True, slots=True)
+class MetaRef:
+    """A metadata object a version-2 manifest references, with the summary a
+    reader uses to skip it (FORMAT.md §3.2).
+
+    ``kind`` is ``files`` (one row per data file) or ``deletes`` (one row per
+    tombstone record). ``entries`` counts its rows; ``level`` is its merge
+    tier (None: full, never merged again). For ``files``: ``rows`` and
+    ``bytes`` sum its files' ``total_rows`` and ``size_bytes``; ``min`` and
+    ``max`` bound every column statistic of its files (``extra["paths"]``
+    bounds their paths). For ``deletes``: ``tombstones`` counts the tombstone
+    files whose records it holds (their keys are in the object, not here: a
+    manifest stays the same size however many deletes came before).
+    """
+
+    path: str
+    kind: str
+    entries: int
+    level: int | None = 0
+    rows: int = 0
+    bytes: int = 0
+    min: dict[str, Any] = field(default_factory=dict)
+    max: dict[str, Any] = field(default_factory=dict)
+    tombstones: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"path": self.path, "entries": self.entries, "level": self.level}
+        if self.kind == "files":
+            d.update(rows=self.rows, bytes=self.bytes, min=self.min, max=self.max)
+        else:
+            d["tombstones"] = self.tombstones
+        d.update(self.extra)
+        return d
+
+    @classmethod
+    def from_json(cls, obj: Any, kind: str, where: str) -> MetaRef:
+        if not isinstance(obj, dict):
+            raise FormatError(f"{where}: must be an object")
+        path = obj.get("path")
+        if not isinstance(path, str) or not path:
+            raise FormatError(f"{where}: 'path' must be a non-empty string")
+        if not is_normal_key(path) and (problem := key_problem(path)) is not None:
+            raise FormatError(f"{where}: metadata object {path!r} is not a plain object key: it {problem}")
+        at = f"{where} ({path})"
+        entries = _nonneg(obj.get("entries"), "entries", at)
+        level = obj.get("level")
+        if level is not None:
+            level = _nonneg(level, "level", at)
+        known = {"path", "entries", "level"}
+        if kind == "files":
+            mins, maxs = obj.get("min", {}), obj.get("max", {})
+            if not isinstance(mins, dict) or not isinstance(maxs, dict):
+                raise FormatError(f"{at}: 'min' and 'max' must be objects")
+            rows, size = _nonneg(obj.get("rows"), "rows", at), _nonneg(obj.get("bytes"), "bytes", at)
+            ref = cls(path, kind, entries, level, rows, size, mins, maxs)
+            known |= {"rows", "bytes", "min", "max"}
+        else:
+            ref = cls(path, kind, entries, level, tombstones=_nonneg(obj.get("tombstones"), "tombstones", at))
+            known.add("tombstones")
+        extra = {k: v for k, v in obj.items() if k not in known}
+        return replace(ref, extra=extra) if extra else ref
+
+
+def _nonneg(v: Any, name: str, where: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise FormatError(f"{where}: {name!r} must be a non-negative integer, got {v!r}")
+    return v
+
+
+_TOTALS = ("files", "rows", "bytes", "tombstones")
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """What a version holds, counted without reading its metadata objects."""
+
+    files: int = 0
+    rows: int = 0  # stored rows (before tombstones)
+    bytes: int = 0
+    tombstones: int = 0  # tombstone files in force
+
+    def to_json(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in _TOTALS}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> Totals:
+        if not isinstance(obj, dict):
+            raise FormatError(f"{where}: 'totals' must be an object")
+        return cls(**{k: _nonneg(obj.get(k, 0), k, f"{where}: totals") for k in _TOTALS})
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeLog:
+    """What one version changed against ``previous`` (version 2): the entries
+    of the data files it added, the keys it removed, the tombstone files it
+    added and removed. Readers use it to step from one version to the next,
+    writers to check what concurrent commits did, audits to count."""
+
+    added_files: tuple[DataFile, ...] = ()
+    removed_files: tuple[str, ...] = ()
+    added_tombstones: tuple[str, ...] = ()
+    removed_tombstones: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "added_files": [f.to_json() for f in self.added_files],
+            "removed_files": list(self.removed_files),
+            "added_tombstones": list(self.added_tombstones),
+            "removed_tombstones": list(self.removed_tombstones),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> ChangeLog:
+        if not isinstance(obj, dict):
+            raise FormatError(f"{where}: 'change' must be an object")
+        added = obj.get("added_files", [])
+        if not isinstance(added, list):
+            raise FormatError(f"{where}: change.added_files must be a list")
+        lists = {}
+        for k in ("removed_files", "added_tombstones", "removed_tombstones"):
+            v = obj.get(k, [])
+            if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+                raise FormatError(f"{where}: change.{k} must be a list of paths")
+            lists[k] = tuple(v)
+        files = tuple(DataFile.from_json(f, f"{where}: change.added_files[{i}]") for i, f in enumerate(added))
+        return cls(added_files=files, **lists)
+
+
+@dataclass(frozen=True, slots=True)
 class Manifest:
-    """A committed (or about-to-be-committed) version of a table."""
+    """A committed (or about-to-be-committed) version of a table.
+
+    ``data_files`` and ``tombstones`` are the *inline* parts: every file and
+    tombstone of a version-1 manifest; in version 2 only those not yet folded
+    into the metadata objects ``file_objects`` and ``delete_objects``.
+    """
 
     version: int
     previous: int | None
@@ -148,30 +296,56 @@ class Manifest:
     commit_id: str | None = None
     writer: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+    file_objects: tuple[MetaRef, ...] = ()
+    delete_objects: tuple[MetaRef, ...] = ()
+    totals: Totals | None = None
+    change: ChangeLog | None = None
 
     @property
     def total_rows(self) -> int:
         """Rows in the data files, before tombstones."""
+        if self.totals is not None:
+            return self.totals.rows
         return sum(f.total_rows for f in self.data_files)
+
+    @property
+    def file_count(self) -> int:
+        """Data files of the version."""
+        return self.totals.files if self.totals is not None else len(self.data_files)
+
+    @property
+    def tombstone_count(self) -> int:
+        """Tombstone files in force at the version."""
+        return self.totals.tombstones if self.totals is not None else len(self.tombstones)
 
     def evolve(self, **changes: Any) -> Manifest:
         return replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "format_version": FORMAT_VERSION,
+            "format_version": self.format_version,
             "version": self.version,
             "previous": self.previous,
             "created_at": format_time(self.created_at),
             "operation": self.operation,
             "schema": self.schema.to_json(),
             "primary_key": self.primary_key,
-            "data_files": [f.to_json() for f in self.data_files],
-            "tombstones": list(self.tombstones),
-            "summary": self.summary,
-            "commit_id": self.commit_id,
-            "writer": self.writer,
         }
+        if self.format_version == 1:
+            d["data_files"] = [f.to_json() for f in self.data_files]
+            d["tombstones"] = list(self.tombstones)
+        else:
+            # No seed keys: a reader that knows only version 1 fails instead of
+            # reading the inline part as if it were every file.
+            d["files"] = {
+                "objects": [r.to_json() for r in self.file_objects],
+                "inline": [f.to_json() for f in self.data_files],
+            }
+            d["deletes"] = {"objects": [r.to_json() for r in self.delete_objects], "inline": list(self.tombstones)}
+            d["totals"] = (self.totals or Totals()).to_json()
+            d["change"] = (self.change or ChangeLog()).to_json()
+        d.update(summary=self.summary, commit_id=self.commit_id, writer=self.writer)
         d.update(self.extra)
         return d
 
@@ -188,10 +362,13 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
     obj = load_json(data, where, "manifest")
     if not isinstance(obj, dict):
         raise FormatError(f"{where}: manifest must be a JSON object")
-    fv = obj.get("format_version", FORMAT_VERSION)
-    if not isinstance(fv, int) or fv > FORMAT_VERSION:
-        raise FormatError(f"{where}: format_version {fv!r} is newer than this CastSQL reads ({FORMAT_VERSION})")
-    for k in ("version", "schema", "data_files", "tombstones", "created_at"):
+    fv = obj.get("format_version", 1)
+    if not isinstance(fv, int) or isinstance(fv, bool) or fv < 1:
+        raise FormatError(f"{where}: format_version must be a positive integer, got {fv!r}")
+    if fv > FORMAT_VERSION:
+        raise FormatError(f"{where}: format_version {fv} is newer than this CastSQL reads ({FORMAT_VERSION})")
+    v2 = fv == 2
+    for k in ("version", "schema", "created_at", *(("files", "deletes") if v2 else ("data_files", "tombstones"))):
         if k not in obj:
             raise FormatError(f"{where}: manifest has no {k!r} field")
     version = obj["version"]
@@ -207,15 +384,36 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
     except (TypeError, ValueError, AttributeError):
         raise FormatError(f"{where}: 'created_at' is not an ISO-8601 time: {obj['created_at']!r}") from None
     schema = Schema.from_json(obj["schema"], where)
-    if not isinstance(obj["data_files"], list):
-        raise FormatError(f"{where}: 'data_files' must be a list")
-    files = tuple(DataFile.from_json(f, f"{where}: data_files[{i}]") for i, f in enumerate(obj["data_files"]))
+    file_objects: tuple[MetaRef, ...] = ()
+    delete_objects: tuple[MetaRef, ...] = ()
+    totals = change = None
+    if v2:
+        files_part, deletes_part = obj["files"], obj["deletes"]
+        for name, part in (("files", files_part), ("deletes", deletes_part)):
+            if not isinstance(part, dict) or not isinstance(part.get("objects"), list):
+                raise FormatError(f"{where}: {name!r} must be an object with 'objects' and 'inline' lists")
+            if not isinstance(part.get("inline"), list):
+                raise FormatError(f"{where}: {name!r} must be an object with 'objects' and 'inline' lists")
+        file_objects = tuple(
+            MetaRef.from_json(r, "files", f"{where}: files.objects[{i}]") for i, r in enumerate(files_part["objects"])
+        )
+        delete_objects = tuple(
+            MetaRef.from_json(r, "deletes", f"{where}: deletes.objects[{i}]")
+            for i, r in enumerate(deletes_part["objects"])
+        )
+        raw_files, tombs = files_part["inline"], deletes_part["inline"]
+        totals = Totals.from_json(obj.get("totals", {}), where)
+        change = ChangeLog.from_json(obj.get("change", {}), where)
+    else:
+        raw_files, tombs = obj["data_files"], obj["tombstones"]
+        if not isinstance(raw_files, list):
+            raise FormatError(f"{where}: 'data_files' must be a list")
+    files = tuple(DataFile.from_json(f, f"{where}: data file {i}") for i, f in enumerate(raw_files))
     seen: set[str] = set()
     for f in files:
         if f.path in seen:
             raise FormatError(f"{where}: data file {f.path} is listed twice")
         seen.add(f.path)
-    tombs = obj["tombstones"]
     if not isinstance(tombs, list) or not all(isinstance(t, str) and t for t in tombs):
         raise FormatError(f"{where}: 'tombstones' must be a list of paths")
     for kind, paths in (("data file", (f.path for f in files)), ("tombstone", tombs)):
@@ -244,6 +442,11 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         commit_id=obj.get("commit_id"),
         writer=obj.get("writer"),
         extra={k: v for k, v in obj.items() if k not in _KNOWN_FIELDS},
+        format_version=fv,
+        file_objects=file_objects,
+        delete_objects=delete_objects,
+        totals=totals,
+        change=change,
     )
 
 

@@ -6,7 +6,6 @@ row can match; a file without statistics for a column is always kept.
 
 Example::
 
-    >>> from castsql.format import DataFile
     >>> f = DataFile("a.parquet", 1, 1, 10, {"id": 0}, {"id": 9})
     >>> may_match(f, [Predicate("id", ">", 9)], {"id": "int64"})
     False
@@ -18,6 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from castsql.format import DataFile
 from castsql.format.manifest import json_stat
@@ -81,3 +83,43 @@ def prune_files(files: Sequence, preds: Sequence[Predicate], types: dict[str, st
     if not prepared:
         return list(files)
     return [f for f in files if _may_match(getattr(f, "entry", f), prepared)]
+
+
+def prune_refs(refs: Sequence, preds: Sequence[Predicate], types: dict[str, str]) -> list:
+    """The metadata objects (MetaRefs of files objects) whose summaries may match."""
+    prepared = _prepare(preds, types)
+    if not prepared:
+        return list(refs)
+    return [r for r in refs if _may_match(r, prepared)]
+
+
+def prune_mask(table: pa.Table, preds: Sequence[Predicate], types: dict[str, str]) -> pa.Array:
+    """For each row of a files table (castsql.format.metafiles), whether its
+    typed min/max statistics may match every predicate (nulls: may match)."""
+    keep = pa.array([True] * table.num_rows, pa.bool_())
+    if "min" not in table.column_names or table.num_rows == 0:
+        return keep
+    mins, maxs = table.column("min").combine_chunks(), table.column("max").combine_chunks()
+    for p in preds:
+        if p.value is None or mins.type.get_field_index(p.column) < 0:
+            continue
+        lo, hi = mins.field(p.column), maxs.field(p.column)
+        try:
+            v = pa.scalar(p.value, lo.type)
+            op = p.op
+            if op in ("=", "=="):
+                out = pc.or_(pc.greater(lo, v), pc.less(hi, v))
+            elif op == "<":
+                out = pc.greater_equal(lo, v)
+            elif op == "<=":
+                out = pc.greater(lo, v)
+            elif op == ">":
+                out = pc.less_equal(hi, v)
+            elif op == ">=":
+                out = pc.less(hi, v)
+            else:
+                out = pc.and_(pc.equal(lo, v), pc.equal(hi, v))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            continue  # a value of another kind than the column: no pruning on it
+        keep = pc.and_(keep, pc.invert(pc.fill_null(out, False)))
+    return keep

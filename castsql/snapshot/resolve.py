@@ -6,6 +6,13 @@ file-relative) all become one roaring bitmap of file positions per file; key
 ranges stay ranges (they are predicates on the primary key, which the scan can
 use to skip data). Resolved snapshots are immutable and cached.
 
+The files of a version are Arrow tables (one per metadata object, shared with
+every version that references it, plus the inline entries): nothing builds a
+Python object per data file unless asked for :attr:`Snapshot.files`. A
+session's next version is resolved from the one before by its ``change``
+record (the deletes of the files it touched), and a pruning predicate reads
+only the metadata objects whose summaries can match (:meth:`Snapshot.prune`).
+
 Example::
 
     >>> import pyarrow as pa, tempfile
@@ -24,18 +31,26 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyroaring import BitMap, FrozenBitMap
 
 from castsql.errors import FormatError
 from castsql.format import DataFile, KeyRangeDelete, Manifest, PositionDelete, RowGroupDelete, TableLog
-from castsql.format.files import FileIndex
+from castsql.format.layout import manifest_key
 from castsql.format.manifest import no_gc
+from castsql.format.metafiles import files_from_arrow
 from castsql.format.schema import Schema
-from castsql.format.tombstone import check_key_range
+from castsql.format.state import VersionState
+from castsql.format.tombstone import TombstoneRecord, check_key_range
 from castsql.snapshot.footer import row_group_rows
+from castsql.snapshot.prune import Predicate, prune_mask, prune_refs
+
+_EMPTY = FrozenBitMap()
 
 
 @dataclass(slots=True)
@@ -45,12 +60,10 @@ class ResolvedFile:
     key: str  # relative to the table root
     uri: str  # what a Parquet reader opens
     entry: DataFile
-    row_group_rows: tuple[int, ...]
+    row_group_rows: tuple[int, ...] | None
     # File positions, row groups included. Files without deletes share one
-    # frozen empty bitmap and tuple: a 100,000-file version then builds no
-    # per-file containers (they were half of resolve()'s time). Read-only for
-    # everyone but the resolver.
-    deleted: BitMap | FrozenBitMap = field(default=FrozenBitMap())
+    # frozen empty bitmap. Read-only for everyone but the resolver.
+    deleted: BitMap | FrozenBitMap = field(default=_EMPTY)
     key_ranges: tuple[tuple[Any, Any], ...] = ()
 
     @property
@@ -62,12 +75,12 @@ class ResolvedFile:
         return bool(self.deleted) or bool(self.key_ranges)
 
     def row_group_start(self, rg: int) -> int:
-        return sum(self.row_group_rows[:rg])
+        return sum(self.row_group_rows[:rg])  # type: ignore[index]
 
     def deleted_row_groups(self) -> list[int]:
         """Row groups every row of which is in ``deleted``."""
         out, start = [], 0
-        for i, n in enumerate(self.row_group_rows):
+        for i, n in enumerate(self.row_group_rows or ()):
             if n and self.deleted.range_cardinality(start, start + n) == n:
                 out.append(i)
             start += n
@@ -75,25 +88,134 @@ class ResolvedFile:
 
 
 @dataclass(slots=True)
-class Snapshot:
-    """One committed version of one table, resolved."""
+class FileDeletes:
+    """What a version's tombstones drop from one file."""
 
-    table_uri: str
-    version: int
-    manifest: Manifest
-    files: list[ResolvedFile]  # files with live rows left, in manifest order
-    primary_key: str | None
+    deleted: BitMap | FrozenBitMap = field(default=_EMPTY)
+    key_ranges: tuple[tuple[Any, Any], ...] = ()
+    row_group_rows: tuple[int, ...] | None = None  # read from the footer when the entry lacks it
+
+
+class Snapshot:
+    """One committed version of one table, resolved.
+
+    ``files`` (ResolvedFile objects, files with live rows left, in table
+    order) is built on first use; the columnar form is :meth:`table`, and
+    ``deletes`` holds what each file with deletes loses.
+    """
+
+    def __init__(
+        self,
+        table_uri: str,
+        version: int,
+        manifest: Manifest,
+        files: list[ResolvedFile] | None = None,
+        primary_key: str | None = None,
+        *,
+        state: VersionState | None = None,
+        deletes: dict[str, FileDeletes] | None = None,
+        gone: frozenset[str] = frozenset(),
+        uri_of: Any = None,
+    ) -> None:
+        self.table_uri = table_uri
+        self.version = version
+        self.manifest = manifest
+        self.primary_key = primary_key
+        self._files = files
+        self._state = state
+        self.deletes: dict[str, FileDeletes] = deletes if deletes is not None else {}
+        self.gone = gone  # keys of files every row of which is deleted (not in ``files``)
+        self._uri_of = uri_of
+        self._lock = threading.Lock()
+        if files is not None and deletes is None:
+            self.deletes = {
+                f.key: FileDeletes(f.deleted, f.key_ranges, f.row_group_rows) for f in files if f.has_deletes
+            }
+
+    def __repr__(self) -> str:
+        return f"Snapshot({self.table_uri!r}, version={self.version})"
 
     @property
     def schema(self) -> Schema:
         return self.manifest.schema
 
+    def table(self) -> pa.Table:
+        """Every file entry of the version (gone ones included) as one Arrow table."""
+        if self._state is None:
+            return _entries_table([f.entry for f in self.files], self.schema)
+        return self._state.table()
+
+    @property
+    def file_count(self) -> int:
+        """Files with live rows left."""
+        if self._files is not None:
+            return len(self._files)
+        assert self._state is not None
+        return self._state.file_count - len(self.gone)
+
+    @property
+    def files(self) -> list[ResolvedFile]:
+        with self._lock:
+            if self._files is None:
+                assert self._state is not None
+                self._files = self._materialize(self._state.table())
+            return self._files
+
+    def _materialize(self, table: pa.Table) -> list[ResolvedFile]:
+        out = []
+        with no_gc():
+            for f in files_from_arrow(table):
+                if f.path in self.gone:
+                    continue
+                d = self.deletes.get(f.path)
+                if d is None:
+                    out.append(ResolvedFile(f.path, self._uri_of(f.path), f, f.row_group_rows))
+                else:
+                    rgr = d.row_group_rows if d.row_group_rows is not None else f.row_group_rows
+                    out.append(ResolvedFile(f.path, self._uri_of(f.path), f, rgr, d.deleted, d.key_ranges))
+        return out
+
     @property
     def live_rows(self) -> int | None:
         """Exact live row count, or None when key ranges make it unknowable without a scan."""
-        if any(f.key_ranges for f in self.files):
+        if any(d.key_ranges for d in self.deletes.values()):
             return None
-        return sum(f.total_rows - len(f.deleted) for f in self.files)
+        if self._files is not None:
+            return sum(f.total_rows - len(f.deleted) for f in self._files)
+        assert self._state is not None
+        m = self.manifest
+        stored = m.totals.rows if m.totals is not None else pc.sum(self._state.inline.table["total_rows"]).as_py() or 0
+        # A file every row of which is deleted has them all in its bitmap.
+        return stored - sum(len(d.deleted) for d in self.deletes.values())
+
+    def prune(self, preds: Sequence[Predicate]) -> Snapshot:
+        """The files whose statistics may match every predicate, as a snapshot of
+        their own (``self`` when no file can be excluded). Metadata objects whose
+        summaries cannot match are never read."""
+        types = {c.name: c.type for c in self.schema.columns}
+        if self._files is not None or self._state is None:
+            mask = prune_mask(_entries_table([f.entry for f in self.files], self.schema), preds, types)
+            kept = [f for f, keep in zip(self.files, mask, strict=True) if keep]
+            return self if len(kept) == len(self.files) else self._sub(kept)
+        m = self.manifest
+        refs = prune_refs(m.file_objects, preds, types)
+        tables = [self._state._log.part(ref, m).table for ref in refs] + [self._state.inline.table]
+        table = pa.concat_tables(tables)
+        table = table.filter(prune_mask(table, preds, types))
+        if self.gone:
+            table = table.filter(pc.invert(pc.is_in(table.column("path"), pa.array(sorted(self.gone)))))
+        if table.num_rows == self.file_count:
+            return self
+        return self._sub(self._materialize(table))
+
+    def _sub(self, files: list[ResolvedFile]) -> Snapshot:
+        return Snapshot(self.table_uri, self.version, self.manifest, files, self.primary_key)
+
+
+def _entries_table(entries: Sequence[DataFile], schema: Schema) -> pa.Table:
+    from castsql.format.metafiles import files_to_arrow
+
+    return files_to_arrow(entries, schema)
 
 
 _cache: OrderedDict[tuple[str, int], Snapshot] = OrderedDict()
@@ -114,7 +236,8 @@ def resolve(log: TableLog, version: int | None = None, *, probe: bool = False) -
         if snap is not None:
             _cache.move_to_end(ck)
             return snap
-    snap = _resolve(log, manifest)
+        prev = _cache.get((log.uri, manifest.version - 1))
+    snap = _resolve(log, manifest, prev)
     with _cache_lock:
         _cache[ck] = snap
         while len(_cache) > _CACHE_SIZE:
@@ -122,64 +245,129 @@ def resolve(log: TableLog, version: int | None = None, *, probe: bool = False) -
     return snap
 
 
-def _resolve(log: TableLog, m: Manifest) -> Snapshot:
+def _resolve(log: TableLog, m: Manifest, prev: Snapshot | None) -> Snapshot:
     with no_gc():
-        return _resolve_files(log, m)
+        state = log.state(m)
+        uri_of = _uri_maker(log)
+        where = log.storage.uri(manifest_key(m.version))
+        c = m.change
+        if (
+            prev is not None
+            and prev._state is not None
+            and c is not None
+            and m.previous == prev.version
+            and not c.removed_tombstones
+        ):
+            deletes = {k: d for k, d in prev.deletes.items() if k not in set(c.removed_files)}
+            records = list(_records_of(log, m, prev.manifest, c.added_tombstones))
+        else:
+            deletes, records = {}, list(state.records())
+        gone = _apply(log, state, m, deletes, records, where)
+        if prev is not None and c is not None and m.previous == prev.version and not c.removed_tombstones:
+            removed = set(c.removed_files)
+            gone |= {k for k in prev.gone if k not in removed}
+        return Snapshot(
+            log.uri, m.version, m, None, m.primary_key, state=state, deletes=deletes, gone=frozenset(gone),
+            uri_of=uri_of,
+        )  # fmt: skip
 
 
-def _resolve_files(log: TableLog, m: Manifest) -> Snapshot:
-    index = FileIndex(m, log.uri)
-    uris = log.storage.uris(index.by_key)
-    files = {
-        key: ResolvedFile(key, uri, f, f.row_group_rows)  # type: ignore[arg-type]
-        for (key, f), uri in zip(index.by_key.items(), uris, strict=True)
-    }
+def _uri_maker(log: TableLog) -> Any:
+    prefix = log.storage.root.rstrip("/") + "/"
+    if log.storage.uri("k") == prefix + "k":
+        return lambda key: prefix + key
+    return log.storage.uri
 
-    def rows_of(rf: ResolvedFile) -> tuple[int, ...]:
-        if rf.row_group_rows is None:
-            rf.row_group_rows = row_group_rows(log.storage, rf.key, rf.entry.size_bytes)
-            if sum(rf.row_group_rows) != rf.entry.total_rows:
-                raise FormatError(
-                    f"{rf.uri}: holds {sum(rf.row_group_rows)} rows, the manifest says {rf.entry.total_rows}"
-                )
-        return rf.row_group_rows
 
-    touched: list[ResolvedFile] = []
-    for tkey in m.tombstones:
-        where = f"{log.storage.uri(tkey) if '://' not in tkey else tkey} (version {m.version})"
-        for n, r in enumerate(log.tombstones(tkey)):
-            at = f"{where}: record {n}"
-            rf = files[index.lookup_key(r.file, at)]
-            if isinstance(r, KeyRangeDelete):
-                if m.primary_key is None:
-                    raise FormatError(f"{at}: key-range tombstone on a table with no primary key")
-                check_key_range(r, m.schema, m.primary_key, at)
-                rf.key_ranges += ((r.pk_min, r.pk_max),)
+def _records_of(
+    log: TableLog, m: Manifest, before: Manifest, keys: Iterable[str]
+) -> Iterable[tuple[str, TombstoneRecord]]:
+    """The records of tombstone files ``keys`` as version ``m`` holds them: inline
+    ones from their files, folded ones from the deletes objects ``m`` added."""
+    want = set(keys)
+    inline = set(m.tombstones)
+    for key in want & inline:
+        for r in log.tombstones(key):
+            yield key, r
+    rest = want - inline
+    if rest:
+        old = {r.path for r in before.delete_objects}
+        where = log.storage.uri(manifest_key(m.version))
+        for ref in m.delete_objects:
+            if ref.path in old:
                 continue
-            if type(rf.deleted) is not BitMap:
-                rf.deleted = BitMap()  # the first delete of this file: its own bitmap
-                touched.append(rf)
-            if isinstance(r, RowGroupDelete) or (isinstance(r, PositionDelete) and r.row_group is not None):
-                rgr = rows_of(rf)
-                if r.row_group >= len(rgr):
-                    raise FormatError(f"{at}: row group {r.row_group} of {rf.key} does not exist")
-                start = sum(rgr[: r.row_group])
-                if isinstance(r, RowGroupDelete):
-                    rf.deleted.add_range(start, start + rgr[r.row_group])
-                else:
-                    if r.positions and r.positions.max() >= rgr[r.row_group]:
-                        raise FormatError(f"{at}: row {r.positions.max()} is past the end of row group {r.row_group}")
-                    rf.deleted |= r.positions.shift(start) if start else r.positions
+            for tkey, r in log.delete_records(ref, where):
+                if tkey in rest:
+                    yield tkey, r
+
+
+def _apply(
+    log: TableLog,
+    state: VersionState,
+    m: Manifest,
+    deletes: dict[str, FileDeletes],
+    records: list[tuple[str, TombstoneRecord]],
+    where: str,
+) -> set[str]:
+    """Add ``records`` to ``deletes`` (copying any entry it changes); returns the
+    keys of files whose every row they delete."""
+    if not records:
+        return set()
+    info: dict[str, DataFile] = {}
+    touched: set[str] = set()
+    for n, (tkey, r) in enumerate(records):
+        at = f"{log.storage.uri(tkey)} (version {m.version}): record {n}"
+        key = state.lookup_key(r.file, at)
+        if key not in info:
+            info[key] = state.entry(key)
+        f = info[key]
+        d = deletes.get(key)
+        if key not in touched:
+            d = FileDeletes(
+                BitMap(d.deleted) if d else BitMap(), d.key_ranges if d else (), d.row_group_rows if d else None
+            )
+            deletes[key] = d
+            touched.add(key)
+        if isinstance(r, KeyRangeDelete):
+            if m.primary_key is None:
+                raise FormatError(f"{at}: key-range tombstone on a table with no primary key")
+            check_key_range(r, m.schema, m.primary_key, at)
+            if (r.pk_min, r.pk_max) not in d.key_ranges:
+                d.key_ranges += ((r.pk_min, r.pk_max),)
+            continue
+        if isinstance(r, RowGroupDelete) or (isinstance(r, PositionDelete) and r.row_group is not None):
+            rgr = _row_groups(log, f, d)
+            if r.row_group >= len(rgr):
+                raise FormatError(f"{at}: row group {r.row_group} of {key} does not exist")
+            start = sum(rgr[: r.row_group])
+            if isinstance(r, RowGroupDelete):
+                d.deleted.add_range(start, start + rgr[r.row_group])  # type: ignore[union-attr]
             else:
-                assert isinstance(r, PositionDelete)
-                if r.positions and r.positions.max() >= rf.total_rows:
-                    raise FormatError(f"{at}: row {r.positions.max()} is past the end of {rf.key}")
-                rf.deleted |= r.positions
+                if r.positions and r.positions.max() >= rgr[r.row_group]:
+                    raise FormatError(f"{at}: row {r.positions.max()} is past the end of row group {r.row_group}")
+                d.deleted |= r.positions.shift(start) if start else r.positions  # type: ignore[operator]
+        else:
+            assert isinstance(r, PositionDelete)
+            if r.positions and r.positions.max() >= f.total_rows:
+                raise FormatError(f"{at}: row {r.positions.max()} is past the end of {key}")
+            d.deleted |= r.positions  # type: ignore[operator]
     gone = set()
-    for rf in touched:
-        if len(rf.deleted) >= rf.entry.total_rows:
-            gone.add(rf.key)
-        elif rf.deleted and rf.row_group_rows is None:
-            rows_of(rf)
-    live = [rf for rf in files.values() if rf.key not in gone] if gone else list(files.values())
-    return Snapshot(log.uri, m.version, m, live, m.primary_key)
+    for key, d in deletes.items():
+        f = info.get(key)
+        if key in touched and d.deleted and d.row_group_rows is None and f is not None and f.row_group_rows is None:
+            _row_groups(log, f, d)
+        if f is not None and len(d.deleted) >= f.total_rows:
+            gone.add(key)
+    return gone
+
+
+def _row_groups(log: TableLog, f: DataFile, d: FileDeletes) -> tuple[int, ...]:
+    if f.row_group_rows is not None:
+        return f.row_group_rows
+    if d.row_group_rows is None:
+        d.row_group_rows = row_group_rows(log.storage, f.path, f.size_bytes)
+        if sum(d.row_group_rows) != f.total_rows:
+            raise FormatError(
+                f"{log.storage.uri(f.path)}: holds {sum(d.row_group_rows)} rows, the manifest says {f.total_rows}"
+            )
+    return d.row_group_rows

@@ -105,7 +105,7 @@ def _summary(verb: str, m: Manifest) -> str:
     if "removed_files" in s:
         parts.append(f"{s['removed_files']} file(s) removed, {s.get('removed_tombstones', 0)} tombstone file(s) merged")
     live = m.total_rows
-    parts.append(f"table: {len(m.data_files)} file(s), {live:,} stored row(s)")
+    parts.append(f"table: {m.file_count} file(s), {live:,} stored row(s)")
     return "; ".join(parts)
 
 

@@ -45,8 +45,7 @@ from castsql.format import (
     TableLog,
     TombstoneRecord,
 )
-from castsql.format.files import FileIndex
-from castsql.format.layout import new_tombstone_key, to_table_key
+from castsql.format.layout import new_tombstone_key
 from castsql.format.tombstone import serialize_tombstones
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import Snapshot, resolve
@@ -139,12 +138,12 @@ def plan_compaction(
     spark: SparkSession, log: TableLog, snap: Snapshot, threshold: float, small_tombstone_bytes: int
 ) -> CompactionPlan:
     m = snap.manifest
+    state = log.state(m)
     plan = CompactionPlan(snap.version)
     live = {f.key: f for f in snap.files}
-    index = FileIndex(m, log.uri)
     plan.live_rows = _live_counts(spark, log, snap)
-    for f in m.data_files:
-        key = index.key_of(f)
+    for f in state.entries():
+        key = f.path  # entries of a version hold table keys
         if key not in live:
             plan.drop.append(key)  # every row deleted
             continue
@@ -158,10 +157,11 @@ def plan_compaction(
     merge: list[str] = []
     touched = False  # some kept tombstone file names a removed data file
     surviving: list[tuple[str, TombstoneRecord]] = []
-    for t in m.tombstones:
-        tkey = to_table_key(t, log.uri, what="tombstone")
-        recs = log.tombstones(tkey)
-        named = [index.key_of(index.lookup(r.file, f"{log.uri}: {tkey}")) for r in recs]
+    by_tombstone: dict[str, list[TombstoneRecord]] = defaultdict(list)
+    for tkey, r in state.records():
+        by_tombstone[tkey].append(r)
+    for tkey, recs in by_tombstone.items():
+        named = [state.lookup_key(r.file, f"{log.uri}: {tkey}") for r in recs]
         keep = [(k, r) for k, r in zip(named, recs, strict=True) if k not in removed]
         if not keep:
             plan.remove_tombstones.append(tkey)
@@ -263,7 +263,7 @@ def _commit(
         tombstone_targets=frozenset(r.file for r in plan.merged_records),
         schema=m.schema,
         read_version=m.version,
-        read_tombstones=frozenset(to_table_key(t, log.uri, what="tombstone") for t in m.tombstones),
+        read_tombstones=frozenset(log.state(m).tombstone_keys()),
         summary=summary,
     )
     return log.commit(change)

@@ -40,7 +40,15 @@ from datetime import UTC, datetime, timedelta
 
 from castsql.errors import CastSQLError, VersionNotFound
 from castsql.format import Manifest, TableLog
-from castsql.format.layout import DATA_DIR, MANIFEST_DIR, POINTER_KEY, TOMBSTONE_DIR, manifest_version, to_table_key
+from castsql.format.layout import (
+    DATA_DIR,
+    MANIFEST_DIR,
+    META_DIR,
+    POINTER_KEY,
+    TOMBSTONE_DIR,
+    manifest_version,
+    to_table_key,
+)
 from castsql.format.log import parse_pointer
 from castsql.storage import ObjectInfo, ObjectNotFound, S3Config, Storage, open_storage
 
@@ -57,6 +65,7 @@ class GCReport:
     removed_versions: list[int] = field(default_factory=list)
     removed_data_files: list[str] = field(default_factory=list)
     removed_tombstones: list[str] = field(default_factory=list)
+    removed_metadata: list[str] = field(default_factory=list)  # metadata objects (format version 2)
     removed_orphans: list[str] = field(default_factory=list)  # never referenced, older than grace
     removed_temp_files: list[str] = field(default_factory=list)
     bytes_freed: int = 0
@@ -69,6 +78,7 @@ class GCReport:
             [_manifest_key(v) for v in self.removed_versions]
             + self.removed_data_files
             + self.removed_tombstones
+            + self.removed_metadata
             + self.removed_orphans
             + self.removed_temp_files
         )
@@ -83,6 +93,8 @@ class GCReport:
             f"{len(self.removed_tombstones)} tombstone file(s)",
             f"{len(self.removed_orphans)} orphan(s)",
         ]
+        if self.removed_metadata:
+            parts.insert(3, f"{len(self.removed_metadata)} metadata object(s)")
         if self.removed_temp_files:
             parts.append(f"{len(self.removed_temp_files)} temp file(s)")
         return (
@@ -114,9 +126,13 @@ def format_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _references(m: Manifest, root: str) -> set[str]:
-    refs = {to_table_key(f.path, root, what="data file") for f in m.data_files}
+def _references(log: TableLog, m: Manifest) -> set[str]:
+    """Every object version ``m`` needs: its data files, its inline tombstone
+    files and its metadata objects (format version 2)."""
+    root = log.storage.root
+    refs = set(log.state(m).keys().to_pylist())
     refs |= {to_table_key(t, root, what="tombstone") for t in m.tombstones}
+    refs |= {r.path for r in (*m.file_objects, *m.delete_objects)}
     return refs
 
 
@@ -183,7 +199,9 @@ def gc(
     log.latest()  # TableNotFound before anything else, for a path that is no table
 
     # 1. Candidates first: whatever is written after this listing is not ours to judge.
-    objects = {i.key: i for prefix in (DATA_DIR + "/", TOMBSTONE_DIR + "/") for i in storage.list(prefix)}
+    objects = {
+        i.key: i for prefix in (DATA_DIR + "/", TOMBSTONE_DIR + "/", META_DIR + "/") for i in storage.list(prefix)
+    }
     manifests = {v: i for i in storage.list(MANIFEST_DIR + "/") if (v := manifest_version(i.key)) is not None}
     temps = _temp_files(storage)
 
@@ -212,12 +230,12 @@ def gc(
     keep |= {v for v in versions if v not in manifests or manifests[v].mtime >= old}
     kept_refs: set[str] = set()
     for v in sorted(keep):
-        kept_refs |= _references(log.manifest(v), storage.root)
+        kept_refs |= _references(log, log.manifest(v))
     dropped = [v for v in versions if v not in keep]
     dropped_refs: set[str] = set()
     for v in dropped:
         try:
-            dropped_refs |= _references(log.manifest(v), storage.root)
+            dropped_refs |= _references(log, log.manifest(v))
         except VersionNotFound:
             continue  # another GC removed it meanwhile
 
@@ -229,7 +247,12 @@ def gc(
         if key in kept_refs:
             continue
         if key in dropped_refs:
-            (report.removed_data_files if key.startswith(DATA_DIR + "/") else report.removed_tombstones).append(key)
+            if key.startswith(DATA_DIR + "/"):
+                report.removed_data_files.append(key)
+            elif key.startswith(META_DIR + "/"):
+                report.removed_metadata.append(key)
+            else:
+                report.removed_tombstones.append(key)
         elif info.mtime < old:
             report.removed_orphans.append(key)
         else:

@@ -1,0 +1,363 @@
+"""Metadata objects of format version 2: immutable Parquet files under ``meta/``.
+
+A *files* object lists data files, one row each, with their statistics as
+typed columns (``min`` and ``max`` are structs with one field per column that
+has statistics); a *deletes* object holds tombstone records, one row each,
+with the tombstone file each came from. A manifest references them through
+:class:`~castsql.format.manifest.MetaRef`, whose summary (rows, per-column
+bounds, the range of paths) lets a reader skip an object that cannot match.
+
+Everything here is pure Arrow: a version of a million files is some dozens of
+Arrow tables, never a million Python objects (docs/FORMAT.md §3.2).
+
+Example::
+
+    >>> import pyarrow as pa, tempfile
+    >>> from castsql.storage import open_storage
+    >>> from castsql.format import DataFile, Schema
+    >>> st = open_storage(tempfile.mkdtemp())
+    >>> schema = Schema.from_arrow(pa.schema([("id", pa.int64())]))
+    >>> t = files_to_arrow([DataFile("data/a.parquet", 100, 1, 10, {"id": 1}, {"id": 9}, (10,))], schema)
+    >>> ref = write_files_object(st, t, level=0)
+    >>> ref.entries, ref.rows, ref.min, ref.max
+    (1, 10, {'id': 1}, {'id': 9})
+    >>> files_from_arrow(read_files_object(st, ref, schema, "v1"))[0].max
+    {'id': 9}
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from datetime import date, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyroaring import BitMap
+
+from castsql.errors import FormatError, ObjectNotFound
+from castsql.format.layout import new_meta_key
+from castsql.format.manifest import DataFile, MetaRef, json_stat, parse_time
+from castsql.format.schema import Schema, json_ordered, type_from_name
+from castsql.format.tombstone import KeyRangeDelete, PositionDelete, RowGroupDelete, TombstoneRecord
+from castsql.storage import Storage
+
+PATH_BOUNDS = "paths"  # MetaRef.extra key: [smallest path, largest path] of a files object
+
+
+def stat_fields(schema: Schema) -> list[pa.Field]:
+    """The columns that carry min/max statistics, as typed struct fields."""
+    fields = []
+    for c in schema.columns:
+        t = type_from_name(c.type)
+        if json_ordered(t):
+            fields.append(pa.field(c.name, t))
+    return fields
+
+
+def _files_schema(schema: Schema) -> pa.Schema:
+    stats = stat_fields(schema)
+    fields = [
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("size_bytes", pa.int64()),
+        pa.field("row_group_count", pa.int64()),
+        pa.field("total_rows", pa.int64()),
+        pa.field("row_group_rows", pa.list_(pa.int64())),
+    ]
+    if stats:
+        fields += [pa.field("min", pa.struct(stats)), pa.field("max", pa.struct(stats))]
+    fields.append(pa.field("extra", pa.string()))
+    return pa.schema(fields)
+
+
+def _typed(value: Any, t: pa.DataType) -> Any:
+    """A JSON statistic (FORMAT.md §3) as a Python value of Arrow type ``t``; None if it is not one."""
+    try:
+        if pa.types.is_timestamp(t):
+            if not isinstance(value, str):
+                return None
+            return parse_time(value) if t.tz else datetime.fromisoformat(value.replace("Z", ""))
+        if pa.types.is_date(t):
+            return date.fromisoformat(value) if isinstance(value, str) else None
+        if pa.types.is_boolean(t):
+            return value if isinstance(value, bool) else None
+        if pa.types.is_integer(t):
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+        if pa.types.is_floating(t):
+            return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if pa.types.is_string(t):
+            return value if isinstance(value, str) else None
+    except (ValueError, TypeError):
+        return None
+    return None
+
+
+def files_to_arrow(entries: Sequence[DataFile], schema: Schema) -> pa.Table:
+    """Data file entries as the rows of a files object (statistics typed by ``schema``)."""
+    target = _files_schema(schema)
+    cols: dict[str, Any] = {
+        "path": [f.path for f in entries],
+        "size_bytes": [f.size_bytes for f in entries],
+        "row_group_count": [f.row_group_count for f in entries],
+        "total_rows": [f.total_rows for f in entries],
+        "row_group_rows": [list(f.row_group_rows) if f.row_group_rows is not None else None for f in entries],
+    }
+    stats = stat_fields(schema)
+    if stats:
+        for side in ("min", "max"):
+            arrays = []
+            for fld in stats:
+                vals = [_typed(getattr(f, side).get(fld.name), fld.type) for f in entries]
+                try:
+                    arrays.append(pa.array(vals, fld.type))
+                except (pa.ArrowException, OverflowError):
+                    arrays.append(pa.nulls(len(entries), fld.type))
+            cols[side] = (
+                pa.StructArray.from_arrays(arrays, fields=stats) if entries else pa.array([], target.field(side).type)
+            )
+    cols["extra"] = [json.dumps(f.extra, separators=(",", ":")) if f.extra else None for f in entries]
+    return pa.table(cols, schema=target)
+
+
+def files_from_arrow(table: pa.Table) -> list[DataFile]:
+    """The rows of a files object as data file entries (statistics as JSON values)."""
+    out = []
+    stat_names = [f.name for f in table.schema.field("min").type] if "min" in table.column_names else []
+    rows = table.to_pylist()
+    for r in rows:
+        mins = {n: v for n in stat_names if (v := json_stat((r["min"] or {}).get(n))) is not None}
+        maxs = {n: v for n in stat_names if (v := json_stat((r["max"] or {}).get(n))) is not None}
+        rgr = r["row_group_rows"]
+        out.append(
+            DataFile(
+                path=r["path"],
+                size_bytes=r["size_bytes"],
+                row_group_count=r["row_group_count"],
+                total_rows=r["total_rows"],
+                min=mins,
+                max=maxs,
+                row_group_rows=tuple(rgr) if rgr is not None else None,
+                extra=json.loads(r["extra"]) if r["extra"] else {},
+            )
+        )
+    return out
+
+
+def conform_files(table: pa.Table, schema: Schema) -> pa.Table:
+    """``table`` (a files object written under any schema of the table) with the
+    statistic columns of ``schema``: a field the object lacks (a column added
+    since) is null, one of a narrower type is widened, one that no longer
+    exists is dropped. Objects of one version can then be concatenated."""
+    target = _files_schema(schema)
+    if table.schema.equals(target):
+        return table
+    cols = []
+    for fld in target:
+        if fld.name in ("min", "max"):
+            have = table.column(fld.name).combine_chunks() if fld.name in table.column_names else None
+            children = []
+            for sub in fld.type:
+                child = None
+                if have is not None and have.type.get_field_index(sub.name) >= 0:
+                    child = have.field(sub.name)
+                    if child.type != sub.type:
+                        try:
+                            child = child.cast(sub.type)
+                        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                            child = None
+                children.append(child if child is not None else pa.nulls(table.num_rows, sub.type))
+            cols.append(pa.StructArray.from_arrays(children, fields=list(fld.type)))
+        else:
+            cols.append(table.column(fld.name))
+    return pa.Table.from_arrays(cols, schema=target)
+
+
+def summarize_files(table: pa.Table) -> dict[str, Any]:
+    """The summary a MetaRef carries for a files object's rows."""
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    for side, out in (("min", mins), ("max", maxs)):
+        if side not in table.column_names:
+            continue
+        arr = table.column(side).combine_chunks()
+        for i, fld in enumerate(arr.type):
+            child = arr.field(i)
+            # A file without a statistic for a column can hold any value: the object can too.
+            if child.null_count or len(child) == 0:
+                continue
+            mm = pc.min_max(child)
+            v = json_stat((mm["min"] if side == "min" else mm["max"]).as_py())
+            if v is not None:
+                out[fld.name] = v
+    paths = table.column("path")
+    bounds = pc.min_max(paths) if len(paths) else None
+    return {
+        "entries": table.num_rows,
+        "rows": int(pc.sum(table.column("total_rows")).as_py() or 0),
+        "bytes": int(pc.sum(table.column("size_bytes")).as_py() or 0),
+        "min": mins,
+        "max": maxs,
+        PATH_BOUNDS: [bounds["min"].as_py(), bounds["max"].as_py()] if bounds is not None else None,
+    }
+
+
+def _parquet_bytes(table: pa.Table, kind: str) -> bytes:
+    buf = io.BytesIO()
+    meta = {b"castsql.kind": kind.encode(), b"castsql.format_version": b"2"}
+    pq.write_table(table.replace_schema_metadata(meta), buf, compression="zstd", row_group_size=1 << 20)
+    return buf.getvalue()
+
+
+def write_files_object(storage: Storage, table: pa.Table, *, level: int | None) -> MetaRef:
+    """Write ``table`` (rows of :func:`files_to_arrow`) as a new files object; its reference."""
+    s = summarize_files(table)
+    key = new_meta_key("files")
+    storage.put_new(key, _parquet_bytes(table, "files"))
+    extra = {PATH_BOUNDS: s[PATH_BOUNDS]} if s[PATH_BOUNDS] else {}
+    return MetaRef(key, "files", s["entries"], level, s["rows"], s["bytes"], s["min"], s["max"], extra=extra)
+
+
+def _read(storage: Storage, ref: MetaRef, kind: str, where: str) -> pa.Table:
+    try:
+        data = storage.get(ref.path)
+    except ObjectNotFound:
+        raise FormatError(f"{where}: metadata object {storage.uri(ref.path)} is missing") from None
+    try:
+        table = pq.read_table(io.BytesIO(data))
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise FormatError(f"{where}: metadata object {storage.uri(ref.path)} is not a Parquet file ({e})") from None
+    found = (table.schema.metadata or {}).get(b"castsql.kind", b"").decode()
+    if found != kind:
+        raise FormatError(
+            f"{where}: metadata object {storage.uri(ref.path)} is not a {kind} object (it says {found or 'nothing'})"
+        )
+    if table.num_rows != ref.entries:
+        raise FormatError(
+            f"{where}: metadata object {storage.uri(ref.path)} holds {table.num_rows} rows, "
+            f"the manifest says {ref.entries}"
+        )
+    return table
+
+
+_FILES_COLUMNS = {
+    "path": pa.string(),
+    "size_bytes": pa.int64(),
+    "row_group_count": pa.int64(),
+    "total_rows": pa.int64(),
+}
+
+
+def read_files_object(storage: Storage, ref: MetaRef, schema: Schema, where: str) -> pa.Table:
+    """The rows of a files object, checked against its summary and conformed to ``schema``."""
+    table = _read(storage, ref, "files", where)
+    uri = storage.uri(ref.path)
+    for name, t in _FILES_COLUMNS.items():
+        if name not in table.column_names or table.schema.field(name).type != t:
+            raise FormatError(f"{where}: metadata object {uri} has no {t} column {name!r}")
+        if table.column(name).null_count:
+            raise FormatError(f"{where}: metadata object {uri}: column {name!r} holds nulls")
+    if "row_group_rows" not in table.column_names:
+        raise FormatError(f"{where}: metadata object {uri} has no column 'row_group_rows'")
+    s = summarize_files(table)
+    if (s["rows"], s["bytes"]) != (ref.rows, ref.bytes):
+        raise FormatError(
+            f"{where}: metadata object {uri} holds {s['rows']} rows in {s['bytes']} bytes of data files, "
+            f"its summary in the manifest says {ref.rows} rows in {ref.bytes} bytes"
+        )
+    for col, v in s["min"].items():
+        lo = ref.min.get(col)
+        if lo is not None and _lt(v, lo):
+            raise FormatError(f"{where}: metadata object {uri}: column {col!r} goes below its summary's min {lo!r}")
+    for col, v in s["max"].items():
+        hi = ref.max.get(col)
+        if hi is not None and _lt(hi, v):
+            raise FormatError(f"{where}: metadata object {uri}: column {col!r} goes above its summary's max {hi!r}")
+    return conform_files(table, schema)
+
+
+def _lt(a: Any, b: Any) -> bool:
+    try:
+        return bool(a < b)
+    except TypeError:
+        return False
+
+
+# ------------------------------------------------------------------ deletes
+
+DELETES_SCHEMA = pa.schema(
+    [
+        pa.field("tombstone", pa.string(), nullable=False),
+        pa.field("file", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # row_group | key_range | positions
+        pa.field("row_group", pa.int64()),
+        pa.field("pk_min", pa.string()),  # JSON text of the bound
+        pa.field("pk_max", pa.string()),
+        pa.field("positions", pa.binary()),  # portable roaring bitmap
+    ]
+)
+
+
+def deletes_to_arrow(records: Sequence[tuple[str, TombstoneRecord]]) -> pa.Table:
+    """Tombstone records (with the tombstone file each came from) as the rows of a deletes object."""
+    cols: dict[str, list[Any]] = {f.name: [] for f in DELETES_SCHEMA}
+    for tomb, r in records:
+        cols["tombstone"].append(tomb)
+        cols["file"].append(r.file)
+        if isinstance(r, RowGroupDelete):
+            kind, rg, lo, hi, pos = "row_group", r.row_group, None, None, None
+        elif isinstance(r, KeyRangeDelete):
+            kind, rg, lo, hi, pos = "key_range", None, json.dumps(r.pk_min), json.dumps(r.pk_max), None
+        else:
+            bm = BitMap(r.positions)
+            bm.run_optimize()
+            kind, rg, lo, hi, pos = "positions", r.row_group, None, None, bm.serialize()
+        for k, v in (("kind", kind), ("row_group", rg), ("pk_min", lo), ("pk_max", hi), ("positions", pos)):
+            cols[k].append(v)
+    return pa.table(cols, schema=DELETES_SCHEMA)
+
+
+def deletes_from_arrow(table: pa.Table, where: str) -> list[tuple[str, TombstoneRecord]]:
+    out: list[tuple[str, TombstoneRecord]] = []
+    for i, r in enumerate(table.to_pylist()):
+        at = f"{where}: record {i}"
+        kind = r["kind"]
+        try:
+            if kind == "row_group" and r["row_group"] is not None and r["row_group"] >= 0:
+                rec: TombstoneRecord = RowGroupDelete(r["file"], r["row_group"])
+            elif kind == "key_range":
+                rec = KeyRangeDelete(r["file"], json.loads(r["pk_min"]), json.loads(r["pk_max"]))
+            elif kind == "positions" and r["positions"] is not None:
+                rec = PositionDelete(r["file"], r["row_group"], BitMap.deserialize(r["positions"]))
+            else:
+                raise ValueError(f"unknown kind {kind!r}")
+        except (ValueError, TypeError) as e:
+            raise FormatError(f"{at}: not a tombstone record ({e})") from None
+        out.append((r["tombstone"], rec))
+    return out
+
+
+def write_deletes_object(storage: Storage, table: pa.Table, *, level: int | None) -> MetaRef:
+    key = new_meta_key("deletes")
+    storage.put_new(key, _parquet_bytes(table, "deletes"))
+    return MetaRef(key, "deletes", table.num_rows, level, tombstones=_distinct_tombstones(table))
+
+
+def read_deletes_object(storage: Storage, ref: MetaRef, where: str) -> pa.Table:
+    table = _read(storage, ref, "deletes", where)
+    uri = storage.uri(ref.path)
+    if not table.schema.equals(DELETES_SCHEMA, check_metadata=False):
+        raise FormatError(f"{where}: metadata object {uri} does not have the columns of a deletes object")
+    found = _distinct_tombstones(table)
+    if found != ref.tombstones:
+        raise FormatError(
+            f"{where}: metadata object {uri} holds records of {found} tombstone files, "
+            f"its summary says {ref.tombstones}"
+        )
+    return table
+
+
+def _distinct_tombstones(table: pa.Table) -> int:
+    return pc.count_distinct(table.column("tombstone")).as_py() if table.num_rows else 0

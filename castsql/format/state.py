@@ -1,0 +1,218 @@
+"""What a version holds: its data files and its tombstone records, in any format version.
+
+A version-2 manifest's files live in metadata objects plus a short inline
+list, its tombstones in deletes objects plus inline tombstone files; a
+version-1 manifest lists everything inline. :class:`VersionState` reads either
+the same way, as *parts*: one Arrow table of file entries per files object
+(immutable, so shared by every version that references it) and one for the
+inline entries. Nothing here builds a Python object per data file.
+
+Example::
+
+    >>> import pyarrow as pa, tempfile
+    >>> from castsql.storage import open_storage
+    >>> from castsql.format import TableLog, write_data_files
+    >>> st = open_storage(tempfile.mkdtemp())
+    >>> log = TableLog.create(st, pa.schema([("id", pa.int64())]))
+    >>> m = log.append(write_data_files(st, pa.table({"id": [1, 2]})))
+    >>> state = log.state(m)
+    >>> state.file_count, state.keys()[0].as_py().startswith("data/")
+    (1, True)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from castsql.errors import FormatError
+from castsql.format.layout import to_table_key
+from castsql.format.manifest import DataFile, Manifest, MetaRef
+from castsql.format.metafiles import (
+    PATH_BOUNDS,
+    deletes_from_arrow,
+    files_from_arrow,
+    files_to_arrow,
+    read_deletes_object,
+    read_files_object,
+)
+from castsql.format.tombstone import TombstoneRecord
+from castsql.storage.base import is_normal_key
+
+if TYPE_CHECKING:
+    from castsql.format.log import TableLog
+
+# Paths in a files object are keys relative to the root, already normal
+# (FORMAT.md §3.2): checked for a whole object at once.
+_NOT_NORMAL_KEY = r"(^$|^/|^\.|/\.|//|/$|[?#*\[\]{}\\\x00-\x1f\x7f])"
+
+
+@dataclass
+class FilePart:
+    """File entries of one files object (``ref``) or of a manifest's inline list (``ref`` None)."""
+
+    ref: MetaRef | None
+    table: pa.Table  # columns of castsql.format.metafiles (path holds table keys)
+    _names: dict[str, str | None] | None = field(default=None, repr=False)
+    _keys: frozenset[str] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def key_set(self) -> frozenset[str]:
+        with self._lock:
+            if self._keys is None:
+                self._keys = frozenset(self.table.column("path").to_pylist())
+            return self._keys
+
+    @property
+    def by_name(self) -> dict[str, str | None]:
+        """Base name -> key (None: two files of this part share it)."""
+        with self._lock:
+            if self._names is None:
+                names: dict[str, str | None] = {}
+                for k in self.table.column("path").to_pylist():
+                    n = k.rpartition("/")[2]
+                    names[n] = None if n in names else k
+                self._names = names
+            return self._names
+
+
+class VersionState:
+    """The files and tombstones of one version (metadata objects read on first need, cached by the log)."""
+
+    def __init__(self, log: TableLog, manifest: Manifest) -> None:
+        self._log = log
+        self.manifest = manifest
+        self._inline: FilePart | None = None
+        self._lock = threading.Lock()
+
+    def _where(self) -> str:
+        return self._log.storage.uri(f"manifest/v{self.manifest.version:08d}.json")
+
+    @property
+    def inline(self) -> FilePart:
+        with self._lock:
+            if self._inline is None:
+                self._inline = inline_part(self.manifest, self._log.storage.root, self._where())
+            return self._inline
+
+    def inline_entries(self) -> list[DataFile]:
+        return files_from_arrow(self.inline.table)
+
+    @property
+    def parts(self) -> list[FilePart]:
+        """Every part: one per files object, then the inline entries."""
+        m = self.manifest
+        return [*(self._log.part(ref, m) for ref in m.file_objects), self.inline]
+
+    def parts_holding(self, key: str) -> list[FilePart]:
+        """The parts that may hold ``key`` (objects whose path bounds exclude it are not read)."""
+        m = self.manifest
+        return [*(self._log.part(ref, m) for ref in m.file_objects if may_hold(ref, key)), self.inline]
+
+    @property
+    def file_count(self) -> int:
+        m = self.manifest
+        if m.totals is not None:
+            return m.totals.files
+        return self.inline.table.num_rows
+
+    def table(self) -> pa.Table:
+        """Every file entry of the version as one Arrow table (chunks shared with the parts)."""
+        return pa.concat_tables([p.table for p in self.parts])
+
+    def keys(self) -> pa.ChunkedArray:
+        return self.table().column("path")
+
+    def entries(self) -> list[DataFile]:
+        """Every file as a DataFile (one Python object per file: for writers and small tables)."""
+        return [f for p in self.parts for f in files_from_arrow(p.table)]
+
+    def contains(self, key: str) -> bool:
+        return any(key in p.key_set for p in self.parts_holding(key))
+
+    def lookup_key(self, name: str, where: str) -> str:
+        """The key of the data file a tombstone's ``file`` field names (base name or path)."""
+        root = self._log.storage.root
+        if "/" in name:
+            key = to_table_key(name, root, what=f"{where}: tombstone file")
+            if self.contains(key):
+                return key
+        else:
+            found = [p.by_name[name] for p in self.parts if name in p.by_name]
+            if len(found) > 1 or (found and found[0] is None):
+                raise FormatError(f"{where}: tombstone names {name!r}, which matches several data files")
+            if found:
+                return found[0]  # type: ignore[return-value]
+        raise FormatError(f"{where}: tombstone names {name!r}, which is not a data file of this version")
+
+    def entry(self, key: str) -> DataFile:
+        for p in self.parts_holding(key):
+            if key in p.key_set:
+                idx = pc.index(p.table.column("path"), key).as_py()
+                return files_from_arrow(p.table.slice(idx, 1))[0]
+        raise KeyError(key)
+
+    def tombstone_keys(self) -> list[str]:
+        """Every tombstone file in force (reads the deletes objects)."""
+        m = self.manifest
+        out: dict[str, None] = {}
+        for ref in m.delete_objects:
+            out.update(dict.fromkeys(self._log.deletes_table(ref).column("tombstone").to_pylist()))
+        root = self._log.storage.root
+        out.update(dict.fromkeys(to_table_key(t, root, what="tombstone") for t in m.tombstones))
+        return list(out)
+
+    def records(self) -> Iterator[tuple[str, TombstoneRecord]]:
+        """Every tombstone record in force, with the tombstone file it came from."""
+        m = self.manifest
+        for ref in m.delete_objects:
+            yield from self._log.delete_records(ref, self._where())
+        for t in m.tombstones:
+            key = to_table_key(t, self._log.storage.root, what="tombstone")
+            for r in self._log.tombstones(key):
+                yield key, r
+
+
+def may_hold(ref: MetaRef, key: str) -> bool:
+    """Whether files object ``ref`` can list ``key``, by the path bounds of its summary."""
+    bounds = ref.extra.get(PATH_BOUNDS)
+    if not (isinstance(bounds, list) and len(bounds) == 2 and all(isinstance(b, str) for b in bounds)):
+        return True
+    return bounds[0] <= key <= bounds[1]
+
+
+def inline_part(m: Manifest, root: str, where: str) -> FilePart:
+    """The inline entries of ``m`` as a part (paths turned into table keys)."""
+    entries = [
+        f if is_normal_key(f.path) else DataFile(
+            to_table_key(f.path, root, what=f"{where}: data file"), f.size_bytes, f.row_group_count,
+            f.total_rows, f.min, f.max, f.row_group_rows, f.extra,
+        )
+        for f in m.data_files
+    ]  # fmt: skip
+    return FilePart(None, files_to_arrow(entries, m.schema))
+
+
+def check_object_paths(table: pa.Table, uri: str, where: str) -> None:
+    """FormatError unless every path of a files object is a normal, plain key."""
+    bad = pc.match_substring_regex(table.column("path"), _NOT_NORMAL_KEY)
+    if pc.any(bad).as_py():
+        first = table.column("path").filter(bad)[0].as_py()
+        raise FormatError(f"{where}: metadata object {uri} lists {first!r}, which is not a plain key inside the table")
+
+
+def read_part(log: TableLog, ref: MetaRef, m: Manifest, where: str) -> FilePart:
+    table = read_files_object(log.storage, ref, m.schema, where)
+    check_object_paths(table, log.storage.uri(ref.path), where)
+    return FilePart(ref, table)
+
+
+def read_records(log: TableLog, ref: MetaRef, where: str) -> list[tuple[str, TombstoneRecord]]:
+    table = read_deletes_object(log.storage, ref, where)
+    return deletes_from_arrow(table, f"{where}: {log.storage.uri(ref.path)}")
