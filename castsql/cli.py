@@ -6,13 +6,14 @@ castsql append URI --from FILE... [--primary-key COL] [--format parquet|csv|json
 castsql delete URI --where CONDITION
 castsql compact URI [--threshold 0.5]
 castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
+castsql upgrade URI                       make a format version 1 table version 2
 """
 
 from __future__ import annotations
 
 import sys
 
-WRITER_COMMANDS = {"append", "delete", "compact", "gc"}
+WRITER_COMMANDS = {"append", "delete", "compact", "gc", "upgrade"}
 
 
 def main(argv: list[str] | None = None) -> int:

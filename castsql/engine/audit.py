@@ -63,17 +63,16 @@ def live_rows(session: Session, table: str, snap: Snapshot) -> int:
 
 
 def _live_in(session: Session, table: str, snap: Snapshot, keys: set[str]) -> int:
-    return sum(f.total_rows - len(f.deleted) for f in snap.files if f.key in keys and not f.key_ranges) + (
-        _count_ranges(session, snap, {f.key for f in snap.files if f.key in keys and f.key_ranges})
+    files = snap.resolved(sorted(keys))
+    return sum(f.total_rows - len(f.deleted) for f in files if not f.key_ranges) + _count_ranges(
+        session, snap, [f for f in files if f.key_ranges]
     )
 
 
-def _count_ranges(session: Session, snap: Snapshot, keys: set[str]) -> int:
-    if not keys:
+def _count_ranges(session: Session, snap: Snapshot, files: list) -> int:
+    if not files:
         return 0
-    sub = Snapshot(
-        snap.table_uri, snap.version, snap.manifest, [f for f in snap.files if f.key in keys], snap.primary_key
-    )
+    sub = Snapshot(snap.table_uri, snap.version, snap.manifest, files, snap.primary_key)
     name = f"__count_{abs(hash((snap.table_uri, snap.version)))}"
     session.views.create(name, sub)
     return session.con.sql(f"SELECT count(*) FROM {ident(name)}").fetchone()[0]
@@ -161,21 +160,23 @@ def changes(session: Session, table: str, start: int, end: int | None = None) ->
         if (cur.manifest.operation or "").upper() in _NO_DATA_CHANGE:
             continue
         ts = cur.manifest.created_at.isoformat()
-        prev_files = {f.key: f for f in prev.files}
-        cur_files = {f.key: f for f in cur.files}
-        touched = {
-            k
-            for k in prev_files.keys() | cur_files.keys()
-            if k not in prev_files
-            or k not in cur_files
-            or prev_files[k].deleted != cur_files[k].deleted
-            or prev_files[k].key_ranges != cur_files[k].key_ranges
-        }
+        touched = cur.touched_since(prev)  # from the change record (format version 2)
+        if touched is None:
+            prev_files = {f.key: f for f in prev.files}
+            cur_files = {f.key: f for f in cur.files}
+            touched = {
+                k
+                for k in prev_files.keys() | cur_files.keys()
+                if k not in prev_files
+                or k not in cur_files
+                or prev_files[k].deleted != cur_files[k].deleted
+                or prev_files[k].key_ranges != cur_files[k].key_ranges
+            }
         if not touched:
             continue
         cols = ", ".join(ident(c) for c in cur.schema.names)
-        pv = _positional_view(session, prev, [f for k, f in prev_files.items() if k in touched], f"{disp}@chg{v}a")
-        cv = _positional_view(session, cur, [f for k, f in cur_files.items() if k in touched], f"{disp}@chg{v}b")
+        pv = _positional_view(session, prev, prev.resolved(sorted(touched)), f"{disp}@chg{v}a")
+        cv = _positional_view(session, cur, cur.resolved(sorted(touched)), f"{disp}@chg{v}b")
         meta = f"{v}::BIGINT AS _commit_version, TIMESTAMPTZ '{ts}' AS _commit_timestamp"
         parts.append(
             f"SELECT {cols}, 'insert' AS _change_type, {meta} FROM {ident(cv)} AS c "

@@ -47,7 +47,7 @@ from castsql.errors import CastSQLError, SchemaMismatch, StorageError, TableNotF
 from castsql.format import TableLog
 from castsql.format.layout import POINTER_KEY, manifest_key
 from castsql.format.manifest import parse_time
-from castsql.snapshot import Predicate, Snapshot, prune_files, resolve
+from castsql.snapshot import Predicate, Snapshot, resolve
 from castsql.storage import S3Config, Storage, open_storage
 
 
@@ -265,7 +265,7 @@ class Session:
         edits: list[tuple[int, bool, str]] = []
         for ref in analysis.refs:
             entry = wanted.get(ref.name)
-            if entry is None or len(entry[1].files) <= 1:
+            if entry is None or entry[1].file_count <= 1:
                 continue
             _, snap, table = entry
             preds = self._predicates(snap, ref.conditions)
@@ -317,17 +317,17 @@ class Session:
         if key in self._pruned:
             self._pruned.move_to_end(key)
             return self._pruned[key]
-        files = prune_files(snap.files, preds, {c.name: c.type for c in snap.schema.columns})
+        pruned = snap.prune(preds)  # reads only the metadata objects whose summaries can match
+        files = pruned.files
         # If files with deletes are left, the version's DuckLake table is the
         # better view: it skips files by its own per-file statistics, and a new
         # DuckLake table per file set would cost more than it saves. Files
         # without deletes become a plain read_parquet, without DuckLake's
         # per-query cost (bench/prune_bench.py).
         name = None
-        if len(files) < len(snap.files) and not any(f.has_deletes for f in files):
+        if pruned is not snap and not any(f.has_deletes for f in files):
             name = f"{view}#p{next(self._pruned_seq)}"
-            sub = Snapshot(snap.table_uri, snap.version, snap.manifest, files, snap.primary_key)
-            self._create_view(name, sub, table)
+            self._create_view(name, pruned, table)
         self._pruned[key] = name
         while len(self._pruned) > _PRUNED_VIEWS:
             _, old = self._pruned.popitem(last=False)
@@ -417,7 +417,7 @@ class Session:
                 raise CastSQLError(f"table {table}: no column {c!r} (columns: {', '.join(names)})")
         disp = self._display[table.lower()]
         name = disp if version is None else f"{disp}@v{snap.version}"
-        view = self._view_for(name, snap, tuple(preds), disp) if preds and len(snap.files) > 1 else None
+        view = self._view_for(name, snap, tuple(preds), disp) if preds and snap.file_count > 1 else None
         if view is None:
             self._ensure_view(name, snap, disp)
             view = name

@@ -14,8 +14,9 @@ commits; no separate checkpoint job):
 - **merge**: objects have a *level* by their size (entries below
   ``INLINE_MAX * FANOUT**(L+1)`` are level L; ``OBJECT_TARGET`` or more:
   *full*, never merged again). When ``FANOUT`` objects of one level exist, they
-  are merged, in their order, into one object of a higher level — a size-tiered
-  LSM: every entry is rewritten at most once per level (three levels), and a
+  are merged, in their order, into one object of a higher level (cut into full
+  objects of ``OBJECT_TARGET`` rows and one remainder) — a size-tiered LSM:
+  every entry is rewritten at most once per level (three levels), and a
   version references at most ``3 * (FANOUT - 1)`` objects that are not full;
 - **removal** (compaction, data files or tombstones going away): the objects
   holding what goes are rewritten without it, keeping their level; all others
@@ -84,9 +85,16 @@ def _merge_tiers(
             return objects
         members = by_level[due[0]][:FANOUT]
         table = pa.concat_tables([load(objects[i]) for i in members])
-        merged = write(table, level_for(table.num_rows, inline_max))
+        # Objects stay near OBJECT_TARGET rows: a selective reader fetches little.
+        merged = [write(chunk, level_for(chunk.num_rows, inline_max)) for chunk in _chunks(table)]
         first = members[0]
-        objects = [merged if i == first else r for i, r in enumerate(objects) if i == first or i not in members]
+        out: list[MetaRef] = []
+        for i, r in enumerate(objects):
+            if i == first:
+                out += merged
+            elif i not in members:
+                out.append(r)
+        objects = out
 
 
 def _chunks(table: pa.Table) -> list[pa.Table]:

@@ -473,6 +473,17 @@ class TableLog:
 
     # ------------------------------------------------------------------ writers' calls
 
+    def upgrade(self) -> Manifest | None:
+        """Make the table format version 2 now, with a commit that changes no
+        data (operation ``UPGRADE``); None (nothing committed) if the latest
+        version already is. Any other commit by this code upgrades it too.
+
+        Example: ``TableLog(open_storage("/data/events")).upgrade()``.
+        """
+        if self.latest().format_version >= 2:
+            return None
+        return self.commit(Change("UPGRADE", summary={"upgraded_to": 2}))
+
     def append(
         self,
         files: Sequence[DataFile],

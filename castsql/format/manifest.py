@@ -188,8 +188,11 @@ class MetaRef:
         path = obj.get("path")
         if not isinstance(path, str) or not path:
             raise FormatError(f"{where}: 'path' must be a non-empty string")
-        if not is_normal_key(path) and (problem := key_problem(path)) is not None:
-            raise FormatError(f"{where}: metadata object {path!r} is not a plain object key: it {problem}")
+        if not is_normal_key(path):
+            if (problem := key_problem(path)) is not None:
+                raise FormatError(f"{where}: metadata object {path!r} is not a plain object key: it {problem}")
+            # Metadata objects are written by version-2 writers: relative, normalised keys only.
+            raise FormatError(f"{where}: metadata object {path!r} lies outside the table root or is not a normal key")
         at = f"{where} ({path})"
         entries = _nonneg(obj.get("entries"), "entries", at)
         level = obj.get("level")

@@ -43,7 +43,7 @@ from castsql.errors import FormatError
 from castsql.format import DataFile, KeyRangeDelete, Manifest, PositionDelete, RowGroupDelete, TableLog
 from castsql.format.layout import manifest_key
 from castsql.format.manifest import no_gc
-from castsql.format.metafiles import files_from_arrow
+from castsql.format.metafiles import files_from_arrow, files_to_arrow
 from castsql.format.schema import Schema
 from castsql.format.state import VersionState
 from castsql.format.tombstone import TombstoneRecord, check_key_range
@@ -208,13 +208,37 @@ class Snapshot:
             return self
         return self._sub(self._materialize(table))
 
+    def resolved(self, keys: Iterable[str]) -> list[ResolvedFile]:
+        """The live files among ``keys`` (in ``keys``' order), without building the others."""
+        if self._files is not None or self._state is None:
+            want = set(keys)
+            return [f for f in self.files if f.key in want]
+        out = []
+        for k in keys:
+            if k in self.gone or not self._state.contains(k):
+                continue
+            out += self._materialize(files_to_arrow([self._state.entry(k)], self.schema))
+        return out
+
+    def touched_since(self, prev: Snapshot) -> set[str] | None:
+        """Keys of the files whose rows differ between ``prev`` (the version
+        before) and this one — added, removed, or with other deletes — from the
+        change record alone; None when there is none to go by."""
+        c = self.manifest.change
+        if c is None or self.manifest.previous != prev.version or self._state is None or prev._state is None:
+            return None
+        keys = {f.path for f in c.added_files} | set(c.removed_files)
+        for k in self.deletes.keys() | prev.deletes.keys():
+            a, b = self.deletes.get(k), prev.deletes.get(k)
+            if a is None or b is None or a.deleted != b.deleted or a.key_ranges != b.key_ranges:
+                keys.add(k)
+        return keys
+
     def _sub(self, files: list[ResolvedFile]) -> Snapshot:
         return Snapshot(self.table_uri, self.version, self.manifest, files, self.primary_key)
 
 
 def _entries_table(entries: Sequence[DataFile], schema: Schema) -> pa.Table:
-    from castsql.format.metafiles import files_to_arrow
-
     return files_to_arrow(entries, schema)
 
 

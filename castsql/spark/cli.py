@@ -6,6 +6,7 @@
     castsql delete URI --where "COND"
     castsql compact URI [--threshold F]
     castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
+    castsql upgrade URI
 
 AGE is a number with a unit: ``7d``, ``12h``, ``30m``, ``45s``. Spark's console
 progress bar shows while a job runs; the command ends with one summary line on
@@ -80,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--older-than", type=parse_age, metavar="AGE")
     g.add_argument("--grace", type=parse_age, default=timedelta(days=7), metavar="AGE")
     g.add_argument("--dry-run", action="store_true")
+    u = sub.add_parser("upgrade", help="make a format version 1 table version 2 (one commit, no data change)")
+    u.add_argument("uri")
     return p
 
 
@@ -110,6 +113,13 @@ def _summary(verb: str, m: Manifest) -> str:
 
 
 def _run(args: Any) -> str:
+    if args.command == "upgrade":
+        log = TableLog(open_storage(args.uri))
+        m = log.upgrade()
+        if m is None:
+            return f"upgrade: {log.uri} is already format version {log.latest().format_version}; nothing committed"
+        objects = len(m.file_objects) + len(m.delete_objects)
+        return f"upgrade: committed version {m.version} (format version 2; {m.file_count} file(s), {objects} object(s))"
     if args.command == "gc":
         from castsql.spark.garbage import gc
 
