@@ -6,7 +6,6 @@ import os
 import posixpath
 import re
 import time
-import uuid
 from datetime import UTC, datetime
 
 from castsql.errors import FormatError
