@@ -89,6 +89,9 @@ class VersionState:
         self._log = log
         self.manifest = manifest
         self._inline: FilePart | None = None
+        self._inline_entries: list[DataFile] | None = None
+        self._keys: dict[str, DataFile] | None = None  # inline entries by key
+        self._names: dict[str, list[str | None]] | None = None  # inline keys by base name
         self._lock = threading.Lock()
 
     def _where(self) -> str:
@@ -96,13 +99,19 @@ class VersionState:
 
     @property
     def inline(self) -> FilePart:
+        """The inline entries as an Arrow part (built on first use)."""
+        entries = self.inline_entries()
         with self._lock:
             if self._inline is None:
-                self._inline = inline_part(self.manifest, self._log.storage.root, self._where())
+                self._inline = FilePart(None, files_to_arrow(entries, self.manifest.schema))
             return self._inline
 
     def inline_entries(self) -> list[DataFile]:
-        return files_from_arrow(self.inline.table)
+        """The inline entries, paths turned into table keys (all of a version-1 manifest's files)."""
+        with self._lock:
+            if self._inline_entries is None:
+                self._inline_entries = inline_entries(self.manifest, self._log.storage.root, self._where())
+            return self._inline_entries
 
     @property
     def parts(self) -> list[FilePart]:
@@ -120,7 +129,7 @@ class VersionState:
         m = self.manifest
         if m.totals is not None:
             return m.totals.files
-        return self.inline.table.num_rows
+        return len(m.data_files)
 
     def table(self) -> pa.Table:
         """Every file entry of the version as one Arrow table (chunks shared with the parts)."""
@@ -134,7 +143,16 @@ class VersionState:
         return [f for p in self.parts for f in files_from_arrow(p.table)]
 
     def contains(self, key: str) -> bool:
+        if not self.manifest.file_objects:  # version 1, or all inline: no Arrow needed
+            return key in self._inline_keys()
         return any(key in p.key_set for p in self.parts_holding(key))
+
+    def _inline_keys(self) -> dict[str, DataFile]:
+        if self._keys is None:
+            keys = {f.path: f for f in self.inline_entries()}
+            with self._lock:
+                self._keys = keys
+        return self._keys
 
     def lookup_key(self, name: str, where: str) -> str:
         """The key of the data file a tombstone's ``file`` field names (base name or path)."""
@@ -143,6 +161,8 @@ class VersionState:
             key = to_table_key(name, root, what=f"{where}: tombstone file")
             if self.contains(key):
                 return key
+        elif not self.manifest.file_objects:
+            found = self._inline_names().get(name, [])
         else:
             found = [p.by_name[name] for p in self.parts if name in p.by_name]
             if len(found) > 1 or (found and found[0] is None):
@@ -151,7 +171,20 @@ class VersionState:
                 return found[0]  # type: ignore[return-value]
         raise FormatError(f"{where}: tombstone names {name!r}, which is not a data file of this version")
 
+    def _inline_names(self) -> dict[str, list[str | None]]:
+        if self._names is None:
+            by: dict[str, str | None] = {}
+            for k in self._inline_keys():
+                n = k.rpartition("/")[2]
+                by[n] = None if n in by else k
+            names = {n: [k] for n, k in by.items()}
+            with self._lock:
+                self._names = names
+        return self._names
+
     def entry(self, key: str) -> DataFile:
+        if not self.manifest.file_objects:
+            return self._inline_keys()[key]
         for p in self.parts_holding(key):
             if key in p.key_set:
                 idx = pc.index(p.table.column("path"), key).as_py()
@@ -187,16 +220,15 @@ def may_hold(ref: MetaRef, key: str) -> bool:
     return bounds[0] <= key <= bounds[1]
 
 
-def inline_part(m: Manifest, root: str, where: str) -> FilePart:
-    """The inline entries of ``m`` as a part (paths turned into table keys)."""
-    entries = [
+def inline_entries(m: Manifest, root: str, where: str) -> list[DataFile]:
+    """The inline entries of ``m``, paths turned into table keys."""
+    return [
         f if is_normal_key(f.path) else DataFile(
             to_table_key(f.path, root, what=f"{where}: data file"), f.size_bytes, f.row_group_count,
             f.total_rows, f.min, f.max, f.row_group_rows, f.extra,
         )
         for f in m.data_files
     ]  # fmt: skip
-    return FilePart(None, files_to_arrow(entries, m.schema))
 
 
 def check_object_paths(table: pa.Table, uri: str, where: str) -> None:

@@ -48,7 +48,7 @@ from castsql.format.schema import Schema
 from castsql.format.state import VersionState
 from castsql.format.tombstone import TombstoneRecord, check_key_range
 from castsql.snapshot.footer import row_group_rows
-from castsql.snapshot.prune import Predicate, prune_mask, prune_refs
+from castsql.snapshot.prune import Predicate, prune_files, prune_mask, prune_refs
 
 _EMPTY = FrozenBitMap()
 
@@ -157,14 +157,17 @@ class Snapshot:
     def files(self) -> list[ResolvedFile]:
         with self._lock:
             if self._files is None:
-                assert self._state is not None
-                self._files = self._materialize(self._state.table())
+                st = self._state
+                assert st is not None
+                m = self.manifest
+                objects = [f for ref in m.file_objects for f in files_from_arrow(st._log.part(ref, m).table)]
+                self._files = self._materialize(objects + st.inline_entries())
             return self._files
 
-    def _materialize(self, table: pa.Table) -> list[ResolvedFile]:
+    def _materialize(self, entries: list[DataFile]) -> list[ResolvedFile]:
         out = []
         with no_gc():
-            for f in files_from_arrow(table):
+            for f in entries:
                 if f.path in self.gone:
                     continue
                 d = self.deletes.get(f.path)
@@ -184,7 +187,7 @@ class Snapshot:
             return sum(f.total_rows - len(f.deleted) for f in self._files)
         assert self._state is not None
         m = self.manifest
-        stored = m.totals.rows if m.totals is not None else pc.sum(self._state.inline.table["total_rows"]).as_py() or 0
+        stored = m.totals.rows if m.totals is not None else sum(f.total_rows for f in self._state.inline_entries())
         # A file every row of which is deleted has them all in its bitmap.
         return stored - sum(len(d.deleted) for d in self.deletes.values())
 
@@ -193,9 +196,9 @@ class Snapshot:
         their own (``self`` when no file can be excluded). Metadata objects whose
         summaries cannot match are never read."""
         types = {c.name: c.type for c in self.schema.columns}
-        if self._files is not None or self._state is None:
-            mask = prune_mask(_entries_table([f.entry for f in self.files], self.schema), preds, types)
-            kept = [f for f, keep in zip(self.files, mask, strict=True) if keep]
+        if self._files is not None or self._state is None or not self.manifest.file_objects:
+            # Everything in Python objects already (version 1, small versions): JSON statistics.
+            kept = prune_files(self.files, preds, types)
             return self if len(kept) == len(self.files) else self._sub(kept)
         m = self.manifest
         refs = prune_refs(m.file_objects, preds, types)
@@ -206,7 +209,7 @@ class Snapshot:
             table = table.filter(pc.invert(pc.is_in(table.column("path"), pa.array(sorted(self.gone)))))
         if table.num_rows == self.file_count:
             return self
-        return self._sub(self._materialize(table))
+        return self._sub(self._materialize(files_from_arrow(table)))
 
     def resolved(self, keys: Iterable[str]) -> list[ResolvedFile]:
         """The live files among ``keys`` (in ``keys``' order), without building the others."""
@@ -217,7 +220,7 @@ class Snapshot:
         for k in keys:
             if k in self.gone or not self._state.contains(k):
                 continue
-            out += self._materialize(files_to_arrow([self._state.entry(k)], self.schema))
+            out += self._materialize([self._state.entry(k)])
         return out
 
     def touched_since(self, prev: Snapshot) -> set[str] | None:
