@@ -83,7 +83,7 @@ from castsql.format import (
 )
 from castsql.format.layout import manifest_key
 from castsql.format.manifest import parse_manifest
-from castsql.snapshot import Predicate, prune_files, resolve
+from castsql.snapshot import Predicate, resolve
 from castsql.storage import open_storage
 
 # castsql.snapshot re-exports the function `resolve`, which hides the module of the same name.
@@ -450,13 +450,13 @@ def build_plan_table(root: str, nfiles: int, nrecords: int) -> tuple[TableLog, i
                         "k": 0,
                         "v": 0.0,
                         "s": "str_0",
-                        "ts": (t0 + timedelta(seconds=i * rows)).isoformat(timespec="microseconds"),
+                        "ts": (t0 + timedelta(seconds=i * 60)).isoformat(timespec="microseconds"),
                     },
                     max={
                         "id": hi,
                         "k": 999,
                         "v": 9999.99,
-                        "ts": (t0 + timedelta(seconds=(i + 1) * rows - 1)).isoformat(timespec="microseconds"),
+                        "ts": (t0 + timedelta(seconds=i * 60 + 59)).isoformat(timespec="microseconds"),
                         "s": "str_999",
                     },
                     row_group_rows=tuple(rgr),
@@ -532,14 +532,13 @@ def measure_planning(root: str, nfiles: int, reps: int) -> dict:
     out["tomb_parse"] = _timed(lambda: tlog.tombstones(tkey), reps, tlog._tombstones.clear)
     clear()
     snap = resolve(tlog, v_tomb)
-    out["live_files"] = len(snap.files)
-    types = {c.name: c.type for c in snap.schema.columns}
+    out["live_files"] = snap.file_count
     pred = [Predicate("id", "<", 2_000_000 * 100)]  # keeps 100 files
-    out["pruned_to"] = len(prune_files(snap.files, pred, types))
-    out["prune"] = _timed(lambda: prune_files(snap.files, pred, types), reps)
-    pred_ts = [Predicate("ts", ">=", datetime(2024, 1, 1) + timedelta(seconds=(nfiles - 100) * 1_000_000))]
-    out["pruned_ts_to"] = len(prune_files(snap.files, pred_ts, types))
-    out["prune_ts"] = _timed(lambda: prune_files(snap.files, pred_ts, types), reps)
+    out["pruned_to"] = snap.prune(pred).file_count
+    out["prune"] = _timed(lambda: snap.prune(pred), reps)
+    pred_ts = [Predicate("ts", ">=", datetime(2024, 1, 1) + timedelta(seconds=(nfiles - 100) * 60))]
+    out["pruned_ts_to"] = snap.prune(pred_ts).file_count
+    out["prune_ts"] = _timed(lambda: snap.prune(pred_ts), reps)
     return out
 
 

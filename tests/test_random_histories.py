@@ -44,8 +44,8 @@ from pyroaring import BitMap
 
 from castsql.engine import Session
 from castsql.errors import VersionNotFound
-from castsql.format import KeyRangeDelete, PositionDelete, RowGroupDelete, TableLog, write_data_files
-from castsql.format.layout import DATA_DIR, TOMBSTONE_DIR, to_table_key
+from castsql.format import KeyRangeDelete, PositionDelete, RowGroupDelete, TableLog, fold, write_data_files
+from castsql.format.layout import DATA_DIR, META_DIR, TOMBSTONE_DIR, to_table_key
 from castsql.spark import compact, gc
 from castsql.storage import open_storage
 
@@ -78,6 +78,8 @@ def make_machine(root: str, s3, spark):
         def _commit(self, m, live):
             assert m.version == max(self.model) + 1
             self.model[m.version] = live
+            if m.file_objects and m.delete_objects:
+                STEPS["versions_with_objects"] += 1
             STEPS["commits"] += 1
 
         @rule(n=st.integers(1, 60), rg=st.sampled_from([7, 16, 1000]))
@@ -186,7 +188,7 @@ def make_machine(root: str, s3, spark):
                 refs |= set(self.log.state(mv).keys().to_pylist())
                 refs |= {to_table_key(t, self.storage.root, what="tombstone") for t in mv.tombstones}
                 refs |= {r.path for r in (*mv.file_objects, *mv.delete_objects)}
-            left = {i.key for d in (DATA_DIR, TOMBSTONE_DIR) for i in self.storage.list(d + "/")}
+            left = {i.key for d in (DATA_DIR, TOMBSTONE_DIR, META_DIR) for i in self.storage.list(d + "/")}
             assert left == refs
             STEPS["gcs"] += 1
             STEPS["versions_collected"] += len(report.removed_versions)
@@ -234,8 +236,14 @@ def make_machine(root: str, s3, spark):
 
 
 @pytest.mark.spark
-def test_random_histories(storage_root, backend, spark, request):
+def test_random_histories(storage_root, backend, spark, request, monkeypatch):
     s3 = request.getfixturevalue("s3_server").config if backend == "s3" else None
+    # Format version 2 with tiny fold and merge thresholds: sixteen steps then
+    # fold, merge and rewrite metadata objects (compaction removes from them) all the time.
+    monkeypatch.setattr(fold, "FILES_INLINE_MAX", 2)
+    monkeypatch.setattr(fold, "DELETES_INLINE_MAX", 1)
+    monkeypatch.setattr(fold, "FANOUT", 2)
+    monkeypatch.setattr(fold, "OBJECT_TARGET", 4)
     machine = make_machine(storage_root, s3, spark)
     examples = EXAMPLES if backend == "local" else max(4, EXAMPLES // 2)
     STEPS.clear()
@@ -254,6 +262,7 @@ def test_random_histories(storage_root, backend, spark, request):
     )
     print(f"\nrandom histories on {backend}: {examples} histories; {dict(STEPS)}")
     assert STEPS["commits"] > 0 and STEPS["compactions"] > 0 and STEPS["versions_collected"] > 0
+    assert STEPS["versions_with_objects"] > 0
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")

@@ -161,12 +161,15 @@ def next_deletes(
     ``remove`` and with ``add``. CommitConflict if one to remove is not in ``base``."""
     st = log.storage
     kept = [t for t in inline if t not in remove]
-    left = remove - set(inline)
+    left = remove - set(inline)  # not found yet
+    in_objects = pa.array(sorted(left), pa.string())
     objects = list(base.delete_objects)
     if left:
+        # One tombstone's records may be spread over several objects (a fold
+        # cuts chunks): every object is checked, not only until each is found once.
         for i, ref in enumerate(objects):
             table = log.deletes_table(ref)
-            hit = pc.is_in(table.column("tombstone"), pa.array(sorted(left), pa.string()))
+            hit = pc.is_in(table.column("tombstone"), in_objects)
             if not pc.any(hit).as_py():
                 continue
             left -= set(table.filter(hit).column("tombstone").to_pylist())

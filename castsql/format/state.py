@@ -161,10 +161,11 @@ class VersionState:
             key = to_table_key(name, root, what=f"{where}: tombstone file")
             if self.contains(key):
                 return key
-        elif not self.manifest.file_objects:
-            found = self._inline_names().get(name, [])
         else:
-            found = [p.by_name[name] for p in self.parts if name in p.by_name]
+            if not self.manifest.file_objects:
+                found = self._inline_names().get(name, [])
+            else:
+                found = [p.by_name[name] for p in self.parts if name in p.by_name]
             if len(found) > 1 or (found and found[0] is None):
                 raise FormatError(f"{where}: tombstone names {name!r}, which matches several data files")
             if found:
