@@ -45,7 +45,8 @@ def time_ordered_id() -> str:
     and a reader looking for one key skips the objects whose path bounds
     exclude it.
 
-    >>> a, b = time_ordered_id(), time_ordered_id()
+    >>> import uuid
+    >>> a = time_ordered_id()
     >>> len(a), a[12], uuid.UUID(a).version
     (32, '7', 7)
     """

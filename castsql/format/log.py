@@ -98,6 +98,10 @@ def pointer_bytes(version: int, commit_id: str) -> bytes:
     return json.dumps({"version": version, "commit_id": commit_id, "updated_at": format_time(_now())}).encode()
 
 
+def _schema_key(m: Manifest) -> str:
+    return json.dumps(m.schema.to_json(), sort_keys=True)
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -201,9 +205,13 @@ class TableLog:
         """The files and tombstones of version ``m`` (format version 1 or 2)."""
         return VersionState(self, m)
 
+    def has_part(self, ref: MetaRef, m: Manifest) -> bool:
+        with self._lock:
+            return (ref.path, _schema_key(m)) in self._parts
+
     def part(self, ref: MetaRef, m: Manifest) -> FilePart:
         """The entries of files object ``ref`` of version ``m`` (cached by key and schema)."""
-        ck = (ref.path, json.dumps(m.schema.to_json(), sort_keys=True))
+        ck = (ref.path, _schema_key(m))
         with self._lock:
             p = self._parts.get(ck)
             if p is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -115,9 +116,17 @@ class VersionState:
 
     @property
     def parts(self) -> list[FilePart]:
-        """Every part: one per files object, then the inline entries."""
+        """Every part: one per files object, then the inline entries. Objects
+        not yet cached are fetched and decoded in parallel (decoding Parquet
+        releases the GIL; on S3 the requests overlap)."""
         m = self.manifest
-        return [*(self._log.part(ref, m) for ref in m.file_objects), self.inline]
+        refs = list(m.file_objects)
+        if len(refs) > 1 and not all(self._log.has_part(r, m) for r in refs):
+            with ThreadPoolExecutor(max_workers=min(16, len(refs))) as pool:
+                objects = list(pool.map(lambda r: self._log.part(r, m), refs))
+        else:
+            objects = [self._log.part(r, m) for r in refs]
+        return [*objects, self.inline]
 
     def parts_holding(self, key: str) -> list[FilePart]:
         """The parts that may hold ``key`` (objects whose path bounds exclude it are not read)."""
