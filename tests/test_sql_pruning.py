@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from castsql.engine import Session
+from castsql.engine import session as session_module
 from castsql.engine.views import sql_str
 from castsql.format import PositionDelete, TableLog, write_data_files
 from castsql.storage import open_storage
@@ -118,7 +119,7 @@ def test_non_ascii_text_before_the_table_name(session):
     assert files_read(session, q) == 1
 
 
-def test_versions_with_deletes_still_drop_their_rows(tmp_path):
+def test_versions_with_deletes_still_drop_their_rows(tmp_path, monkeypatch):
     root = str(tmp_path / "t")
     st_ = open_storage(root)
     log = TableLog.create(st_, rows([]).schema, primary_key="id")
@@ -128,8 +129,13 @@ def test_versions_with_deletes_still_drop_their_rows(tmp_path):
     log.delete([PositionDelete(f.name, None, BitMap([0, 1]))])
     with Session(root) as s:
         assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 5 AND 14").to_pylist() == [{"n": 8}]
-        # Files with deletes left: the version's DuckLake table, which skips files itself.
-        assert "#p" not in s.prepare("SELECT * FROM t WHERE id BETWEEN 5 AND 14")
+        # A few files with deletes left: a scan of them anti-joined with their positions.
+        assert "#p" in s.prepare("SELECT * FROM t WHERE id BETWEEN 5 AND 14")
+        assert "ANTI JOIN" in s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 't#p0'").fetchone()[0]
+        # More than the anti-join is worth: the version's DuckLake table, which skips files itself.
+        monkeypatch.setattr(session_module, "_ANTIJOIN_FILES", 0)
+        assert "#p" not in s.prepare("SELECT * FROM t WHERE id BETWEEN 6 AND 14")
+        assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 6 AND 14").to_pylist() == [{"n": 7}]
         # Only clean files left: a plain read_parquet of them, without DuckLake.
         assert "#p" in s.prepare("SELECT * FROM t WHERE id >= 20")
         assert s.sql("SELECT count(*) AS n FROM t WHERE id >= 20").to_pylist() == [{"n": 10}]

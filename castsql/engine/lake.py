@@ -35,10 +35,13 @@ counts and selective filters and at parity on full scans. Versions without delet
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import os
 import struct
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -75,6 +78,8 @@ class Lake:
         )
         self._reattach(read_only=True)
         self._seq = itertools.count()
+        self._lineages: dict[Any, list[_Lineage]] = {}
+        self._delete_files: dict[tuple[str, bytes], tuple[str, int, int, int]] = {}
 
     def _reattach(self, *, read_only: bool) -> None:
         self.con.execute(f"DETACH {CATALOG}")
@@ -90,63 +95,82 @@ class Lake:
         finally:
             self._reattach(read_only=True)
 
-    def table(self, name: str, columns: Sequence[tuple[str, str | None]], files: list[tuple[str, BitMap]]) -> str:
-        """A new DuckLake table of ``columns`` (name, DuckDB type: the files'
-        own) over ``files`` (URI, deleted positions); returns its qualified name.
+    # ------------------------------------------------------------------ versions as snapshots
 
-        Every call makes a table of its own (never replacing or dropping one),
-        named after ``name``.
+    def scan(self, lineage_key: Any, name: str, columns: Signature, version: int, files: dict[str, BitMap]) -> str:
+        """A table expression over ``files`` (URI -> deleted positions, none empty)
+        as they are at ``version`` of one CastSQL table: ``<table> AT (VERSION => n)``.
+
+        Versions of one table (and one physical schema, ``lineage_key``) share
+        one DuckLake table: version N+1 is a DuckLake snapshot of the table of
+        N in which only the files whose deletes changed get a new delete file
+        (and new files are added). Files never leave a table (CastSQL never
+        ends a data file in the catalog): a version without a file its table
+        holds, or older than the table's newest snapshot, starts a table of its own.
         """
-        con = self.con
+        lineages = self._lineages.setdefault(lineage_key, [])
+        for lin in lineages:
+            if version in lin.snapshots:
+                return lin.at(version)
+        best = None
+        for lin in lineages:
+            if lin.head < version and set(lin.files) <= set(files) and (best is None or lin.head > best.head):
+                best = lin
+        with self._writable():
+            if best is None:
+                best = self._new_lineage(name, columns)
+                lineages.append(best)
+            self._advance(best, version, files)
+        return best.at(version)
+
+    def _new_lineage(self, name: str, columns: Signature) -> _Lineage:
         table = f"{name}#{next(self._seq)}"
         qualified = f"{CATALOG}.main.{_ident(table)}"
         cols = ", ".join(f"{_ident(n)} {t}" for n, t in columns)
-        with self._writable():
-            con.execute(f"CREATE TABLE {qualified} ({cols})")
+        self.con.execute(f"CREATE TABLE {qualified} ({cols})")
+        tid = self.con.execute(
+            f"SELECT table_id FROM {_META}.ducklake_table WHERE table_name = ? AND end_snapshot IS NULL", [table]
+        ).fetchone()[0]
+        return _Lineage(table, qualified, tid)
+
+    def _advance(self, lin: _Lineage, version: int, files: dict[str, BitMap]) -> None:
+        """Make ``version`` a snapshot of ``lin``: add the files it lacks, swap the
+        delete files of those whose deletes changed."""
+        con = self.con
+        new = [u for u in files if u not in lin.files]
+        if new:
             con.execute("BEGIN")
             try:
-                for uri, _ in files:
-                    con.execute(f"CALL ducklake_add_data_files({_q(CATALOG)}, {_q(table)}, {_q(uri)})")
+                for uri in new:
+                    con.execute(f"CALL ducklake_add_data_files({_q(CATALOG)}, {_q(lin.table)}, {_q(uri)})")
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
-            with_deletes = [(uri, bm) for uri, bm in files if bm]
-            if with_deletes:
-                self._add_deletes(table, with_deletes)
-        return qualified
-
-    def _add_deletes(self, name: str, files: list[tuple[str, BitMap]]) -> None:
-        con = self.con
-        tid = con.execute(
-            f"SELECT table_id FROM {_META}.ducklake_table WHERE table_name = ? AND end_snapshot IS NULL", [name]
-        ).fetchone()[0]
-        ids = dict(
-            con.execute(
-                f"SELECT path, data_file_id FROM {_META}.ducklake_data_file "
-                "WHERE table_id = ? AND end_snapshot IS NULL",
-                [tid],
-            ).fetchall()
-        )
+            ids = dict(
+                con.execute(
+                    f"SELECT path, data_file_id FROM {_META}.ducklake_data_file WHERE table_id = ?", [lin.table_id]
+                ).fetchall()
+            )
+            for uri in new:
+                lin.files[uri] = _LakeFile(ids[uri])
+        changed = [(u, bm) for u, bm in files.items() if lin.files[u].digest != _digest(bm)]
         snap, schema_v, next_cat, next_file = con.execute(
             f"SELECT snapshot_id, schema_version, next_catalog_id, next_file_id FROM {_META}.ducklake_snapshot "
             "ORDER BY snapshot_id DESC LIMIT 1"
         ).fetchone()
-        rows = []
-        for i, (uri, bm) in enumerate(files):
-            path = os.path.join(self.directory, f"del-{next_file + i}.parquet")
-            arr = bm.to_array()
-            pos = pa.Array.from_buffers(pa.uint32(), len(arr), [None, pa.py_buffer(arr)]).cast(pa.int64())
-            pq.write_table(
-                pa.table({"file_path": pa.array([uri] * len(arr), pa.string()), "pos": pos}),
-                path,
-                compression="zstd",
-            )
-            with open(path, "rb") as fh:
-                fh.seek(-8, os.SEEK_END)
-                footer, magic = struct.unpack("<I4s", fh.read(8))
-            assert magic == b"PAR1"
-            rows.append((next_file + i, tid, snap + 1, ids[uri], path, len(bm), os.path.getsize(path), footer))
+        if not changed:
+            lin.snapshots[version] = snap
+            lin.head = version
+            return
+        rows, ended = [], []
+        for i, (uri, bm) in enumerate(changed):
+            lf = lin.files[uri]
+            path, count, size, footer = self._delete_file(uri, bm)
+            if lf.delete_id is not None:
+                ended.append(lf.delete_id)
+            rows.append((next_file + i, lin.table_id, snap + 1, lf.data_file_id, path, count, size, footer))
+            lin.files[uri] = _LakeFile(lf.data_file_id, _digest(bm), next_file + i)
         con.execute("BEGIN")
         try:
             con.execute(
@@ -155,8 +179,14 @@ class Lake:
             )
             con.execute(
                 f"INSERT INTO {_META}.ducklake_snapshot_changes (snapshot_id, changes_made) VALUES (?, ?)",
-                [snap + 1, f"deleted_from_table:{tid}"],
+                [snap + 1, f"deleted_from_table:{lin.table_id}"],
             )
+            if ended:
+                con.execute(
+                    f"UPDATE {_META}.ducklake_delete_file SET end_snapshot = ? WHERE delete_file_id IN "
+                    f"({', '.join('?' for _ in ended)})",
+                    [snap + 1, *ended],
+                )
             con.executemany(
                 f"INSERT INTO {_META}.ducklake_delete_file (delete_file_id, table_id, begin_snapshot, end_snapshot, "
                 "data_file_id, path, path_is_relative, format, delete_count, file_size_bytes, footer_size) "
@@ -167,3 +197,56 @@ class Lake:
         except BaseException:
             con.execute("ROLLBACK")
             raise
+        lin.snapshots[version] = snap + 1
+        lin.head = version
+
+    def _delete_file(self, uri: str, bm: BitMap) -> tuple[str, int, int, int]:
+        """A Parquet positional delete file (``file_path, pos``) for ``uri``'s
+        deleted positions: written once, shared by every version and table
+        whose deletes of that file are the same."""
+        ck = (uri, _digest(bm))
+        found = self._delete_files.get(ck)
+        if found is not None:
+            return found
+        path = os.path.join(self.directory, f"del-{next(self._seq)}.parquet")
+        arr = bm.to_array()
+        pos = pa.Array.from_buffers(pa.uint32(), len(arr), [None, pa.py_buffer(arr)]).cast(pa.int64())
+        pq.write_table(
+            pa.table({"file_path": pa.array([uri] * len(arr), pa.string()), "pos": pos}), path, compression="zstd"
+        )
+        with open(path, "rb") as fh:
+            fh.seek(-8, os.SEEK_END)
+            footer, magic = struct.unpack("<I4s", fh.read(8))
+        assert magic == b"PAR1"
+        found = (path, len(bm), os.path.getsize(path), footer)
+        self._delete_files[ck] = found
+        return found
+
+
+Signature = Sequence[tuple[str, str | None]]
+
+
+def _digest(bm: BitMap) -> bytes:
+    return hashlib.blake2b(bm.serialize(), digest_size=16).digest()
+
+
+@dataclass
+class _LakeFile:
+    data_file_id: int
+    digest: bytes | None = None  # of the deleted positions its current delete file holds
+    delete_id: int | None = None
+
+
+@dataclass
+class _Lineage:
+    """One DuckLake table and the CastSQL versions that are snapshots of it."""
+
+    table: str
+    qualified: str
+    table_id: int
+    head: int = -1  # newest version registered
+    files: dict[str, _LakeFile] = field(default_factory=dict)
+    snapshots: dict[int, int] = field(default_factory=dict)  # CastSQL version -> DuckLake snapshot
+
+    def at(self, version: int) -> str:
+        return f"{self.qualified} AT (VERSION => {self.snapshots[version]})"

@@ -74,6 +74,8 @@ class Analysis:
 
     tables: Counter[str]
     refs: list[TableRef]
+    # ``SELECT count(*) [AS name] FROM t`` and nothing else: (table, output column name)
+    count_star: tuple[str, str] | None = None
 
 
 def analyze(con: duckdb.DuckDBPyConnection, sql: str) -> Analysis | None:
@@ -94,7 +96,31 @@ def analyze(con: duckdb.DuckDBPyConnection, sql: str) -> Analysis | None:
         _walk(st, refs, tables)
     for cte in ctes:
         tables.pop(cte, None)
-    return Analysis(tables, [r for r in refs if r.conditions and r.name not in ctes])
+    return Analysis(tables, [r for r in refs if r.conditions and r.name not in ctes], _count_star(tree))
+
+
+def _count_star(tree: dict) -> tuple[str, str] | None:
+    """``SELECT count(*) FROM t``: a count a version's metadata answers."""
+    sts = tree.get("statements", [])
+    if len(sts) != 1:
+        return None
+    node = sts[0].get("node", {})
+    if node.get("type") != "SELECT_NODE" or node.get("modifiers") or (node.get("cte_map") or {}).get("map"):
+        return None
+    if node.get("where_clause") or node.get("group_expressions") or node.get("having") or node.get("qualify"):
+        return None
+    if node.get("sample") or node.get("group_sets"):
+        return None
+    sel = node.get("select_list", [])
+    t = node.get("from_table") or {}
+    if len(sel) != 1 or t.get("type") != "BASE_TABLE" or t.get("schema_name") or t.get("catalog_name"):
+        return None
+    f = sel[0]
+    if f.get("class") != "FUNCTION" or f.get("function_name") != "count_star" or f.get("filter") or f.get("distinct"):
+        return None
+    if t.get("sample") or t.get("at_clause") or f.get("schema") or f.get("catalog"):
+        return None
+    return t["table_name"].lower(), f.get("alias") or "count_star()"
 
 
 def table_refs(con: duckdb.DuckDBPyConnection, sql: str) -> list[TableRef]:

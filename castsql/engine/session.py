@@ -245,6 +245,13 @@ class Session:
             if key in self._logs:
                 disp = self._display[key]
                 wanted[key] = (disp, resolve(self._logs[key]), disp)
+        if analysis is not None and analysis.count_star is not None:
+            # SELECT count(*) FROM t: the version's metadata knows (rows minus
+            # deletes), on any table size, without opening a file.
+            table, column = analysis.count_star
+            entry = wanted.get(table)
+            if entry is not None:
+                return f"SELECT CAST({self.views.live_rows(entry[1])} AS BIGINT) AS {ident(column)}"
         sql, pruned = self._prune(sql, analysis, wanted)
         for key, (name, snap, table) in wanted.items():
             # Views every reference of which was swapped for a pruned one are not needed.
@@ -305,6 +312,7 @@ class Session:
             shift = len(sql[:offset].encode())
             for r in a.refs:
                 r.location += shift
+            a.count_star = None  # EXPLAIN shows the plan of the statement as written
         self._analyses[sql] = a
         while len(self._analyses) > 256:
             self._analyses.popitem(last=False)
@@ -318,14 +326,14 @@ class Session:
             self._pruned.move_to_end(key)
             return self._pruned[key]
         pruned = snap.prune(preds)  # reads only the metadata objects whose summaries can match
-        files = pruned.files
-        # If files with deletes are left, the version's DuckLake table is the
-        # better view: it skips files by its own per-file statistics, and a new
-        # DuckLake table per file set would cost more than it saves. Files
-        # without deletes become a plain read_parquet, without DuckLake's
-        # per-query cost (bench/prune_bench.py).
+        # A few files with deletes are a scan anti-joined with their positions
+        # (cheaper for a selective query than DuckLake's per-query cost); more
+        # stay with the version's own view, whose DuckLake table skips files by
+        # its per-file statistics.
+        dirty = [f for f in pruned.files if f.has_deletes]
+        small = len(dirty) <= _ANTIJOIN_FILES and sum(len(f.deleted) for f in dirty) <= _ANTIJOIN_POSITIONS
         name = None
-        if pruned is not snap and not any(f.has_deletes for f in files):
+        if pruned is not snap and small:
             name = f"{view}#p{next(self._pruned_seq)}"
             self._create_view(name, pruned, table)
         self._pruned[key] = name
@@ -465,6 +473,8 @@ def _as_displayed(rel: duckdb.DuckDBPyRelation) -> tuple[duckdb.DuckDBPyRelation
 
 
 _PRUNED_VIEWS = 64  # pruning results (and their views) kept per session
+_ANTIJOIN_FILES = 8  # a pruned file set with deletes in at most this many files ...
+_ANTIJOIN_POSITIONS = 4_000_000  # ... and at most this many deleted positions is anti-joined
 
 
 def _replace_names(sql: str, edits: list[tuple[int, bool, str]], done: Counter[str]) -> tuple[str, Counter[str]]:

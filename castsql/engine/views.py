@@ -4,10 +4,14 @@ Design (measured in bench/read_bench.py, see docs/ENGINE.md):
 
 - a version whose files carry no deletes is ``read_parquet([...])`` of them: the
   raw scan, with DuckDB's own filter/projection pushdown and metadata counts;
-- a version with deletes is a DuckLake table over the same files plus one
-  positional delete file per data file (:mod:`castsql.engine.lake`), so the
-  deletes are applied inside the C++ Parquet scan. Row-group deletes and key
-  ranges become positions first (key ranges with one pushed-down query per file);
+- the files of a version that carry deletes are a DuckLake table over the same
+  files plus one positional delete file per data file
+  (:mod:`castsql.engine.lake`), so the deletes are applied inside the C++
+  Parquet scan; each version is a snapshot of its table's DuckLake table, so
+  the next version only adds what changed. Row-group deletes and key ranges
+  become positions first (key ranges with one pushed-down query per file);
+- a few files with deletes pruned from a version for a selective query are a
+  scan anti-joined with their positions (cheaper than DuckLake per query);
 - audits need row identity, so their views carry ``_file`` and ``_pos`` and
   apply deletes with an anti-join on (file_index, file_row_number).
 """
@@ -18,6 +22,7 @@ import itertools
 from collections.abc import Sequence
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
@@ -78,6 +83,17 @@ class Views:
             self._range_cache[ck] = extra
         return f.deleted | extra
 
+    def live_rows(self, snap: Snapshot) -> int:
+        """Live rows of ``snap``: its stored rows minus its deleted positions, from
+        the metadata; a file with key-range deletes reads its key column once
+        (the positions are kept for its views)."""
+        n = snap.live_rows
+        if n is not None:
+            return n
+        ranged = [k for k, d in snap.deletes.items() if d.key_ranges and k not in snap.gone]
+        n = snap.stored_rows - sum(len(d.deleted) for k, d in snap.deletes.items() if k not in ranged)
+        return n - sum(len(self.deleted(snap, f)) for f in snap.resolved(sorted(ranged)))
+
     def create(
         self,
         name: str,
@@ -100,19 +116,45 @@ class Views:
         elif not files:
             body = self._empty(name, snap)
         else:
+            # A whole version (not a file set pruned from one) is a snapshot of the
+            # table's DuckLake lineage: the next version reuses what this one built.
+            whole = not predicates and len(files) == snap.file_count and snap.is_resolved
             branches = []
-            for group, members in self._groups(files):
+            for n, (group, members) in enumerate(self._groups(files)):
                 proj = self._projection(snap, group, members[0])
                 clean = [f for f in members if not f.has_deletes]
                 dirty = [f for f in members if f.has_deletes]
                 if clean:
                     branches.append(f"SELECT {proj} FROM read_parquet({_file_list([f.uri for f in clean])})")
-                if dirty:
+                if dirty and whole:
                     # The DuckLake table holds the files as they are; the projection maps them.
-                    table = self.lake.table(name, group.signature, [(f.uri, self.deleted(snap, f)) for f in dirty])
-                    branches.append(f"SELECT {proj} FROM {table}")
+                    scan = self.lake.scan(
+                        (snap.table_uri, group.signature),
+                        name.split("@", 1)[0],
+                        group.signature,
+                        snap.version,
+                        {f.uri: self.deleted(snap, f) for f in dirty},
+                    )
+                    branches.append(f"SELECT {proj} FROM {scan}")
+                elif dirty:
+                    branches.append(self._anti_join(f"{name}$del{n}", snap, proj, dirty))
             body = " UNION ALL ".join(branches)
         con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
+
+    def _anti_join(self, table: str, snap: Snapshot, proj: str, files: list[ResolvedFile]) -> str:
+        """A few files with deletes (a pruned file set), as a scan anti-joined with
+        their deleted positions: for a selective query cheaper than DuckLake's
+        per-query cost (docs/PERFORMANCE.md)."""
+        self.con.register(f"{table}$arrow", _positions(self, snap, files))
+        try:
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {ident(table)} AS SELECT * FROM {ident(table + '$arrow')}")
+        finally:
+            self.con.unregister(f"{table}$arrow")
+        return (
+            f"SELECT {proj} FROM (SELECT *, file_index AS {_FI}, file_row_number AS {_POS} "
+            f"FROM read_parquet({_file_list([f.uri for f in files])})) p "
+            f"ANTI JOIN {ident(table)} d ON p.{_FI} = d.file_index AND p.{_POS} = d.pos"
+        )
 
     def _groups(self, files: list[ResolvedFile]) -> list[tuple[Group, list[ResolvedFile]]]:
         by_uri = {f.uri: f for f in files}
@@ -142,21 +184,9 @@ class Views:
             keys = pa.table(
                 {"file_index": pa.array(range(len(members)), pa.uint64()), "_file": [f.key for f in members]}
             )
-            idx, pos = [], []
-            for i, f in enumerate(members):
-                bm = self.deleted(snap, f)
-                if bm:
-                    idx.append(pa.array([i] * len(bm), pa.uint64()))
-                    pos.append(_bitmap_array(bm))
-            dels = pa.table(
-                {
-                    "file_index": pa.concat_arrays(idx) if idx else pa.array([], pa.uint64()),
-                    "pos": pa.concat_arrays(pos) if pos else pa.array([], pa.int64()),
-                }
-            )
             files_view, deletes_view = f"{name}$files{n}", f"{name}$deletes{n}"
             self.con.register(files_view, keys)
-            self.con.register(deletes_view, dels)
+            self.con.register(deletes_view, _positions(self, snap, members))
             cols = ", ".join(f"p.{ident(c)}" for c in snap.schema.names)
             branches.append(
                 f"SELECT {cols}, k._file, p.{_POS} AS _pos "
@@ -166,6 +196,22 @@ class Views:
                 f"ANTI JOIN {ident(deletes_view)} d ON p.{_FI} = d.file_index AND p.{_POS} = d.pos"
             )
         return " UNION ALL ".join(branches)
+
+
+def _positions(views: Views, snap: Snapshot, files: list[ResolvedFile]) -> pa.Table:
+    """(file_index, pos) of every deleted position of ``files``, indexed in their order."""
+    idx, pos = [], []
+    for i, f in enumerate(files):
+        bm = views.deleted(snap, f)
+        if bm:
+            idx.append(pa.array(np.full(len(bm), i, dtype=np.uint64)))
+            pos.append(_bitmap_array(bm))
+    return pa.table(
+        {
+            "file_index": pa.concat_arrays(idx) if idx else pa.array([], pa.uint64()),
+            "pos": pa.concat_arrays(pos) if pos else pa.array([], pa.int64()),
+        }
+    )
 
 
 _FI, _POS = "__castsql_file_index", "__castsql_pos"

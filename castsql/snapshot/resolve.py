@@ -136,6 +136,11 @@ class Snapshot:
         return f"Snapshot({self.table_uri!r}, version={self.version})"
 
     @property
+    def is_resolved(self) -> bool:
+        """A whole version as the resolver made it (not a file set built from one)."""
+        return self._state is not None
+
+    @property
     def schema(self) -> Schema:
         return self.manifest.schema
 
@@ -179,17 +184,21 @@ class Snapshot:
         return out
 
     @property
+    def stored_rows(self) -> int:
+        """Rows in the version's data files, before tombstones."""
+        if self._files is not None:
+            return sum(f.total_rows for f in self._files) + sum(len(self.deletes[k].deleted) for k in self.gone)
+        assert self._state is not None
+        m = self.manifest
+        return m.totals.rows if m.totals is not None else sum(f.total_rows for f in self._state.inline_entries())
+
+    @property
     def live_rows(self) -> int | None:
         """Exact live row count, or None when key ranges make it unknowable without a scan."""
         if any(d.key_ranges for d in self.deletes.values()):
             return None
-        if self._files is not None:
-            return sum(f.total_rows - len(f.deleted) for f in self._files)
-        assert self._state is not None
-        m = self.manifest
-        stored = m.totals.rows if m.totals is not None else sum(f.total_rows for f in self._state.inline_entries())
         # A file every row of which is deleted has them all in its bitmap.
-        return stored - sum(len(d.deleted) for d in self.deletes.values())
+        return self.stored_rows - sum(len(d.deleted) for d in self.deletes.values())
 
     def prune(self, preds: Sequence[Predicate]) -> Snapshot:
         """The files whose statistics may match every predicate, as a snapshot of
