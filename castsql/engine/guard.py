@@ -32,6 +32,8 @@ from castsql.errors import CastSQLError
 
 INTERNAL_CATALOG = "castsql_lake"
 INTERNAL_NAMES = frozenset({INTERNAL_CATALOG, f"__ducklake_metadata_{INTERNAL_CATALOG}"})
+# Names CastSQL gives its own views, tables and session variables (live-row masks).
+INTERNAL_PREFIX = "__castsql"
 # Table functions that run SQL text assembled while the query runs.
 DYNAMIC_SQL = frozenset({"query", "query_table", "json_execute_serialized_sql", "sqlite_query"})
 
@@ -55,6 +57,8 @@ def check_statement(sql: str, *, private_paths: tuple[str, ...] = ()) -> None:
             low = name.lower()
             if low in INTERNAL_NAMES:
                 raise ForbiddenStatement(f"{name} is CastSQL's internal catalog: {_WHY}")
+            if low.startswith(INTERNAL_PREFIX):
+                raise ForbiddenStatement(f"{name} is internal to CastSQL: statements cannot name it")
             if low.startswith("ducklake_"):
                 raise ForbiddenStatement(f"DuckLake functions are not available in CastSQL ({low}): {_WHY}")
             if low in DYNAMIC_SQL and i + 1 < len(toks) and toks[i + 1].text == "(":
@@ -64,7 +68,10 @@ def check_statement(sql: str, *, private_paths: tuple[str, ...] = ()) -> None:
                 )
         elif t.kind == "string_const":
             low = t.text.lower()
-            if any(n in low for n in INTERNAL_NAMES) or low[low.find("'") + 1 :].startswith("ducklake:"):
+            body = low[low.find("'") + 1 :]
+            if any(n in low for n in INTERNAL_NAMES) or body.startswith("ducklake:"):
                 raise ForbiddenStatement(f"{t.text[:60]} names a DuckLake catalog: {_WHY}")
+            if body.startswith(INTERNAL_PREFIX):
+                raise ForbiddenStatement(f"{t.text[:60]} is internal to CastSQL: statements cannot name it")
             if any(p and p.lower() in low for p in private_paths):
                 raise ForbiddenStatement(f"{t.text[:80]} lies in CastSQL's private work directory")

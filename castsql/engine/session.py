@@ -326,12 +326,12 @@ class Session:
             self._pruned.move_to_end(key)
             return self._pruned[key]
         pruned = snap.prune(preds)  # reads only the metadata objects whose summaries can match
-        # A few files with deletes are a scan anti-joined with their positions
+        # A few files with deletes are scanned with a mask of their live rows
         # (cheaper for a selective query than DuckLake's per-query cost); more
         # stay with the version's own view, whose DuckLake table skips files by
         # its per-file statistics.
         dirty = [f for f in pruned.files if f.has_deletes]
-        small = len(dirty) <= _ANTIJOIN_FILES and sum(len(f.deleted) for f in dirty) <= _ANTIJOIN_POSITIONS
+        small = len(dirty) <= _ANTIJOIN_FILES and sum(f.total_rows for f in dirty) <= _ANTIJOIN_POSITIONS
         name = None
         if pruned is not snap and small:
             name = f"{view}#p{next(self._pruned_seq)}"
@@ -474,7 +474,7 @@ def _as_displayed(rel: duckdb.DuckDBPyRelation) -> tuple[duckdb.DuckDBPyRelation
 
 _PRUNED_VIEWS = 64  # pruning results (and their views) kept per session
 _ANTIJOIN_FILES = 8  # a pruned file set with deletes in at most this many files ...
-_ANTIJOIN_POSITIONS = 4_000_000  # ... and at most this many deleted positions is anti-joined
+_ANTIJOIN_POSITIONS = 16_000_000  # ... and at most this many rows in them is masked
 
 
 def _replace_names(sql: str, edits: list[tuple[int, bool, str]], done: Counter[str]) -> tuple[str, Counter[str]]:

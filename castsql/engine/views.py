@@ -10,8 +10,9 @@ Design (measured in bench/read_bench.py, see docs/ENGINE.md):
   Parquet scan; each version is a snapshot of its table's DuckLake table, so
   the next version only adds what changed. Row-group deletes and key ranges
   become positions first (key ranges with one pushed-down query per file);
-- a few files with deletes pruned from a version for a selective query are a
-  scan anti-joined with their positions (cheaper than DuckLake per query);
+- a few files with deletes pruned from a version for a selective query are
+  scanned with a filter on a bitmask of their live rows (cheaper than DuckLake
+  per query);
 - audits need row identity, so their views carry ``_file`` and ``_pos`` and
   apply deletes with an anti-join on (file_index, file_row_number).
 """
@@ -120,7 +121,7 @@ class Views:
             # table's DuckLake lineage: the next version reuses what this one built.
             whole = not predicates and len(files) == snap.file_count and snap.is_resolved
             branches = []
-            for n, (group, members) in enumerate(self._groups(files)):
+            for group, members in self._groups(files):
                 proj = self._projection(snap, group, members[0])
                 clean = [f for f in members if not f.has_deletes]
                 dirty = [f for f in members if f.has_deletes]
@@ -137,24 +138,29 @@ class Views:
                     )
                     branches.append(f"SELECT {proj} FROM {scan}")
                 elif dirty:
-                    branches.append(self._anti_join(f"{name}$del{n}", snap, proj, dirty))
+                    branches.append(self._masked(f"{MASK_PREFIX}{next(self._seq)}", snap, proj, dirty))
             body = " UNION ALL ".join(branches)
         con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
 
-    def _anti_join(self, table: str, snap: Snapshot, proj: str, files: list[ResolvedFile]) -> str:
-        """A few files with deletes (a pruned file set), as a scan anti-joined with
-        their deleted positions: for a selective query cheaper than DuckLake's
-        per-query cost (docs/PERFORMANCE.md)."""
-        self.con.register(f"{table}$arrow", _positions(self, snap, files))
-        try:
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {ident(table)} AS SELECT * FROM {ident(table + '$arrow')}")
-        finally:
-            self.con.unregister(f"{table}$arrow")
-        return (
-            f"SELECT {proj} FROM (SELECT *, file_index AS {_FI}, file_row_number AS {_POS} "
-            f"FROM read_parquet({_file_list([f.uri for f in files])})) p "
-            f"ANTI JOIN {ident(table)} d ON p.{_FI} = d.file_index AND p.{_POS} = d.pos"
-        )
+    def _masked(self, table: str, snap: Snapshot, proj: str, files: list[ResolvedFile]) -> str:
+        """A few files with deletes (a file set pruned for a selective query), each
+        scanned with a filter on a bitmask of its live rows: ``get_bit`` of a
+        session variable that DuckDB folds into a constant. Its cost does not grow
+        with the deletes, and it skips DuckLake's per-query cost
+        (docs/PERFORMANCE.md, "Selective queries")."""
+        branches = []
+        for i, f in enumerate(files):
+            live = np.ones(f.total_rows, dtype=np.uint8)
+            dead = self.deleted(snap, f)
+            if dead:
+                live[np.frombuffer(dead.to_array(), dtype=np.uint32)] = 0
+            var = f"{table}_{i}"
+            self.con.execute(f"SET VARIABLE {ident(var)} = CAST(? AS BIT)", [(live + 48).tobytes().decode()])
+            branches.append(
+                f"SELECT {proj} FROM read_parquet({sql_str(f.uri)}) "
+                f"WHERE get_bit(getvariable({sql_str(var)}), CAST(file_row_number AS INTEGER)) = 1"
+            )
+        return " UNION ALL ".join(branches)
 
     def _groups(self, files: list[ResolvedFile]) -> list[tuple[Group, list[ResolvedFile]]]:
         by_uri = {f.uri: f for f in files}
@@ -215,3 +221,4 @@ def _positions(views: Views, snap: Snapshot, files: list[ResolvedFile]) -> pa.Ta
 
 
 _FI, _POS = "__castsql_file_index", "__castsql_pos"
+MASK_PREFIX = "__castsql_live_"  # session variables holding live-row masks (guard.py keeps users off them)
