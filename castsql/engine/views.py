@@ -19,6 +19,7 @@ Design (measured in bench/read_bench.py, see docs/ENGINE.md):
 
 from __future__ import annotations
 
+import array
 import itertools
 from collections.abc import Sequence
 
@@ -77,10 +78,10 @@ class Views:
             pk = ident(snap.primary_key or "")
             cond = " OR ".join(f"{pk} BETWEEN ? AND ?" for _ in f.key_ranges)
             params = [v for r in f.key_ranges for v in r]
-            rows = self.con.execute(
-                f"SELECT file_row_number FROM read_parquet({sql_str(f.uri)}) WHERE {cond}", params
-            ).fetchall()
-            extra = BitMap(r[0] for r in rows)
+            sql = f"SELECT CAST(file_row_number AS UINTEGER) AS p FROM read_parquet({sql_str(f.uri)}) WHERE {cond}"
+            rows = self.con.execute(sql, params).to_arrow_table()
+            positions = rows.column("p").combine_chunks().to_numpy(zero_copy_only=False)
+            extra = BitMap(array.array("I", positions.astype(np.uint32).tobytes()))
             self._range_cache[ck] = extra
         return f.deleted | extra
 
