@@ -301,7 +301,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--v1-reps", type=int, default=1, help="repetitions of version-1 cold reads at 1,000,000 files")
     ap.add_argument("--data", default="/tmp/castsql-metadata-bench")
+    ap.add_argument("--formats", default="1,2", help="'2' measures format 2 alone (no ratios)")
     ARGS = ap.parse_args()
+    ARGS.formats = [int(x) for x in ARGS.formats.split(",")]
     sizes = [int(x) for x in ARGS.files.split(",") if x]
     s3_sizes = [int(x) for x in ARGS.s3_files.split(",") if x]
     os.makedirs(ARGS.data, exist_ok=True)
@@ -318,7 +320,7 @@ def main() -> None:
                 server = start_s3()
             s3, root = server.config, "s3://bench/metadata"
         res = {}
-        for fmt in (1, 2):
+        for fmt in ARGS.formats:
             uri = build(root, fmt, n, s3)
             log(f"measuring format {fmt}, {n:,} files, {backend}")
             res[fmt] = measure(uri, fmt, n, s3, ARGS.commits, ARGS.reps)
@@ -335,13 +337,15 @@ def report(rows) -> None:
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for backend, n, res in rows:
-        for fmt in (1, 2):
+        for fmt in sorted(res):
             r = res[fmt]
             print(
                 f"| {backend} | {n:,} | v{fmt} | {fmt_bytes(r['append_bytes'])} | {fmt_bytes(r['delete_bytes'])} | "
                 f"{r['commit_s'] * 1000:.0f} ms | {r['cold_pruned_s'] * 1000:.0f} ms ({r['pruned_files']} file) | "
                 f"{r['full_resolve_s'] * 1000:.0f} ms | {r['incremental_s'] * 1000:.1f} ms |"
             )
+        if len(res) < 2:
+            continue
         a, b = res[1], res[2]
         print(
             f"| {backend} | {n:,} | v2/v1 | {b['append_bytes'] / a['append_bytes']:.4f} | "

@@ -287,21 +287,26 @@ def _resolve(log: TableLog, m: Manifest, prev: Snapshot | None) -> Snapshot:
         uri_of = _uri_maker(log)
         where = log.storage.uri(manifest_key(m.version))
         c = m.change
-        if (
+        stepping = (
             prev is not None
             and prev._state is not None
             and c is not None
             and m.previous == prev.version
             and not c.removed_tombstones
-        ):
-            deletes = {k: d for k, d in prev.deletes.items() if k not in set(c.removed_files)}
+            # A removed file some tombstone still names: the version is malformed,
+            # and the full resolve says so (stepping would not read that tombstone).
+            and not (set(c.removed_files) & prev.deletes.keys())
+        )
+        if stepping:
+            assert prev is not None and c is not None
+            deletes = dict(prev.deletes)
             records = list(_records_of(log, m, prev.manifest, c.added_tombstones))
         else:
             deletes, records = {}, list(state.records())
         gone = _apply(log, state, m, deletes, records, where)
-        if prev is not None and c is not None and m.previous == prev.version and not c.removed_tombstones:
-            removed = set(c.removed_files)
-            gone |= {k for k in prev.gone if k not in removed}
+        if stepping:
+            assert prev is not None
+            gone |= prev.gone
         return Snapshot(
             log.uri, m.version, m, None, m.primary_key, state=state, deletes=deletes, gone=frozenset(gone),
             uri_of=uri_of,
