@@ -247,7 +247,7 @@ def build_delta(root: str, tlog: TableLog, model: dict[str, BitMap]) -> str:
     }
     now = int(time.time() * 1000)
     adds = []
-    for f in tlog.latest().data_files:
+    for f in all_files(tlog):
         os.symlink(tlog.storage.uri(f.path), f"{path}/{f.name}")
         adds.append(
             {
