@@ -129,9 +129,9 @@ def test_versions_with_deletes_still_drop_their_rows(tmp_path, monkeypatch):
     log.delete([PositionDelete(f.name, None, BitMap([0, 1]))])
     with Session(root) as s:
         assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 5 AND 14").to_pylist() == [{"n": 8}]
-        # A few files with deletes left: each scanned with a mask of its live rows.
+        # A few files with deletes left: each anti-joined with its deleted positions.
         assert "#p" in s.prepare("SELECT * FROM t WHERE id BETWEEN 5 AND 14")
-        assert "get_bit(" in s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 't#p0'").fetchone()[0]
+        assert "ANTI JOIN" in s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 't#p0'").fetchone()[0]
         # More than the anti-join is worth: the version's DuckLake table, which skips files itself.
         monkeypatch.setattr(session_module, "_ANTIJOIN_FILES", 0)
         assert "#p" not in s.prepare("SELECT * FROM t WHERE id BETWEEN 6 AND 14")
@@ -141,6 +141,21 @@ def test_versions_with_deletes_still_drop_their_rows(tmp_path, monkeypatch):
         assert s.sql("SELECT count(*) AS n FROM t WHERE id >= 20").to_pylist() == [{"n": 10}]
         assert s.sql("SELECT count(*) AS n FROM t WHERE id >= 10").to_pylist() == [{"n": 18}]
         assert s.sql("SELECT count(*) AS n FROM t AS OF VERSION 3 WHERE id BETWEEN 5 AND 14").to_pylist() == [{"n": 10}]
+
+
+def test_forgotten_pruned_views_take_their_position_tables_with_them(tmp_path, monkeypatch):
+    root = str(tmp_path / "t")
+    st_ = open_storage(root)
+    log = TableLog.create(st_, rows([]).schema, primary_key="id")
+    for k in range(3):
+        log.append(write_data_files(st_, rows(range(k * 10, k * 10 + 10)), log.latest().schema))
+    log.delete([PositionDelete(log.latest().data_files[1].name, None, BitMap([9]))])  # id 19
+    monkeypatch.setattr(session_module, "_PRUNED_VIEWS", 2)
+    with Session(root) as s:
+        for k in range(1, 6):
+            assert s.sql(f"SELECT count(*) AS n FROM t WHERE id >= {10 + k}").to_pylist() == [{"n": 19 - k}]
+        left = s.con.sql("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name LIKE 't#p%'")
+        assert left.fetchone()[0] == 2  # one per pruned view still kept
 
 
 # ---------------------------------------------------------------- property: same rows as every file

@@ -77,9 +77,7 @@ def test_an_older_version_after_newer_ones_and_a_compaction_read_right(table):
         assert _tables(s) == 2
         # A version without one of the files the lineage holds: a new table too.
         [tomb] = log.manifest(5).change.added_tombstones  # the deletes of files[0]
-        m = log.commit(
-            Change("COMPACT", remove_files=(files[0].path,), remove_tombstones=(tomb,), read_version=latest)
-        )
+        m = log.commit(Change("COMPACT", remove_files=(files[0].path,), remove_tombstones=(tomb,), read_version=latest))
         gone = set(range(files[0].min["id"], files[0].max["id"] + 1))
         assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live - gone)
         assert sorted(s.sql(f"SELECT id FROM t AS OF VERSION {latest}").column("id").to_pylist()) == sorted(live)

@@ -154,7 +154,11 @@ class Lake:
             )
             for uri in new:
                 lin.files[uri] = _LakeFile(ids[uri])
-        changed = [(u, bm) for u, bm in files.items() if lin.files[u].digest != _digest(bm)]
+        # Files whose deletes did not change keep the very bitmap object of the
+        # version before (the resolver shares them): no digest needed for those.
+        changed = [
+            (u, bm) for u, bm in files.items() if lin.files[u].bitmap is not bm and lin.files[u].digest != _digest(bm)
+        ]
         snap, schema_v, next_cat, next_file = con.execute(
             f"SELECT snapshot_id, schema_version, next_catalog_id, next_file_id FROM {_META}.ducklake_snapshot "
             "ORDER BY snapshot_id DESC LIMIT 1"
@@ -170,7 +174,7 @@ class Lake:
             if lf.delete_id is not None:
                 ended.append(lf.delete_id)
             rows.append((next_file + i, lin.table_id, snap + 1, lf.data_file_id, path, count, size, footer))
-            lin.files[uri] = _LakeFile(lf.data_file_id, _digest(bm), next_file + i)
+            lin.files[uri] = _LakeFile(lf.data_file_id, _digest(bm), next_file + i, bm)
         con.execute("BEGIN")
         try:
             con.execute(
@@ -242,6 +246,7 @@ class _LakeFile:
     data_file_id: int
     digest: bytes | None = None  # of the deleted positions its current delete file holds
     delete_id: int | None = None
+    bitmap: BitMap | None = None  # those positions, as the version that registered them had them
 
 
 @dataclass

@@ -326,8 +326,9 @@ class Session:
             self._pruned.move_to_end(key)
             return self._pruned[key]
         pruned = snap.prune(preds)  # reads only the metadata objects whose summaries can match
-        # A few files with deletes are scanned with a mask of their live rows
-        # (cheaper for a selective query than DuckLake's per-query cost); more
+        # A few files with deletes are anti-joined with their deleted positions
+        # in the row groups the predicates can reach (cheaper for a selective
+        # query than DuckLake's per-query cost); more
         # stay with the version's own view, whose DuckLake table skips files by
         # its per-file statistics.
         dirty = [f for f in pruned.files if f.has_deletes]
@@ -335,7 +336,7 @@ class Session:
         name = None
         if pruned is not snap and small:
             name = f"{view}#p{next(self._pruned_seq)}"
-            self._create_view(name, pruned, table)
+            self._create_view(name, pruned, table, within=preds)
         self._pruned[key] = name
         while len(self._pruned) > _PRUNED_VIEWS:
             _, old = self._pruned.popitem(last=False)
@@ -474,7 +475,7 @@ def _as_displayed(rel: duckdb.DuckDBPyRelation) -> tuple[duckdb.DuckDBPyRelation
 
 _PRUNED_VIEWS = 64  # pruning results (and their views) kept per session
 _ANTIJOIN_FILES = 8  # a pruned file set with deletes in at most this many files ...
-_ANTIJOIN_POSITIONS = 16_000_000  # ... and at most this many rows in them is masked
+_ANTIJOIN_POSITIONS = 16_000_000  # ... and at most this many rows in them is anti-joined
 
 
 def _replace_names(sql: str, edits: list[tuple[int, bool, str]], done: Counter[str]) -> tuple[str, Counter[str]]:

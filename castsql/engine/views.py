@@ -11,8 +11,8 @@ Design (measured in bench/read_bench.py, see docs/ENGINE.md):
   the next version only adds what changed. Row-group deletes and key ranges
   become positions first (key ranges with one pushed-down query per file);
 - a few files with deletes pruned from a version for a selective query are
-  scanned with a filter on a bitmask of their live rows (cheaper than DuckLake
-  per query);
+  scanned and anti-joined with their deleted positions in the row groups the
+  query can reach (cheaper than DuckLake per query);
 - audits need row identity, so their views carry ``_file`` and ``_pos`` and
   apply deletes with an anti-join on (file_index, file_row_number).
 """
@@ -29,7 +29,7 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from castsql.engine.lake import Lake
-from castsql.engine.physical import Group, Signatures, projection
+from castsql.engine.physical import Group, Signatures, duck_type, projection
 from castsql.errors import SchemaMismatch
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot, prune_files
 
@@ -103,11 +103,14 @@ class Views:
         *,
         predicates: Sequence[Predicate] = (),
         positions: bool = False,
+        within: Sequence[Predicate] = (),
     ) -> None:
         """Create (or replace) the temp view ``name`` holding the live rows of ``snap``.
 
         ``predicates`` prune files by manifest min/max first; ``positions`` adds
-        ``_file`` (table key) and ``_pos`` (row position) columns, for audits.
+        ``_file`` (table key) and ``_pos`` (row position) columns, for audits;
+        ``within``: every query of the view applies these predicates (a view of
+        a pruned file set), so deletes in row groups they exclude need not apply.
         Every view has the manifest's columns, names, order and types, whatever
         the files hold (:mod:`castsql.engine.physical`).
         """
@@ -139,29 +142,74 @@ class Views:
                     )
                     branches.append(f"SELECT {proj} FROM {scan}")
                 elif dirty:
-                    branches.append(self._masked(f"{MASK_PREFIX}{next(self._seq)}", snap, proj, dirty))
+                    branches.append(self._anti_join(f"{name}$del{next(self._seq)}", snap, proj, group, dirty, within))
             body = " UNION ALL ".join(branches)
         con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
 
-    def _masked(self, table: str, snap: Snapshot, proj: str, files: list[ResolvedFile]) -> str:
-        """A few files with deletes (a file set pruned for a selective query), each
-        scanned with a filter on a bitmask of its live rows: ``get_bit`` of a
-        session variable that DuckDB folds into a constant. Its cost does not grow
-        with the deletes, and it skips DuckLake's per-query cost
+    def _anti_join(
+        self, table: str, snap: Snapshot, proj: str, group: Group, files: list[ResolvedFile], within: Sequence
+    ) -> str:
+        """A few files with deletes (a file set pruned for a selective query),
+        each scanned and anti-joined with its deleted positions, only those in
+        the row groups whose statistics may match ``within`` (the predicates
+        every query of this view applies, so rows of the other row groups never
+        reach the result): the join builds a few thousand positions, not every
+        one of the file, and skips DuckLake's per-query cost
         (docs/PERFORMANCE.md, "Selective queries")."""
         branches = []
         for i, f in enumerate(files):
-            live = np.ones(f.total_rows, dtype=np.uint8)
             dead = self.deleted(snap, f)
-            if dead:
-                live[np.frombuffer(dead.to_array(), dtype=np.uint32)] = 0
-            var = f"{table}_{i}"
-            self.con.execute(f"SET VARIABLE {ident(var)} = CAST(? AS BIT)", [(live + 48).tobytes().decode()])
+            keep = self._row_groups(f.uri, group, snap, within)
+            if keep is not None:
+                dead = dead & keep
+            name = f"{table}_{i}"
+            arr = dead.to_array()
+            self.con.register(name + "$arrow", pa.table({"pos": pa.array(np.frombuffer(arr, dtype=np.uint32))}))
+            try:
+                self.con.execute(
+                    f"CREATE OR REPLACE TEMP TABLE {ident(name)} AS SELECT CAST(pos AS BIGINT) AS pos "
+                    f"FROM {ident(name + '$arrow')}"
+                )
+            finally:
+                self.con.unregister(name + "$arrow")
             branches.append(
-                f"SELECT {proj} FROM read_parquet({sql_str(f.uri)}) "
-                f"WHERE get_bit(getvariable({sql_str(var)}), CAST(file_row_number AS INTEGER)) = 1"
+                f"SELECT {proj} FROM (SELECT *, file_row_number AS {_POS} FROM read_parquet({sql_str(f.uri)})) p "
+                f"ANTI JOIN {ident(name)} d ON p.{_POS} = d.pos"
             )
         return " UNION ALL ".join(branches)
+
+    def _row_groups(self, uri: str, group: Group, snap: Snapshot, within: Sequence) -> BitMap | None:
+        """The positions of the row groups of ``uri`` whose footer statistics may
+        match every predicate of ``within`` (conservative: a statistic that is
+        missing or of another type keeps the row group); None: all of them."""
+        types = {c.name: c.type for c in snap.schema.columns}
+        physical = {n.lower(): (n, t) for n, t in group.signature}
+        excluded, params = [], []
+        for p in within:
+            col = physical.get(p.column.lower())
+            if col is None or p.value is None or p.column not in types or col[1] != duck_type(types[p.column]):
+                continue  # a converted column: its raw statistics are not the manifest's values
+            t = col[1]
+            lo, hi = f"TRY_CAST(stats_min_value AS {t})", f"TRY_CAST(stats_max_value AS {t})"
+            proof = {"=": f"({lo} > ? OR {hi} < ?)", "==": f"({lo} > ? OR {hi} < ?)", "<": f"{lo} >= ?",
+                     "<=": f"{lo} > ?", ">": f"{hi} <= ?", ">=": f"{hi} < ?"}.get(p.op)  # fmt: skip
+            if proof is None:
+                continue
+            excluded.append(f"(path_in_schema = ? AND {proof})")
+            params += [col[0], *([p.value] * proof.count("?"))]
+        if not excluded:
+            return None
+        rows = self.con.execute(
+            f"SELECT row_group_id, max(row_group_num_rows), coalesce(bool_or({' OR '.join(excluded)}), false) "
+            "FROM parquet_metadata(?) GROUP BY row_group_id ORDER BY row_group_id",
+            [*params, uri],
+        ).fetchall()
+        keep, start = BitMap(), 0
+        for _, n, gone in rows:
+            if not gone:
+                keep.add_range(start, start + n)
+            start += n
+        return keep
 
     def _groups(self, files: list[ResolvedFile]) -> list[tuple[Group, list[ResolvedFile]]]:
         by_uri = {f.uri: f for f in files}
@@ -179,8 +227,14 @@ class Views:
         return f"SELECT * FROM {ident(empty)}"
 
     def drop(self, name: str) -> None:
-        """Drop the view ``name`` (one over files without deletes: no DuckLake table behind it)."""
+        """Drop the view ``name`` and the position tables of its anti-joins (one
+        over files without deletes: no DuckLake table behind it)."""
         self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+        owned = self.con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE temporary AND starts_with(table_name, ?)", [name + "$del"]
+        ).fetchall()
+        for (table,) in owned:
+            self.con.execute(f"DROP TABLE IF EXISTS temp.{ident(table)}")
 
     def _positional_body(self, name: str, snap: Snapshot, files: list[ResolvedFile]) -> str:
         if not files:
@@ -222,4 +276,3 @@ def _positions(views: Views, snap: Snapshot, files: list[ResolvedFile]) -> pa.Ta
 
 
 _FI, _POS = "__castsql_file_index", "__castsql_pos"
-MASK_PREFIX = "__castsql_live_"  # session variables holding live-row masks (guard.py keeps users off them)
