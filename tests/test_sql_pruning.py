@@ -14,6 +14,7 @@ from pyroaring import BitMap
 
 from castsql.engine import Session
 from castsql.engine import session as session_module
+from castsql.engine import views as views_module
 from castsql.engine.views import sql_str
 from castsql.format import PositionDelete, TableLog, write_data_files
 from castsql.storage import open_storage
@@ -129,9 +130,15 @@ def test_versions_with_deletes_still_drop_their_rows(tmp_path, monkeypatch):
     log.delete([PositionDelete(f.name, None, BitMap([0, 1]))])
     with Session(root) as s:
         assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 5 AND 14").to_pylist() == [{"n": 8}]
-        # A few files with deletes left: each anti-joined with its deleted positions.
+        # A few files with deletes left: each filtered by its runs of deleted positions ...
         assert "#p" in s.prepare("SELECT * FROM t WHERE id BETWEEN 5 AND 14")
-        assert "ANTI JOIN" in s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 't#p0'").fetchone()[0]
+        sql = s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 't#p0'").fetchone()[0]
+        assert "file_row_number BETWEEN 0 AND 1" in sql
+        # ... or, past a few runs, anti-joined with the positions.
+        monkeypatch.setattr(views_module, "_RANGE_RUNS", 0)
+        assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 4 AND 14").to_pylist() == [{"n": 9}]
+        sql = s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 't#p1'").fetchone()[0]
+        assert "ANTI JOIN" in sql
         # More than the anti-join is worth: the version's DuckLake table, which skips files itself.
         monkeypatch.setattr(session_module, "_ANTIJOIN_FILES", 0)
         assert "#p" not in s.prepare("SELECT * FROM t WHERE id BETWEEN 6 AND 14")
@@ -151,6 +158,7 @@ def test_forgotten_pruned_views_take_their_position_tables_with_them(tmp_path, m
         log.append(write_data_files(st_, rows(range(k * 10, k * 10 + 10)), log.latest().schema))
     log.delete([PositionDelete(log.latest().data_files[1].name, None, BitMap([9]))])  # id 19
     monkeypatch.setattr(session_module, "_PRUNED_VIEWS", 2)
+    monkeypatch.setattr(views_module, "_RANGE_RUNS", 0)  # anti-joins, whose position tables must go
     with Session(root) as s:
         for k in range(1, 6):
             assert s.sql(f"SELECT count(*) AS n FROM t WHERE id >= {10 + k}").to_pylist() == [{"n": 19 - k}]

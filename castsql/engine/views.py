@@ -163,8 +163,14 @@ class Views:
             if keep is not None:
                 dead = dead & keep
             name = f"{table}_{i}"
-            arr = dead.to_array()
-            self.con.register(name + "$arrow", pa.table({"pos": pa.array(np.frombuffer(arr, dtype=np.uint32))}))
+            arr = np.frombuffer(dead.to_array(), dtype=np.uint32)
+            runs = _runs(arr)
+            if len(runs) <= _RANGE_RUNS:  # none, or whole row groups: a filter DuckDB applies while scanning
+                cut = " OR ".join(f"file_row_number BETWEEN {a} AND {b}" for a, b in runs)
+                where = f" WHERE NOT ({cut})" if runs else ""
+                branches.append(f"SELECT {proj} FROM read_parquet({sql_str(f.uri)}){where}")
+                continue
+            self.con.register(name + "$arrow", pa.table({"pos": pa.array(arr)}))
             try:
                 self.con.execute(
                     f"CREATE OR REPLACE TEMP TABLE {ident(name)} AS SELECT CAST(pos AS BIGINT) AS pos "
@@ -276,3 +282,19 @@ def _positions(views: Views, snap: Snapshot, files: list[ResolvedFile]) -> pa.Ta
 
 
 _FI, _POS = "__castsql_file_index", "__castsql_pos"
+
+
+_RANGE_RUNS = 32  # deleted positions in at most this many runs are a range filter, not an anti-join
+
+
+def _runs(positions: np.ndarray) -> list[tuple[int, int]]:
+    """The runs of consecutive values of sorted ``positions``, as inclusive
+    (first, last) pairs; stops counting past ``_RANGE_RUNS``."""
+    if not len(positions):
+        return []
+    breaks = np.flatnonzero(np.diff(positions) != 1)
+    if len(breaks) >= _RANGE_RUNS:
+        return [(0, 0)] * (_RANGE_RUNS + 1)
+    starts = np.concatenate(([positions[0]], positions[breaks + 1]))
+    ends = np.concatenate((positions[breaks], [positions[-1]]))
+    return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
