@@ -1,0 +1,15 @@
+"""CastSQL: SQL over MVCC Parquet tables on object storage (time travel,
+audits, Arrow results).
+
+    >>> import castsql                                              # doctest: +SKIP
+    >>> events = castsql.open("s3://bucket/events", version=3)     # doctest: +SKIP
+    >>> events.to_arrow(["id", "kind"], filter="id < 100")         # doctest: +SKIP
+    >>> castsql.connect("s3://bucket/events").sql("SELECT count(*) FROM events")  # doctest: +SKIP
+
+Every error CastSQL raises is a :class:`castsql.errors.CastSQLError`.
+"""
+
+from castsql.errors import CastSQLError
+from castsql.table import Table, connect, open
+
+__all__ = ["CastSQLError", "Table", "connect", "open"]

@@ -33,6 +33,26 @@ class CommitConflict(CastSQLError):
     every retry lost the race."""
 
 
+class MissingExtra(CastSQLError):
+    """A feature needs an optional dependency that is not installed; the
+    message names the ``pip install 'castsql[extra]'`` that adds it."""
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        super().__init__(f"{feature} needs {module}, which is not installed: pip install 'castsql[{extra}]'")
+        self.extra = extra
+
+
+def require(module: str, extra: str, feature: str) -> None:
+    """Raise :class:`MissingExtra` unless ``module`` can be imported.
+
+    >>> require("json", "spark", "castsql append")
+    """
+    import importlib.util
+
+    if importlib.util.find_spec(module) is None:
+        raise MissingExtra(feature, extra, module)
+
+
 class StorageError(CastSQLError):
     """A storage operation failed for a reason other than a lost race."""
 

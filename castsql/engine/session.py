@@ -346,22 +346,23 @@ class Session:
 
     # ------------------------------------------------------------ queries
 
-    def _run(self, sql: str) -> duckdb.DuckDBPyRelation | None:
+    def _run(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> duckdb.DuckDBPyRelation | None:
         check_statement(sql, private_paths=(self._workdir,))
         prepared = self.prepare(sql)
         try:
             if self.safe:
                 check_read_only(self.con, prepared)
-            return self.con.sql(prepared)
+            return self.con.sql(prepared, params=params) if params else self.con.sql(prepared)
         except duckdb.Error as e:
             raise QueryError(_one_line(e)) from None
 
-    def sql(self, query: str) -> pa.Table:
+    def sql(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pa.Table:
         """Run ``query``; the result as an Arrow table (empty for statements without one).
 
-        Example: ``session.sql("SELECT * FROM t AS OF VERSION 3 WHERE id < 10")``.
+        ``params`` fill DuckDB's ``?`` / ``$1`` / ``$name`` placeholders.
+        Example: ``session.sql("SELECT * FROM t AS OF VERSION 3 WHERE id < ?", [10])``.
         """
-        rel = self._run(query)
+        rel = self._run(query, params)
         if rel is None:
             return pa.table({})
         try:
@@ -369,16 +370,23 @@ class Session:
         except duckdb.Error as e:
             raise QueryError(_one_line(e)) from None
 
-    def reader(self, query: str, batch_size: int = 122_880, *, display: bool = False) -> pa.RecordBatchReader:
+    def reader(
+        self,
+        query: str,
+        batch_size: int = 122_880,
+        *,
+        display: bool = False,
+        params: Sequence[Any] | dict[str, Any] | None = None,
+    ) -> pa.RecordBatchReader:
         """Run ``query``; the result streamed as Arrow record batches.
 
         ``display`` (the shell's use): dates, times and intervals come as the
         text DuckDB spells them (``infinity``, ``12:00:00+05``, ``1 month
         2 days 03:00:00``, ``0044-03-15 (BC)``: values Arrow cannot carry or
         Python cannot print), with their DuckDB type in the field's
-        ``castsql.type`` metadata.
+        ``castsql.type`` metadata. ``params`` as for :meth:`sql`.
         """
-        rel = self._run(query)
+        rel = self._run(query, params)
         if rel is None:
             return pa.RecordBatchReader.from_batches(pa.schema([]), [])
         shown: dict[int, str] = {}

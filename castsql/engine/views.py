@@ -104,14 +104,17 @@ class Views:
         predicates: Sequence[Predicate] = (),
         positions: bool = False,
         within: Sequence[Predicate] = (),
+        lake: bool = True,
     ) -> None:
         """Create (or replace) the temp view ``name`` holding the live rows of ``snap``.
 
         ``predicates`` prune files by manifest min/max first; ``positions`` adds
         ``_file`` (table key) and ``_pos`` (row position) columns, for audits;
         ``within``: every query of the view applies these predicates (a view of
-        a pruned file set), so deletes in row groups they exclude need not apply.
-        Every view has the manifest's columns, names, order and types, whatever
+        a pruned file set), so deletes in row groups they exclude need not apply;
+        ``lake=False``: no DuckLake catalog on this connection (a user's own
+        connection, where SQL could reach the catalog's functions), files with
+        deletes are filtered or anti-joined. Every view has the manifest's columns, names, order and types, whatever
         the files hold (:mod:`castsql.engine.physical`).
         """
         files = prune_files(snap.files, predicates, {c.name: c.type for c in snap.schema.columns})
@@ -123,7 +126,7 @@ class Views:
         else:
             # A whole version (not a file set pruned from one) is a snapshot of the
             # table's DuckLake lineage: the next version reuses what this one built.
-            whole = not predicates and len(files) == snap.file_count and snap.is_resolved
+            whole = lake and not predicates and len(files) == snap.file_count and snap.is_resolved
             branches = []
             for group, members in self._groups(files):
                 proj = self._projection(snap, group, members[0])

@@ -1,8 +1,9 @@
 """Spark writes the tables: append, delete by predicate, compaction and a
 Spark reader of any version; plus garbage collection, which needs no Spark.
 
-Importing this package does not import pyspark (nothing here touches it until
-a function that needs a session runs), so ``gc`` works without Spark.
+Importing this package imports nothing of Spark (its names load on first use),
+so ``gc`` works without the ``spark`` extra; what needs Spark says so
+(:class:`castsql.errors.MissingExtra`).
 
 Example::
 
@@ -13,12 +14,32 @@ Example::
     2
 """
 
-from castsql.spark.compactor import compact
-from castsql.spark.deleter import delete
-from castsql.spark.garbage import GCReport, gc
-from castsql.spark.reader import read
-from castsql.spark.session import spark_session
-from castsql.spark.tasks import FILE_COL, POS_COL
-from castsql.spark.writer import append
+from __future__ import annotations
 
-__all__ = ["FILE_COL", "POS_COL", "GCReport", "append", "compact", "delete", "gc", "read", "spark_session"]
+import importlib
+from typing import Any
+
+# Loaded on first use (PEP 562): ``castsql gc`` imports this package and must
+# work where pyspark and numpy are not installed (``pip install castsql``).
+_EXPORTS = {
+    "FILE_COL": "castsql.spark.tasks",
+    "POS_COL": "castsql.spark.tasks",
+    "GCReport": "castsql.spark.garbage",
+    "append": "castsql.spark.writer",
+    "compact": "castsql.spark.compactor",
+    "delete": "castsql.spark.deleter",
+    "gc": "castsql.spark.garbage",
+    "read": "castsql.spark.reader",
+    "spark_session": "castsql.spark.session",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'castsql.spark' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

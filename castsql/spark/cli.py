@@ -142,6 +142,9 @@ def _run(args: Any) -> str:
         if args.command == "compact" and not 0 < args.threshold <= 1:
             raise UsageError(f"compact: --threshold must be in (0, 1], got {args.threshold}")
 
+    from castsql.errors import require
+
+    require("pyspark", "spark", f"castsql {args.command}")
     from castsql.spark.session import spark_session
 
     # PySpark logs every analysis error as a JSON record on stderr before

@@ -1,0 +1,234 @@
+"""The Python front door: ``castsql.open`` gives a :class:`Table` pinned at one
+version, read as Arrow, pandas, polars or a DuckDB relation.
+
+A ``Table`` is what ``deltalake.DeltaTable`` and PyIceberg's ``Table`` are: it
+stays at the version it was opened at (a new commit does not move it), and
+:meth:`Table.at` gives the table at another version or timestamp (``at()``:
+the newest). Reads go through the same SQL path as the shell, so a ``filter``
+prunes files and row groups exactly as a ``WHERE`` does.
+
+Example::
+
+    >>> import castsql, tempfile, pyarrow as pa
+    >>> from castsql.format import TableLog, write_data_files
+    >>> from castsql.storage import open_storage
+    >>> store = open_storage(tempfile.mkdtemp() + "/events")
+    >>> data = pa.table({"id": pa.array(range(10), pa.int64()), "kind": ["a", "b"] * 5})
+    >>> log = TableLog.create(store, data.schema, primary_key="id")
+    >>> log.append(write_data_files(store, data, log.latest().schema)).version
+    1
+    >>> events = castsql.open(store.root)
+    >>> events
+    <castsql.Table events at version 1>
+    >>> events.to_arrow(["id"], filter="kind = 'b' AND id < 6").column("id").to_pylist()
+    [1, 3, 5]
+    >>> events.at(version=0).to_arrow().num_rows
+    0
+    >>> events.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from castsql.errors import CastSQLError, MissingExtra, require
+from castsql.storage import S3Config
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from castsql.engine import Session
+
+
+def open(
+    uri: str,
+    *,
+    version: int | None = None,
+    timestamp: str | datetime | None = None,
+    s3: S3Config | None = None,
+) -> Table:
+    """The table at ``uri`` (a directory or ``s3://bucket/prefix``), at
+    ``version`` or the newest version committed at or before ``timestamp``
+    (default: the newest version now).
+
+    >>> castsql.open("s3://bucket/events", version=3)            # doctest: +SKIP
+    <castsql.Table events at version 3>
+    """
+    from castsql.engine import Session
+
+    session = Session(s3=s3)
+    try:
+        [name] = session.open(uri)
+        table = Table(session, name, None)
+        return table.at(version=version, timestamp=timestamp)
+    except BaseException:
+        session.close()
+        raise
+
+
+def connect(*uris: str, connection: duckdb.DuckDBPyConnection | None = None, s3: S3Config | None = None) -> Session:
+    """A SQL session over the tables (or warehouses) at ``uris``: every
+    statement run through it reads each table's newest version and takes
+    ``AS OF VERSION n`` / ``AS OF TIMESTAMP '…'``.
+
+    ``connection``: run on the caller's own DuckDB connection, so that its other
+    tables can be joined; queries that name CastSQL tables must go through
+    ``session.sql`` (it brings each table's view up to date first).
+
+    >>> s = castsql.connect("/data/events", "/data/users")        # doctest: +SKIP
+    >>> s.sql("SELECT count(*) FROM events AS OF VERSION 3 WHERE id < ?", [100])  # doctest: +SKIP
+    """
+    from castsql.engine import Session
+
+    session = Session(connection=connection, s3=s3)
+    try:
+        for uri in uris:
+            session.open(uri)
+    except BaseException:
+        session.close()
+        raise
+    return session
+
+
+class Table:
+    """One version of one table. Made by :func:`castsql.open`."""
+
+    def __init__(self, session: Session, name: str, version: int | None) -> None:
+        self._session = session
+        self.name = name
+        self._version = version
+
+    def __repr__(self) -> str:
+        return f"<castsql.Table {self.name} at version {self.version}>"
+
+    @property
+    def uri(self) -> str:
+        return self._session.log(self.name).storage.root
+
+    @property
+    def version(self) -> int:
+        """The version this object reads."""
+        if self._version is None:
+            self._version = self._session.snapshot(self.name).version
+        return self._version
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The version's columns as an Arrow schema.
+
+        >>> events.schema.names                                      # doctest: +SKIP
+        ['id', 'ts', 'user_id', 'kind', 'amount']
+        """
+        return self._session.snapshot(self.name, self.version).schema.to_arrow()
+
+    def at(self, version: int | None = None, timestamp: str | datetime | None = None) -> Table:
+        """The same table at ``version``, or the newest version committed at or
+        before ``timestamp``; with neither, the newest version now."""
+        if version is not None and timestamp is not None:
+            raise CastSQLError(f"table {self.name}: give a version or a timestamp, not both")
+        if timestamp is not None:
+            version = self._session.resolve_time(self.name, timestamp)
+        if version is None:
+            self._session.refresh()
+        snap = self._session.snapshot(self.name, version)  # refuses a version that does not exist
+        return Table(self._session, self.name, snap.version)
+
+    def history(self) -> pa.Table:
+        """One row per kept version (time, operation, files and rows added and deleted)."""
+        return self._session.history(self.name)
+
+    def changes(self, start: int, end: int | None = None) -> pa.Table:
+        """Rows inserted and deleted by each version in (``start``, ``end``]; ``end``
+        defaults to this object's version."""
+        return self._session.changes(self.name, start, self.version if end is None else end)
+
+    # ------------------------------------------------------------------ reads
+
+    def _query(self, columns: Sequence[str] | None, filter: str | None) -> str:
+        from castsql.engine.views import ident
+
+        if isinstance(columns, str):
+            raise CastSQLError(f"table {self.name}: columns must be a list of names, not {columns!r}")
+        names = self.schema.names
+        for c in columns or []:
+            if c not in names:
+                raise CastSQLError(f"table {self.name}: no column {c!r} (columns: {', '.join(names)})")
+        cols = ", ".join(ident(c) for c in columns) if columns else "*"
+        q = f"SELECT {cols} FROM {ident(self.name)} AS OF VERSION {self.version}"
+        if filter is not None:
+            if not isinstance(filter, str) or not filter.strip():
+                raise CastSQLError(f'table {self.name}: filter must be SQL text such as "id < 100", not {filter!r}')
+            q += f" WHERE ({filter}\n)"  # the newline ends a trailing -- comment inside the filter
+        return q
+
+    def to_arrow(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pa.Table:
+        """The live rows as an Arrow table: only ``columns`` (default all), only
+        rows where the SQL condition ``filter`` holds (it prunes files and row
+        groups as a ``WHERE`` does).
+
+        >>> events.to_arrow(["id", "kind"], filter="kind = 'click' AND id < 100")  # doctest: +SKIP
+        """
+        return self._session.sql(self._query(columns, filter))
+
+    def to_batches(
+        self, columns: Sequence[str] | None = None, filter: str | None = None, batch_size: int = 122_880
+    ) -> pa.RecordBatchReader:
+        """As :meth:`to_arrow`, streamed: a ``pyarrow.RecordBatchReader``."""
+        return self._session.reader(self._query(columns, filter), batch_size)
+
+    def to_pandas(self, columns: Sequence[str] | None = None, filter: str | None = None) -> Any:
+        """As :meth:`to_arrow`, as a pandas DataFrame (``pip install 'castsql[pandas]'``)."""
+        require("pandas", "pandas", "Table.to_pandas")
+        return self.to_arrow(columns, filter).to_pandas()
+
+    def to_polars(self, columns: Sequence[str] | None = None, filter: str | None = None) -> Any:
+        """As :meth:`to_arrow`, as a polars DataFrame (``pip install 'castsql[polars]'``)."""
+        require("polars", "polars", "Table.to_polars")
+        import polars
+
+        return polars.from_arrow(self.to_arrow(columns, filter))
+
+    def to_duckdb(self, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
+        """This version as a DuckDB relation that stays at this version.
+
+        Without ``con``: a relation of the table's own session (the version's
+        view, deletes applied in the scan). With ``con``, the caller's own
+        connection: a temporary view ``<name>_v<version>`` there over the
+        version's Parquet files (S3 tables get an S3 secret in it), deleted
+        rows dropped by position; no CastSQL catalog is attached to it.
+
+        >>> import duckdb                                            # doctest: +SKIP
+        >>> con = duckdb.connect()                                   # doctest: +SKIP
+        >>> events.to_duckdb(con).aggregate("count(*)").fetchone()  # doctest: +SKIP
+        """
+        from castsql.engine.views import Views, ident
+
+        if con is None:
+            view = self._session.version_view(self.name, self.version)
+            return self._session.con.sql(f"SELECT * FROM {ident(view)}")
+        snap = self._session.snapshot(self.name, self.version)
+        if snap.table_uri.startswith("s3://"):
+            from castsql.engine.duck import configure_s3
+
+            storage = self._session.log(self.name).storage
+            configure_s3(con, getattr(storage, "config", None) or self._session.s3 or S3Config.from_env())
+        name = f"{self.name}_v{self.version}"
+        Views(con, self._session._workdir).create(name, snap, lake=False)
+        return con.sql(f"SELECT * FROM {ident(name)}")
+
+    def close(self) -> None:
+        """Close the session behind this table (and every Table made from it by ``at``)."""
+        self._session.close()
+
+    def __enter__(self) -> Table:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+__all__ = ["MissingExtra", "Table", "connect", "open"]
