@@ -6,6 +6,7 @@ castsql append URI --from FILE... [--primary-key COL] [--format parquet|csv|json
 castsql delete URI --where CONDITION
 castsql compact URI [--threshold 0.5]
 castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
+castsql restore URI (--version N | --timestamp T)   commit an older version's content as the newest
 castsql upgrade URI                       make a format version 1 table version 2
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-WRITER_COMMANDS = {"append", "delete", "compact", "gc", "upgrade"}
+WRITER_COMMANDS = {"append", "delete", "compact", "gc", "restore", "upgrade"}
 
 
 def main(argv: list[str] | None = None) -> int:

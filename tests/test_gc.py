@@ -224,6 +224,21 @@ print(gc({log.uri!r}, keep_versions=1, grace=timedelta(0)).removed_versions, "py
     assert out.stdout.split() == ["[0,", "1,", "2]", "False"], out.stderr
 
 
+def test_a_dry_run_held_back_by_the_grace_period_says_so(tmp_path):
+    log = _small_table(tmp_path / "t")
+    cli = [sys.executable, "-m", "castsql.cli", "gc", log.uri, "--keep-versions", "1", "--dry-run"]
+    out = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "would remove 0 version(s)" in out.stdout
+    assert "3 version(s) or object(s) kept because they are younger than the grace period (7d)" in out.stdout
+    assert "--grace 0" in out.stdout
+    # --grace 0 (no unit needed for zero) lets the same dry run see them.
+    out = subprocess.run([*cli, "--grace", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "would remove 3 version(s) 0-2" in out.stdout and "grace period" not in out.stdout
+    assert log.versions() == [0, 1, 2, 3]  # dry runs remove nothing
+
+
 # -- GC while other processes commit --------------------------------------------
 
 WRITER = """

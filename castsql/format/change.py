@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from castsql.format.log import TableLog
 
 
+class RestoreRaced(CommitConflict):
+    """A restore's plan is stale: another version landed first (it plans again)."""
+
+
 @dataclass(frozen=True)
 class Change:
     operation: str
@@ -51,6 +55,10 @@ class Change:
         fields still base's. Writes the metadata objects the new version needs
         (fold, merge, removal: :mod:`castsql.format.fold`)."""
         where = f"{self.operation} on version {base.version}"
+        if self.operation == "RESTORE" and base.version != self.read_version:
+            # Its file lists were computed against read_version: a version that
+            # landed since may have added rows the restored version lacks.
+            raise RestoreRaced(f"{where}: version {base.version} landed after version {self.read_version} was read")
         root = log.storage.root
         if self.schema is not None:
             base.schema.check_compatible(self.schema, f"{where}: data files")

@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from castsql.errors import CommitConflict, FormatError, TableExists, TableNotFound, VersionNotFound
-from castsql.format.change import Change
+from castsql.format.change import Change, RestoreRaced
 from castsql.format.jsonio import load_json
 from castsql.format.layout import (
     MANIFEST_DIR,
@@ -548,6 +548,53 @@ class TableLog:
                 summary=summary,
             )
         )
+
+    def restore(self, version: int) -> Manifest | None:
+        """Commit one version whose content equals ``version``'s (Delta's
+        ``RESTORE``): the files and tombstones in force then, nothing rewritten.
+        Returns None (commits nothing) when the newest version already has that
+        content. Refused with VersionNotFound if ``version`` was collected, and
+        with FormatError if an object it needs is gone. A commit that lands
+        while the restore is planned makes it plan again (a restore must not
+        keep rows a concurrent commit added): CommitConflict after as many
+        tries as the retry policy allows.
+
+        >>> log.restore(3).operation                                 # doctest: +SKIP
+        'RESTORE'
+        """
+        root = self.storage.root
+        where = f"{root}: restore to version {version}"
+        target = self.manifest(version, probe=True)
+        old = self.state(target)
+        old_files = {to_table_key(f.path, root, what="data file"): f for f in old.entries()}
+        old_tombs = set(old.tombstone_keys())
+        for key in [*old_files, *sorted(old_tombs)]:
+            if not self.storage.exists(key):
+                raise FormatError(f"{where}: {key} is gone (garbage-collected?); nothing was committed")
+        for _ in range(self.retry.max_attempts):
+            base = self.latest()
+            now = self.state(base)
+            now_keys = set(now.keys().to_pylist())
+            now_tombs = set(now.tombstone_keys())
+            add_tombs = sorted(old_tombs - now_tombs)
+            targets = {old.lookup_key(r.file, where) for t, r in old.records() if t in add_tombs}
+            change = Change(
+                "RESTORE",
+                add_files=tuple(f for k, f in old_files.items() if k not in now_keys),
+                remove_files=tuple(sorted(now_keys - old_files.keys())),
+                add_tombstones=tuple(add_tombs),
+                remove_tombstones=tuple(sorted(now_tombs - old_tombs)),
+                tombstone_targets=frozenset(targets),
+                read_version=base.version,
+                summary={"restored_version": version},
+            )
+            if not (change.add_files or change.remove_files or change.add_tombstones or change.remove_tombstones):
+                return None
+            try:
+                return self.commit(change)
+            except RestoreRaced:
+                continue
+        raise CommitConflict(f"{where}: new versions kept landing while it was planned; nothing was committed")
 
     def validate_tombstones(self, records: Sequence[TombstoneRecord], base: Manifest, *, where: str) -> set[str]:
         """Check records against ``base``; return the table keys of the files they name."""

@@ -6,6 +6,7 @@
     castsql delete URI --where "COND"
     castsql compact URI [--threshold F]
     castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
+    castsql restore URI (--version N | --timestamp T)
     castsql upgrade URI
 
 AGE is a number with a unit: ``7d``, ``12h``, ``30m``, ``45s``. Spark's console
@@ -45,11 +46,15 @@ class UsageError(CastSQLError):
 
 
 def parse_age(text: str) -> timedelta:
-    """``7d`` -> 7 days; ``12h``, ``30m``, ``45s`` likewise.
+    """``7d`` -> 7 days; ``12h``, ``30m``, ``45s`` likewise; ``0`` needs no unit.
 
     >>> parse_age("36h")
     datetime.timedelta(days=1, seconds=43200)
+    >>> parse_age("0")
+    datetime.timedelta(0)
     """
+    if text.strip() in ("0", "0.0"):
+        return timedelta(0)
     m = _AGE.match(text)
     if not m:
         raise UsageError(f"{text!r} is not an age (use a number and a unit: 7d, 12h, 30m, 45s)")
@@ -81,6 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--older-than", type=parse_age, metavar="AGE")
     g.add_argument("--grace", type=parse_age, default=timedelta(days=7), metavar="AGE")
     g.add_argument("--dry-run", action="store_true")
+    r = sub.add_parser("restore", help="commit one version whose content equals an older one (no data rewritten)")
+    r.add_argument("uri")
+    at = r.add_mutually_exclusive_group(required=True)
+    at.add_argument("--version", type=int, metavar="N")
+    at.add_argument("--timestamp", metavar="T", help="the newest version committed at or before T (UTC unless given)")
     u = sub.add_parser("upgrade", help="make a format version 1 table version 2 (one commit, no data change)")
     u.add_argument("uri")
     return p
@@ -120,6 +130,20 @@ def _run(args: Any) -> str:
             return f"upgrade: {log.uri} is already format version {log.latest().format_version}; nothing committed"
         objects = len(m.file_objects) + len(m.delete_objects)
         return f"upgrade: committed version {m.version} (format version 2; {m.file_count} file(s), {objects} object(s))"
+    if args.command == "restore":
+        from castsql.format.manifest import parse_time
+
+        log = TableLog(open_storage(args.uri))
+        version = args.version
+        if args.timestamp is not None:
+            try:
+                version = log.version_at(parse_time(args.timestamp))
+            except ValueError:
+                raise UsageError(f"restore: {args.timestamp!r} is not a timestamp") from None
+        m = log.restore(version)
+        if m is None:
+            return f"restore: version {log.latest().version} already equals version {version}; nothing committed"
+        return _summary(f"restore to version {version}", m)
     if args.command == "gc":
         from castsql.spark.garbage import gc
 

@@ -70,6 +70,8 @@ class GCReport:
     removed_temp_files: list[str] = field(default_factory=list)
     bytes_freed: int = 0
     dry_run: bool = False
+    held_by_grace: int = 0  # versions and objects the other rules would remove, kept as younger than grace
+    grace: timedelta = timedelta(days=7)
 
     @property
     def removed_keys(self) -> list[str]:
@@ -97,15 +99,28 @@ class GCReport:
             parts.insert(3, f"{len(self.removed_metadata)} metadata object(s)")
         if self.removed_temp_files:
             parts.append(f"{len(self.removed_temp_files)} temp file(s)")
-        return (
-            f"{verb} {', '.join(parts)}; {format_bytes(self.bytes_freed)}; kept versions {kept} (latest {self.latest})"
-        )
+        freed = format_bytes(self.bytes_freed)
+        line = f"{verb} {', '.join(parts)}; {freed}; kept versions {kept} (latest {self.latest})"
+        if self.held_by_grace:
+            line += (
+                f"; {self.held_by_grace} version(s) or object(s) kept because they are younger than the grace period "
+                f"({_age(self.grace)}): a shorter --grace (e.g. --grace 0 when no writer is running) removes them"
+            )
+        return line
 
 
 def _manifest_key(v: int) -> str:
     from castsql.format.layout import manifest_key
 
     return manifest_key(v)
+
+
+def _age(t: timedelta) -> str:
+    secs = int(t.total_seconds())
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs and secs % n == 0:
+            return f"{secs // n}{unit}"
+    return f"{secs}s"
 
 
 def _span(vs: list[int]) -> str:
@@ -227,7 +242,9 @@ def gc(
     # may still be about to create the same key, and with the manifest gone its
     # create-only put would succeed and fork the history (FORMAT.md §8 rule 5).
     old = now.timestamp() - grace.total_seconds()
+    by_rules = set(keep)
     keep |= {v for v in versions if v not in manifests or manifests[v].mtime >= old}
+    held = len([v for v in keep - by_rules if v in manifests])
     kept_refs: set[str] = set()
     for v in sorted(keep):
         kept_refs |= _references(log, log.manifest(v))
@@ -240,7 +257,7 @@ def gc(
             continue  # another GC removed it meanwhile
 
     # 3. Decide.
-    report = GCReport(storage.root, head.version, sorted(keep), dry_run=dry_run)
+    report = GCReport(storage.root, head.version, sorted(keep), dry_run=dry_run, grace=grace)
     report.removed_versions = dropped
     report.bytes_freed = sum(manifests[v].size for v in dropped if v in manifests)
     for key, info in sorted(objects.items()):
@@ -256,12 +273,16 @@ def gc(
         elif info.mtime < old:
             report.removed_orphans.append(key)
         else:
+            held += 1
             continue
         report.bytes_freed += info.size
     for info in temps:
         if info.mtime < old:
             report.removed_temp_files.append(info.key)
             report.bytes_freed += info.size
+        else:
+            held += 1
+    report.held_by_grace = held
 
     # 4. Delete: manifests oldest first, then what only they referenced, then the rest.
     if not dry_run:
