@@ -4,8 +4,11 @@ needs Spark names the extra to install."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -26,14 +29,17 @@ def run(*cmd: str | Path, ok: bool = True) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("install")
+def venv() -> Iterator[Path]:
+    # Its own directory: pytest prunes old base temp directories when other
+    # pytest runs start, which would remove the virtualenv under a long run.
+    tmp = Path(tempfile.mkdtemp(prefix="castsql-install-"))
     run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", REPO)
     [wheel] = (tmp / "dist").glob("castsql-*.whl")
     env = tmp / "venv"
     run(sys.executable, "-m", "venv", env)
     run(env / "bin/python", "-m", "pip", "install", "-q", wheel)
-    return env
+    yield env
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
