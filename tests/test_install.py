@@ -4,6 +4,7 @@ needs Spark names the extra to install."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -21,8 +22,16 @@ from castsql.storage import open_storage
 REPO = Path(__file__).resolve().parent.parent
 
 
+def clean_env() -> dict[str, str]:
+    """This process's environment without what points Python at the repository
+    (the shared Spark session sets PYTHONPATH for its workers): the virtualenv
+    must see only what the wheel installed."""
+    drop = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV")
+    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("SPARK_", "PYSPARK_"))}
+
+
 def run(*cmd: str | Path, ok: bool = True) -> subprocess.CompletedProcess:
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600, env=clean_env())
     if ok and p.returncode != 0:
         raise AssertionError(f"{cmd}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
     return p
