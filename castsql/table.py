@@ -63,8 +63,7 @@ def open(
     session = Session(s3=s3)
     try:
         [name] = session.open(uri)
-        table = Table(session, name, None)
-        return table.at(version=version, timestamp=timestamp)
+        return _at(session, name, version, timestamp)
     except BaseException:
         session.close()
         raise
@@ -94,13 +93,23 @@ def connect(*uris: str, connection: duckdb.DuckDBPyConnection | None = None, s3:
     return session
 
 
+def _at(session: Session, name: str, version: int | None, timestamp: str | datetime | None) -> Table:
+    if version is not None and timestamp is not None:
+        raise CastSQLError(f"table {name}: give a version or a timestamp, not both")
+    if timestamp is not None:
+        version = session.resolve_time(name, timestamp)
+    # Without a version: the pointer is read now (the newest version); a
+    # version that does not exist (or was collected) is refused here.
+    return Table(session, name, session.snapshot(name, version).version)
+
+
 class Table:
     """One version of one table. Made by :func:`castsql.open`."""
 
-    def __init__(self, session: Session, name: str, version: int | None) -> None:
+    def __init__(self, session: Session, name: str, version: int) -> None:
         self._session = session
         self.name = name
-        self._version = version
+        self.version = version  # the version this object reads
 
     def __repr__(self) -> str:
         return f"<castsql.Table {self.name} at version {self.version}>"
@@ -108,13 +117,6 @@ class Table:
     @property
     def uri(self) -> str:
         return self._session.log(self.name).storage.root
-
-    @property
-    def version(self) -> int:
-        """The version this object reads."""
-        if self._version is None:
-            self._version = self._session.snapshot(self.name).version
-        return self._version
 
     @property
     def schema(self) -> pa.Schema:
@@ -128,14 +130,7 @@ class Table:
     def at(self, version: int | None = None, timestamp: str | datetime | None = None) -> Table:
         """The same table at ``version``, or the newest version committed at or
         before ``timestamp``; with neither, the newest version now."""
-        if version is not None and timestamp is not None:
-            raise CastSQLError(f"table {self.name}: give a version or a timestamp, not both")
-        if timestamp is not None:
-            version = self._session.resolve_time(self.name, timestamp)
-        if version is None:
-            self._session.refresh()
-        snap = self._session.snapshot(self.name, version)  # refuses a version that does not exist
-        return Table(self._session, self.name, snap.version)
+        return _at(self._session, self.name, version, timestamp)
 
     def history(self) -> pa.Table:
         """One row per kept version (time, operation, files and rows added and deleted)."""
@@ -153,10 +148,7 @@ class Table:
 
         if isinstance(columns, str):
             raise CastSQLError(f"table {self.name}: columns must be a list of names, not {columns!r}")
-        names = self.schema.names
-        for c in columns or []:
-            if c not in names:
-                raise CastSQLError(f"table {self.name}: no column {c!r} (columns: {', '.join(names)})")
+        self._session.check_columns(self.name, self._session.snapshot(self.name, self.version), columns or [])
         cols = ", ".join(ident(c) for c in columns) if columns else "*"
         q = f"SELECT {cols} FROM {ident(self.name)} AS OF VERSION {self.version}"
         if filter is not None:
@@ -214,8 +206,7 @@ class Table:
         if snap.table_uri.startswith("s3://"):
             from castsql.engine.duck import configure_s3
 
-            storage = self._session.log(self.name).storage
-            configure_s3(con, getattr(storage, "config", None) or self._session.s3 or S3Config.from_env())
+            configure_s3(con, self._session.s3_config(self._session.log(self.name).storage))
         name = f"{self.name}_v{self.version}"
         Views(con, self._session._workdir).create(name, snap, lake=False)
         return con.sql(f"SELECT * FROM {ident(name)}")

@@ -38,7 +38,7 @@ def history(storage, s3) -> tuple[TableLog, dict[int, list[int]]]:
     # A compaction: file 0 rewritten without its deleted rows, its tombstone dropped.
     [tomb] = log.manifest(4).change.added_tombstones
     new = write_data_files(storage, rows(range(5, 10)), log.latest().schema)
-    log.commit(Change("COMPACT", add_files=tuple(new), remove_files=(f0,), remove_tombstones=(tomb,), read_version=6))
+    log.commit(Change("COMPACT", add_files=tuple(new), remove_files=(f0,), remove_tombstones=(tomb,), read_version=5))
     log.append(write_data_files(storage, rows(range(100, 103)), log.latest().schema))
     models = {v: live(storage.root, s3, v) for v in log.versions()}
     return log, models
@@ -69,6 +69,19 @@ def test_restore_is_refused_for_a_collected_version(storage, s3_config):
     with pytest.raises(VersionNotFound):
         log.restore(1)
     assert log.latest().version == latest
+
+
+def test_restore_is_refused_when_an_object_it_brings_back_is_gone(storage, s3_config):
+    log, models = history(storage, s3_config)
+    latest = log.latest().version
+    # The compaction (version 6) removed file 0; losing that object behind GC's back
+    # makes the versions before it unrestorable.
+    [f0] = {f.path for f in log.state(log.manifest(4)).entries()} - {f.path for f in log.state(log.latest()).entries()}
+    storage.delete(f0)
+    with pytest.raises(CastSQLError, match=rf"restore to version 4: {f0} is gone"):
+        log.restore(4)
+    assert log.latest().version == latest
+    assert live(storage.root, s3_config, latest) == models[latest]
 
 
 def test_restore_from_the_command_line_and_history(tmp_path):

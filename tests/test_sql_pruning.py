@@ -120,14 +120,19 @@ def test_non_ascii_text_before_the_table_name(session):
     assert files_read(session, q) == 1
 
 
-def test_versions_with_deletes_still_drop_their_rows(tmp_path, monkeypatch):
-    root = str(tmp_path / "t")
+def three_files_one_delete(root: str, positions: BitMap) -> str:
+    """Three files of ids 0-9, 10-19, 20-29 (versions 1-3), then ``positions``
+    of the second deleted (version 4)."""
     st_ = open_storage(root)
     log = TableLog.create(st_, rows([]).schema, primary_key="id")
     for k in range(3):
         log.append(write_data_files(st_, rows(range(k * 10, k * 10 + 10)), log.latest().schema))
-    f = log.latest().data_files[1]
-    log.delete([PositionDelete(f.name, None, BitMap([0, 1]))])
+    log.delete([PositionDelete(log.latest().data_files[1].name, None, positions)])
+    return root
+
+
+def test_versions_with_deletes_still_drop_their_rows(tmp_path, monkeypatch):
+    root = three_files_one_delete(str(tmp_path / "t"), BitMap([0, 1]))  # ids 10, 11
     with Session(root) as s:
         assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 5 AND 14").to_pylist() == [{"n": 8}]
         # A few files with deletes left: each filtered by its runs of deleted positions ...
@@ -151,12 +156,7 @@ def test_versions_with_deletes_still_drop_their_rows(tmp_path, monkeypatch):
 
 
 def test_forgotten_pruned_views_take_their_position_tables_with_them(tmp_path, monkeypatch):
-    root = str(tmp_path / "t")
-    st_ = open_storage(root)
-    log = TableLog.create(st_, rows([]).schema, primary_key="id")
-    for k in range(3):
-        log.append(write_data_files(st_, rows(range(k * 10, k * 10 + 10)), log.latest().schema))
-    log.delete([PositionDelete(log.latest().data_files[1].name, None, BitMap([9]))])  # id 19
+    root = three_files_one_delete(str(tmp_path / "t"), BitMap([9]))  # id 19
     monkeypatch.setattr(session_module, "_PRUNED_VIEWS", 2)
     monkeypatch.setattr(views_module, "_RANGE_RUNS", 0)  # anti-joins, whose position tables must go
     with Session(root) as s:

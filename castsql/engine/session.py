@@ -118,7 +118,7 @@ class Session:
             raise SafeModeError(f"safe mode: cannot open {uri}; tables are fixed when a safe session starts")
         storage = open_storage(uri, s3=self.s3)
         if storage.root.startswith("s3://") and not self._s3_ready:
-            configure_s3(self.con, getattr(storage, "config", None) or self.s3 or S3Config.from_env())
+            configure_s3(self.con, self.s3_config(storage))
             self._s3_ready = True
         if _is_table(storage):
             found = {name or storage.root.rstrip("/").rsplit("/", 1)[-1]: storage}
@@ -148,6 +148,17 @@ class Session:
             self._display[n.lower()] = n
         self.uris.append(storage.root)
         return list(found)
+
+    def s3_config(self, storage: Storage) -> S3Config:
+        """The S3 settings DuckDB needs to read ``storage``'s objects."""
+        return getattr(storage, "config", None) or self.s3 or S3Config.from_env()
+
+    def check_columns(self, table: str, snap: Snapshot, columns: Sequence[str]) -> None:
+        """CastSQLError naming ``table`` and its columns unless every one of ``columns`` is one."""
+        names = snap.schema.names
+        for c in columns:
+            if c not in names:
+                raise CastSQLError(f"table {table}: no column {c!r} (columns: {', '.join(names)})")
 
     @property
     def tables(self) -> list[str]:
@@ -352,7 +363,7 @@ class Session:
         try:
             if self.safe:
                 check_read_only(self.con, prepared)
-            return self.con.sql(prepared, params=params) if params else self.con.sql(prepared)
+            return self.con.sql(prepared, params=params)
         except duckdb.Error as e:
             raise QueryError(_one_line(e)) from None
 
@@ -428,10 +439,7 @@ class Session:
         """
         preds = [filter] if isinstance(filter, Predicate) else list(filter or [])
         snap = self.snapshot(table, version)
-        names = snap.schema.names
-        for c in list(columns or []) + [p.column for p in preds]:
-            if c not in names:
-                raise CastSQLError(f"table {table}: no column {c!r} (columns: {', '.join(names)})")
+        self.check_columns(table, snap, list(columns or []) + [p.column for p in preds])
         disp = self._display[table.lower()]
         name = disp if version is None else f"{disp}@v{snap.version}"
         view = self._view_for(name, snap, tuple(preds), disp) if preds and snap.file_count > 1 else None

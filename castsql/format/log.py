@@ -568,19 +568,19 @@ class TableLog:
         old = self.state(target)
         old_files = {to_table_key(f.path, root, what="data file"): f for f in old.entries()}
         old_tombs = set(old.tombstone_keys())
-        for key in [*old_files, *sorted(old_tombs)]:
-            if not self.storage.exists(key):
-                raise FormatError(f"{where}: {key} is gone (garbage-collected?); nothing was committed")
+        checked: set[str] = set()
         for _ in range(self.retry.max_attempts):
             base = self.latest()
             now = self.state(base)
             now_keys = set(now.keys().to_pylist())
             now_tombs = set(now.tombstone_keys())
+            add_keys = [k for k in old_files if k not in now_keys]
             add_tombs = sorted(old_tombs - now_tombs)
-            targets = {old.lookup_key(r.file, where) for t, r in old.records() if t in add_tombs}
+            back = set(add_tombs)
+            targets = {old.lookup_key(r.file, where) for t, r in old.records() if t in back}
             change = Change(
                 "RESTORE",
-                add_files=tuple(f for k, f in old_files.items() if k not in now_keys),
+                add_files=tuple(old_files[k] for k in add_keys),
                 remove_files=tuple(sorted(now_keys - old_files.keys())),
                 add_tombstones=tuple(add_tombs),
                 remove_tombstones=tuple(sorted(now_tombs - old_tombs)),
@@ -590,6 +590,12 @@ class TableLog:
             )
             if not (change.add_files or change.remove_files or change.add_tombstones or change.remove_tombstones):
                 return None
+            # Only what comes back needs checking: what the head has is there
+            # (GC removes objects only after every manifest naming them).
+            for key in [*add_keys, *add_tombs]:
+                if key not in checked and not self.storage.exists(key):
+                    raise FormatError(f"{where}: {key} is gone (garbage-collected?); nothing was committed")
+                checked.add(key)
             try:
                 return self.commit(change)
             except RestoreRaced:

@@ -30,7 +30,7 @@ import sys
 from datetime import timedelta
 from typing import Any
 
-from castsql.errors import CastSQLError
+from castsql.errors import CastSQLError, require
 from castsql.format import Manifest, TableLog
 from castsql.spark.errors import job_errors
 from castsql.spark.garbage import format_bytes
@@ -165,8 +165,6 @@ def _run(args: Any) -> str:
         TableLog(open_storage(args.uri)).latest()  # a path that is no table fails before Spark starts
         if args.command == "compact" and not 0 < args.threshold <= 1:
             raise UsageError(f"compact: --threshold must be in (0, 1], got {args.threshold}")
-
-    from castsql.errors import require
 
     require("pyspark", "spark", f"castsql {args.command}")
     from castsql.spark.session import spark_session
