@@ -103,6 +103,25 @@ def _at(session: Session, name: str, version: int | None, timestamp: str | datet
     return Table(session, name, session.snapshot(name, version).version)
 
 
+def _check_one_condition(table: str, text: str) -> None:
+    """Refuse a filter that is not one condition: a ``;`` or a parenthesis
+    closed before it opens would end the ``WHERE (…)`` it is put in and let it
+    add rows (``1=1) UNION ALL SELECT …``)."""
+    from castsql.engine.rewrite import tokenize
+
+    depth = 0
+    for tok in tokenize(text):
+        if tok.text.startswith(("'", '"', "$")):
+            continue  # a string or a quoted name: its parentheses are text
+        depth += tok.text.count("(") - tok.text.count(")")
+        if depth < 0 or ";" in tok.text:
+            break
+    else:
+        if depth == 0:
+            return
+    raise CastSQLError(f"table {table}: filter must be one SQL condition, got {text!r}")
+
+
 class Table:
     """One version of one table. Made by :func:`castsql.open`."""
 
@@ -154,6 +173,7 @@ class Table:
         if filter is not None:
             if not isinstance(filter, str) or not filter.strip():
                 raise CastSQLError(f'table {self.name}: filter must be SQL text such as "id < 100", not {filter!r}')
+            _check_one_condition(self.name, filter)
             q += f" WHERE ({filter}\n)"  # the newline ends a trailing -- comment inside the filter
         return q
 

@@ -99,6 +99,11 @@ def test_bad_arguments_name_the_table_and_change_nothing(table):
             events.to_arrow("id")
         with pytest.raises(CastSQLError, match="filter must be SQL text"):
             events.to_arrow(filter=" ")
+        # A filter is one condition: it cannot close the WHERE it is put in and add rows.
+        for escape in ("1=1) UNION ALL SELECT 1, 'x', 1.0 FROM (SELECT 1", "id < 3; SELECT 1", "id < 3) --"):
+            with pytest.raises(CastSQLError, match="filter must be one SQL condition"):
+                events.to_arrow(filter=escape)
+        assert ids(events.to_arrow(filter="(id < 3) OR kind IN (')', 'x')")) == [0, 1, 2]
         with pytest.raises(VersionNotFound):
             events.at(version=99)
         with pytest.raises(CastSQLError, match="not both"):
