@@ -9,7 +9,14 @@ Conflict rules (docs/FORMAT.md, "Concurrent writers"):
   a delete removes the rows that matched in the version it read;
 - a compaction (a change that removes files or tombstones) conflicts with any
   tombstone committed after the version it read, and with the loss of any file
-  or tombstone it meant to remove.
+  or tombstone it meant to remove;
+- an update or merge (adds data files and tombstones in one version) conflicts
+  as a delete does, and also (b) with a tombstone committed since that names a
+  file its own tombstones name (``conflict_files``: two updates of one row
+  would both re-insert it), and (c) when it inserts rows whose key lies in
+  ``key_span``, with a data file committed since whose statistics for that
+  column overlap the span or are missing (the insert could duplicate a key).
+  The writer re-plans from the new head (:mod:`castsql.write.commit`).
 
 Between version-2 manifests these are checked on the ``change`` records of
 the versions committed since the one the writer read (a few small manifests),
@@ -19,6 +26,7 @@ nothing; the caller re-reads and recomputes (Spark's delete and compaction do so
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -37,6 +45,11 @@ class RestoreRaced(CommitConflict):
     """A restore's plan is stale: another version landed first (it plans again)."""
 
 
+class DmlConflict(CommitConflict):
+    """An update or merge's plan is stale: a concurrent commit touched a file it
+    deletes rows of, or may hold a key it inserts (it plans again)."""
+
+
 @dataclass(frozen=True)
 class Change:
     operation: str
@@ -48,6 +61,12 @@ class Change:
     schema: Schema | None = None  # schema of add_files, checked against the base
     read_version: int | None = None  # the version a delete or a compaction was computed from
     read_tombstones: frozenset[str] | None = None  # that version's tombstone keys (compaction)
+    # Update / merge (rules b and c): table keys of the files its tombstones name, which no
+    # tombstone committed since read_version may name; and (column, lo, hi) of the keys it
+    # inserts (JSON statistics), which no data file committed since may overlap
+    # (column None: any new data file conflicts).
+    conflict_files: frozenset[str] = frozenset()
+    key_span: tuple[str | None, Any, Any] | None = None
     summary: dict[str, Any] = field(default_factory=dict)
 
     def apply(self, base: Manifest, log: TableLog) -> Manifest:
@@ -77,6 +96,8 @@ class Change:
             if key in inline_tombs:
                 raise FormatError(f"{where}: tombstone {key} is already part of the table")
         self._check_targets(state, since, where)
+        if self.conflict_files or self.key_span is not None:
+            self._check_dml(base, log, since, where)
         file_objects, files_inline, removed = fold.next_files(
             log, base, base.schema, inline, added, set(self.remove_files), where
         )
@@ -147,3 +168,39 @@ class Change:
                 f"{where}: a new tombstone names data file {key}, which is not in the table "
                 "(removed by a concurrent commit, or never part of it)"
             )
+
+    def _check_dml(self, base: Manifest, log: TableLog, since: list[ChangeLog] | None, where: str) -> None:
+        if self.read_version is None or self.read_version == base.version:
+            return
+        if since is None:
+            # A version-1 manifest (or a collected one) in between: no change records to go by.
+            raise DmlConflict(f"{where}: cannot tell what changed since version {self.read_version}")
+        if self.conflict_files:
+            names = {posixpath.basename(k) for k in self.conflict_files}
+            for c in since:
+                for key in c.added_tombstones:
+                    for r in log.tombstones(key):
+                        if posixpath.basename(r.file) in names:
+                            raise DmlConflict(
+                                f"{where}: a concurrent commit deleted rows of data file {r.file}, "
+                                f"which this {self.operation.lower()} read at version {self.read_version}"
+                            )
+        if self.key_span is not None:
+            col, lo, hi = self.key_span
+            for c in since:
+                for f in c.added_files:
+                    if col is None or _overlaps(f.min.get(col), f.max.get(col), lo, hi):
+                        raise DmlConflict(
+                            f"{where}: a concurrent commit added data file {f.path}, which may hold "
+                            f"a key this {self.operation.lower()} inserts"
+                        )
+
+
+def _overlaps(fmin: Any, fmax: Any, lo: Any, hi: Any) -> bool:
+    """May a file with statistics [fmin, fmax] hold a key in [lo, hi]? Yes when unknown."""
+    if fmin is None or fmax is None:
+        return True
+    try:
+        return not (fmax < lo or hi < fmin)
+    except TypeError:
+        return True

@@ -532,10 +532,7 @@ class TableLog:
             return None
         base = self.latest() if read_version is None else self.manifest(read_version)
         targets = self.validate_tombstones(records, base, where=f"{self.storage.root}: delete")
-        key = new_tombstone_key()
-        self.storage.put_new(key, serialize_tombstones(records))
-        with self._lock:
-            self._tombstones[key] = records  # the fold that takes it into a deletes object reads it from here
+        key = self.write_tombstone(records)
         summary: dict[str, Any] = {"added_tombstones": 1, "tombstone_records": len(records)}
         if deleted_rows is not None:
             summary["deleted_rows"] = deleted_rows
@@ -548,6 +545,16 @@ class TableLog:
                 summary=summary,
             )
         )
+
+    def write_tombstone(self, records: Sequence[TombstoneRecord]) -> str:
+        """Write one tombstone file holding ``records`` (create-only, a new key)
+        and return its key; nothing is committed. Checked records only: see
+        :meth:`validate_tombstones`."""
+        key = new_tombstone_key()
+        self.storage.put_new(key, serialize_tombstones(records))
+        with self._lock:
+            self._tombstones[key] = list(records)  # the fold that takes it into a deletes object reads it from here
+        return key
 
     def restore(self, version: int) -> Manifest | None:
         """Commit one version whose content equals ``version``'s (Delta's

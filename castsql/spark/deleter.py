@@ -5,7 +5,9 @@ The job reads the live rows of the latest version with their file key, row
 group and position (:mod:`castsql.spark.reader`), evaluates the SQL condition
 on each, and summarizes every (file, row group) on the workers
 (:func:`castsql.spark.tasks.summarize_task`); the driver collects the
-summaries once and picks, per file, the smallest set of tombstone records:
+summaries once and the shared planner (:mod:`castsql.write.records`, which
+the embedded engine uses too) picks, per file, the smallest set of tombstone
+records:
 
 - ``RowGroupDelete`` for each row group all of whose live rows match;
 - ``KeyRangeDelete`` when it is exact: the key is strictly increasing over the
@@ -32,27 +34,20 @@ Example::
 
 from __future__ import annotations
 
-import base64
-import itertools
 import json
 import logging
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-from pyroaring import BitMap
-
 from castsql.errors import CastSQLError, CommitConflict
-from castsql.format import KeyRangeDelete, Manifest, PositionDelete, RowGroupDelete, TableLog, TombstoneRecord
-from castsql.format.schema import json_ordered
-from castsql.format.tombstone import serialize_tombstones
+from castsql.format import Manifest, TableLog
 from castsql.snapshot import Snapshot, resolve
 from castsql.spark.errors import job_errors
 from castsql.spark.reader import read_snapshot
-from castsql.spark.tasks import FILE_COL, MATCH_COL, PK_COL, POS_COL, RG_COL, summarize_task
+from castsql.spark.tasks import summarize_task
 from castsql.storage import S3Config, open_storage
+from castsql.write.records import FILE_COL, MATCH_COL, PK_COL, POS_COL, RG_COL, DeletePlan, key_range_type, plan_records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -62,66 +57,6 @@ log_ = logging.getLogger(__name__)
 
 class BadCondition(CastSQLError):
     """The delete condition is not a boolean SQL expression over the table's columns."""
-
-
-@dataclass
-class DeletePlan:
-    """What a delete would record: the tombstone records and the rows they remove."""
-
-    version: int
-    records: list[TombstoneRecord] = field(default_factory=list)
-    rows: int = 0
-    files: int = 0
-
-
-def _key_range_type(t: pa.DataType) -> bool:
-    """Key types whose ranges tombstones can state exactly in JSON (FORMAT.md §4)."""
-    if pa.types.is_unsigned_integer(t) and t.bit_width == 64:
-        return False  # Spark reads uint64 as DECIMAL
-    return json_ordered(t) and not pa.types.is_boolean(t)
-
-
-def _file_records(key: str, units: list[dict[str, Any]], pk_ok: bool) -> tuple[list[TombstoneRecord], int]:
-    """The cheapest records deleting the matched rows of one file; ``units``
-    are the worker summaries of its row groups that have live rows."""
-    units.sort(key=lambda u: u["rg"])
-    matched = [u for u in units if u["matched"]]
-    n = sum(u["matched"] for u in matched)
-    by_groups: list[TombstoneRecord] = []
-    rest = BitMap()
-    for u in matched:
-        if u["matched"] == u["live"]:
-            by_groups.append(RowGroupDelete(key, u["rg"]))
-        else:
-            rest |= BitMap.deserialize(base64.b64decode(u["bitmap"]))
-    if rest:
-        by_groups.append(PositionDelete(key, None, rest))
-    if pk_ok and _key_range_exact(units):
-        by_range: list[TombstoneRecord] = [KeyRangeDelete(key, matched[0]["lo"], matched[-1]["hi"])]
-        if len(serialize_tombstones(by_range)) < len(serialize_tombstones(by_groups)):
-            return by_range, n
-    return by_groups, n
-
-
-def _key_range_exact(units: list[dict[str, Any]]) -> bool:
-    """True if the matched rows are exactly the live rows whose key lies in
-    [first matched key, last matched key]: the key strictly increases over the
-    file's live rows (within each row group and across them) and the matched
-    rows are consecutive live rows."""
-    if not all(u.get("sorted") for u in units):
-        return False
-    try:
-        if not all(a["last"] < b["first"] for a, b in itertools.pairwise(units)):
-            return False
-    except TypeError:  # keys of mixed JSON types cannot be ordered
-        return False
-    hit = [i for i, u in enumerate(units) if u["matched"]]
-    first, last = hit[0], hit[-1]
-    if any(not units[i]["contig"] for i in hit):
-        return False
-    if first != last and not (units[first]["touch_end"] and units[last]["touch_start"]):
-        return False
-    return all(units[i]["matched"] == units[i]["live"] for i in range(first + 1, last))
 
 
 def plan_delete(spark: SparkSession, log: TableLog, snap: Snapshot, where: str) -> DeletePlan:
@@ -149,7 +84,7 @@ def plan_delete(spark: SparkSession, log: TableLog, snap: Snapshot, where: str) 
             f"{probe.schema[MATCH_COL].dataType.simpleString()}"
         )
     cols = [F.col(FILE_COL), F.col(RG_COL), F.col(POS_COL), F.coalesce(cond, F.lit(False)).alias(MATCH_COL)]
-    pk_ok = pk is not None and _key_range_type(snap.schema.to_arrow().field(pk).type)
+    pk_ok = pk is not None and key_range_type(snap.schema.to_arrow().field(pk).type)
     if pk_ok:
         cols.append(F.col(pk).alias(PK_COL))
     with job_errors(f"{log.uri}: delete"):
@@ -162,16 +97,7 @@ def plan_delete(spark: SparkSession, log: TableLog, snap: Snapshot, where: str) 
             raise CastSQLError(f"{log.uri}: delete: row group {u['rg']} of {u['key']} was summarized twice")
         seen.add((u["key"], u["rg"]))
         per_file[u["key"]].append(u)
-    plan = DeletePlan(snap.version)
-    for key in (f.key for f in snap.files):  # manifest order: stable tombstones
-        units = per_file.get(key)
-        if not units or not any(u["matched"] for u in units):
-            continue
-        recs, n = _file_records(key, units, pk_ok)
-        plan.records.extend(recs)
-        plan.rows += n
-        plan.files += 1
-    return plan
+    return plan_records(per_file, (f.key for f in snap.files), pk_ok, version=snap.version)  # manifest order
 
 
 def delete(

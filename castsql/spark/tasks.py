@@ -9,7 +9,6 @@ fed. Nothing here imports pyspark: workers never need the JVM side.
 
 from __future__ import annotations
 
-import array
 import base64
 import json
 from collections.abc import Iterable, Iterator
@@ -28,10 +27,10 @@ from castsql.format.manifest import parse_time
 from castsql.spark.types import arrow_for_spark
 from castsql.storage import S3Config, Storage, open_storage
 from castsql.storage.ranged import open_ranged
+from castsql.write.records import FILE_COL, MATCH_COL, PK_COL, POS_COL, RG_COL, summarize
 
-FILE_COL = "_castsql_file"  # table key of the row's data file
-POS_COL = "_castsql_pos"  # the row's position in that file (Spark's _metadata.row_index)
-RG_COL = "_castsql_rg"  # the row group holding it (internal)
+__all__ = ["FILE_COL", "MATCH_COL", "PK_COL", "POS_COL", "RG_COL", "UNIT_COL"]
+
 UNIT_COL = "unit"
 
 
@@ -239,15 +238,6 @@ def count_task(ref: TableRef, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.
 
 # ---------------------------------------------------------------------- deleting
 
-PK_COL = "_castsql_pk"
-MATCH_COL = "_castsql_match"
-
-
-def _pk_json(v: Any) -> Any:
-    from castsql.format.manifest import json_stat
-
-    return json_stat(v)
-
 
 def summarize_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body for delete: live rows (file, row group, position, key,
@@ -287,28 +277,5 @@ def summarize_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch
 
 
 def _summary(unit: tuple[str, int], batches: list[pa.RecordBatch]) -> pa.RecordBatch:
-    key, rg = unit
-    t = pa.Table.from_batches(batches)
-    t = t.take(pc.sort_indices(t.column(POS_COL)))
-    pos = t.column(POS_COL).to_numpy()
-    m = pc.fill_null(t.column(MATCH_COL), False).to_numpy(zero_copy_only=False)
-    idx = np.flatnonzero(m)
-    info: dict[str, Any] = {"key": key, "rg": rg, "live": len(pos), "matched": len(idx)}
-    if len(idx):
-        bm = BitMap(array.array("I", pos[idx].astype(np.uint32).tobytes()))
-        bm.run_optimize()
-        info["bitmap"] = base64.b64encode(bm.serialize()).decode()
-        info["contig"] = bool(idx[-1] - idx[0] + 1 == len(idx))
-        info["touch_start"] = bool(idx[0] == 0)
-        info["touch_end"] = bool(idx[-1] == len(pos) - 1)
-    if PK_COL in t.column_names:
-        pk = t.column(PK_COL).combine_chunks()
-        ok = pk.null_count == 0
-        if ok and len(pk) > 1:
-            ok = bool(pc.all(pc.greater(pk.slice(1), pk.slice(0, len(pk) - 1))).as_py())
-        first, last = _pk_json(pk[0].as_py()), _pk_json(pk[-1].as_py())
-        info["sorted"] = bool(ok and first is not None and last is not None)
-        info["first"], info["last"] = first, last
-        if len(idx) and info["sorted"]:
-            info["lo"], info["hi"] = _pk_json(pk[int(idx[0])].as_py()), _pk_json(pk[int(idx[-1])].as_py())
-    return pa.RecordBatch.from_pydict({"summary": [json.dumps(info)]})
+    # The planner (castsql.write.records) turns these into tombstone records on the driver.
+    return pa.RecordBatch.from_pydict({"summary": [json.dumps(summarize(pa.Table.from_batches(batches)))]})

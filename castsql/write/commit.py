@@ -1,0 +1,107 @@
+"""The one commit of an update, merge or delete: new data files and one
+tombstone file in ONE version, so no reader ever sees the delete without the
+insert (a crash before the manifest put leaves only unreferenced objects).
+
+Concurrency (docs/FORMAT.md §7): the change carries the version it was
+planned from, the files its tombstones name and the key span of the rows it
+inserts; :class:`castsql.format.change.Change` refuses it with a
+CommitConflict when a commit since then removed one of those files, deleted
+rows of one, or added a file that may hold one of those keys.
+:func:`with_retries` then plans again from the new head; the files a lost
+attempt wrote are garbage for GC.
+
+Example::
+
+    >>> import pyarrow as pa, tempfile
+    >>> from castsql.storage import open_storage
+    >>> from castsql.format import TableLog, write_data_files, RowGroupDelete
+    >>> st = open_storage(tempfile.mkdtemp())
+    >>> log = TableLog.create(st, pa.schema([("id", pa.int64())]), primary_key="id")
+    >>> old = log.append(write_data_files(st, pa.table({"id": [1, 2]}), log.latest().schema)).data_files[0]
+    >>> new = write_data_files(st, pa.table({"id": [1, 2]}), log.latest().schema)
+    >>> m = commit_dml(log, operation="UPDATE", read_version=1, records=[RowGroupDelete(old.name, 0)],
+    ...                files=new, summary={"updated_rows": 2})
+    >>> m.version, m.summary["added_tombstones"], m.summary["added_rows"]
+    (2, 1, 2)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from castsql.errors import CommitConflict
+from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord
+from castsql.format.change import Change
+from castsql.format.schema import Schema
+
+log_ = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def commit_dml(
+    log: TableLog,
+    *,
+    operation: str,
+    read_version: int,
+    records: Sequence[TombstoneRecord],
+    files: Sequence[DataFile],
+    summary: dict[str, Any] | None = None,
+    insert_key_span: tuple[str | None, Any, Any] | None = None,
+    schema: Schema | None = None,
+) -> Manifest:
+    """Write one tombstone file holding ``records`` (if any) and commit it with
+    the data files ``files`` as one version planned from ``read_version``.
+
+    The records are checked against ``read_version`` first (files in it, row
+    groups and positions that exist). ``insert_key_span`` is (key column, lo,
+    hi) of the rows the operation inserts (JSON statistics; column None: any
+    concurrent data file conflicts). Raises CommitConflict when a concurrent
+    commit makes the plan stale (nothing committed: plan again)."""
+    if not records and not files:
+        raise ValueError("commit_dml needs records or files")
+    where = f"{log.storage.root}: {operation.lower()}"
+    targets: set[str] = set()
+    tombstones: tuple[str, ...] = ()
+    if records:
+        targets = log.validate_tombstones(records, log.manifest(read_version), where=where)
+        tombstones = (log.write_tombstone(records),)
+    full = {
+        "added_files": len(files),
+        "added_rows": sum(f.total_rows for f in files),
+        "added_bytes": sum(f.size_bytes for f in files),
+        "added_tombstones": len(tombstones),
+        "tombstone_records": len(records),
+        **(summary or {}),
+    }
+    change = Change(
+        operation,
+        add_files=tuple(files),
+        add_tombstones=tombstones,
+        tombstone_targets=frozenset(targets),
+        conflict_files=frozenset(targets),
+        key_span=insert_key_span,
+        schema=schema,
+        read_version=read_version,
+        summary=full,
+    )
+    return log.commit(change)
+
+
+def with_retries(where: str, attempts: int, run: Callable[[int], T]) -> T:
+    """``run(attempt)`` (plan from the newest version, then commit) until it
+    does not conflict, at most ``attempts`` times; then CommitConflict saying
+    nothing was committed and the operation can simply be retried."""
+    for attempt in range(attempts):
+        try:
+            return run(attempt)
+        except CommitConflict as e:
+            if attempt == attempts - 1:
+                raise CommitConflict(
+                    f"{where}: concurrent commits conflicted with it {attempts} times (last: {e}); "
+                    "nothing was committed; retry"
+                ) from None
+            log_.info("%s: planned again after a concurrent commit: %s", where, e)
+    raise AssertionError("unreachable")
