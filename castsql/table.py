@@ -111,8 +111,8 @@ def _check_one_condition(table: str, text: str) -> None:
 
     depth = 0
     for tok in tokenize(text):
-        if tok.text.startswith(("'", '"', "$")):
-            continue  # a string or a quoted name: its parentheses are text
+        if tok.kind == "string_const" or tok.text.startswith('"'):
+            continue  # a literal ($$…$$, E'…' too) or a quoted name: its parentheses are text
         depth += tok.text.count("(") - tok.text.count(")")
         if depth < 0 or ";" in tok.text:
             break

@@ -104,6 +104,11 @@ def test_bad_arguments_name_the_table_and_change_nothing(table):
             with pytest.raises(CastSQLError, match="filter must be one SQL condition"):
                 events.to_arrow(filter=escape)
         assert ids(events.to_arrow(filter="(id < 3) OR kind IN (')', 'x')")) == [0, 1, 2]
+        # Dollar-quoted and E'…' strings are strings: their parentheses are text, not SQL.
+        assert ids(events.to_arrow(filter="(id < 3) OR kind IN ($$a)b$$, $t$)$t$, E'\\')')")) == [0, 1, 2]
+        assert ids(events.to_arrow(filter="kind = $$odd$$ AND id < 4")) == [1, 3]
+        with pytest.raises(CastSQLError, match="filter must be one SQL condition"):
+            events.to_arrow(filter="1=1) UNION ALL SELECT 1, $$x$$, 1.0 FROM (SELECT $$)$$")
         with pytest.raises(VersionNotFound):
             events.at(version=99)
         with pytest.raises(CastSQLError, match="not both"):

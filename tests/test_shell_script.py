@@ -167,6 +167,15 @@ def test_time_travel_and_audits_in_scripts(run) -> None:
     assert out == "n\n1800\nversion,operation\n3,DELETE\nn\n4\n"
 
 
+def test_dollar_quoted_strings_are_strings(run) -> None:
+    # Was "internal error: ValueError: substring not found": the tokenizer knew only '…' literals.
+    status, out, err = run(
+        ["-c", "SELECT $$a)b$$ AS s, $t$x;$$ AS OF VERSION 1$t$ AS u; SELECT count(*) AS n FROM events"]
+    )
+    assert (status, err) == (0, "")
+    assert out == "s,u\na)b,x;$$ AS OF VERSION 1\nn\n1896\n"
+
+
 def test_app_modes_match_the_renderer() -> None:
     assert APP_MODES == MODES
 

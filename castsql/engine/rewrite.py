@@ -49,33 +49,83 @@ class TimeTravel:
     timestamp: str | None = None
 
 
-_NUM_RE = re.compile(r"[0-9][0-9_]*(\.[0-9]*)?([eE][+-]?[0-9]+)?|\.[0-9]+")
-_IDENT_RE = re.compile(r"[A-Za-z_\x80-\uffff][A-Za-z0-9_$\x80-\uffff]*")
+# Postgres' lexer rules, which DuckDB's tokenizer follows (libpg_query scan.l):
+# a dollar-quote delimiter, and the gap that continues a '…' literal on another
+# line ('a'\n'b' is one literal, 'ab': whitespace holding a newline, -- comments allowed).
+_DOLLAR_RE = re.compile(r"\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$")
+_CONTINUE_RE = re.compile(r"(?:[ \t\f]|--[^\n\r]*)*[\n\r](?:[ \t\n\r\f\v]+|--[^\n\r]*[\n\r])*'")
+_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
-def _token_end(sql: str, start: int, kind: str) -> int:
-    ch = sql[start]
-    if kind == "string_const" or (kind == "identifier" and ch == '"'):
-        quote = "'" if kind == "string_const" else '"'
-        if kind == "string_const" and ch != "'":  # E'..', X'..' prefixes
-            start = sql.index("'", start)
-        i = start + 1
-        while i < len(sql):
-            if sql[i] == quote:
-                if i + 1 < len(sql) and sql[i + 1] == quote:
-                    i += 2
-                    continue
-                return i + 1
+def _scan_string(sql: str, start: int) -> tuple[int, str]:
+    """End offset and value of the string literal at ``start``: '…' (quotes
+    doubled inside), E'…' (backslash escapes too), X'…'/B'…' (raw), $tag$…$tag$.
+    An unterminated literal runs to the end of the text (DuckDB refuses it)."""
+    if sql[start] == "$":
+        m = _DOLLAR_RE.match(sql, start)
+        if m is None:
+            return len(sql), sql[start + 1 :]
+        close = sql.find(m.group(0), m.end())
+        if close < 0:
+            return len(sql), sql[m.end() :]
+        return close + len(m.group(0)), sql[m.end() : close]
+    q = sql.find("'", start)
+    if q < 0:
+        return len(sql), ""
+    backslash = sql[start:q].upper() == "E"
+    parts: list[str] = []
+    i = q + 1
+    while i < len(sql):
+        ch = sql[i]
+        if backslash and ch == "\\" and i + 1 < len(sql):
+            nxt = sql[i + 1]
+            parts.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+        elif ch == "'":
+            if sql.startswith("''", i):
+                parts.append("'")
+                i += 2
+                continue
+            m = _CONTINUE_RE.match(sql, i + 1)
+            if m is None:
+                return i + 1, "".join(parts)
+            i = m.end()
+        else:
+            parts.append(ch)
             i += 1
-        return len(sql)
-    if kind == "numeric_const":
-        m = _NUM_RE.match(sql, start)
-        return m.end() if m else start + 1
-    if kind in ("keyword", "identifier"):
-        m = _IDENT_RE.match(sql, start)
-        return m.end() if m else start + 1
-    # Operators: DuckDB reports one token per operator run; take up to the next token.
-    return start + 1
+    return len(sql), "".join(parts)
+
+
+def _quoted_end(sql: str, start: int) -> int:
+    i = start + 1
+    while i < len(sql):
+        if sql[i] == '"':
+            if sql.startswith('""', i):
+                i += 2
+                continue
+            return i + 1
+        i += 1
+    return len(sql)
+
+
+def _token_end(sql: str, start: int, kind: str, limit: int) -> int:
+    """Where the token that DuckDB says starts at ``start`` ends; ``limit`` is
+    where DuckDB's next token starts. Only literals and quoted names can hold
+    spaces, quotes or comment marks, so they are scanned; any other token runs
+    until a space, a comment or a quote, which DuckDB's next token or the gap
+    before it begins with."""
+    if kind == "string_const":
+        end = _scan_string(sql, start)[0]
+    elif kind == "identifier" and sql[start] == '"':
+        end = _quoted_end(sql, start)
+    else:
+        end = start + 1
+        while (
+            end < limit and not sql[end].isspace() and sql[end] not in "'\"" and sql[end : end + 2] not in ("--", "/*")
+        ):
+            end += 1
+    # DuckDB decides where tokens start: a scan that disagrees never runs into the next one.
+    return max(start + 1, min(end, limit))
 
 
 def _char_offsets(sql: str, raw: list) -> list:
@@ -106,13 +156,8 @@ def _tokenize(sql: str) -> tuple[Token, ...]:
         if start >= len(sql):
             continue
         kind = str(tt).rsplit(".", 1)[-1]
-        end = _token_end(sql, start, kind)
-        if kind == "operator":
-            nxt = raw[i + 1][0] if i + 1 < len(raw) else len(sql)
-            end = start
-            while end < nxt and not sql[end].isspace() and sql[end : end + 2] not in ("--", "/*"):
-                end += 1
-            end = max(end, start + 1)
+        nxt = raw[i + 1][0] if i + 1 < len(raw) else len(sql)
+        end = _token_end(sql, start, kind, nxt)
         out.append(Token(start, end, kind, sql[start:end]))
     return tuple(out)
 
@@ -123,8 +168,9 @@ def _unquote(tok: Token) -> str:
     return tok.text
 
 
-def _string_value(tok: Token) -> str:
-    return tok.text[tok.text.index("'") + 1 : -1].replace("''", "'")
+def string_value(tok: Token) -> str:
+    """The value of a string_const token: '…', E'…', $tag$…$tag$, continued lines joined."""
+    return _scan_string(tok.text, 0)[1]
 
 
 _NOT_ALIAS = {
@@ -171,7 +217,7 @@ def _time_value(m: _Matcher) -> str:
         t = m.take()
     if t.kind != "string_const":
         raise SQLRewriteError(f"expected a timestamp string at {t.text!r} (position {t.start})")
-    return _string_value(t)
+    return string_value(t)
 
 
 def _clause(m: _Matcher) -> tuple[int | None, str | None] | None:
