@@ -100,7 +100,8 @@ def _at(session: Session, name: str, version: int | None, timestamp: str | datet
         version = session.resolve_time(name, timestamp)
     # Without a version: the pointer is read now (the newest version); a
     # version that does not exist (or was collected) is refused here.
-    return Table(session, name, session.snapshot(name, version).version)
+    # A Table asked for a version (or a time) stays there; writes refuse it.
+    return Table(session, name, session.snapshot(name, version).version, pinned=version is not None)
 
 
 def _check_one_condition(table: str, text: str) -> None:
@@ -125,10 +126,11 @@ def _check_one_condition(table: str, text: str) -> None:
 class Table:
     """One version of one table. Made by :func:`castsql.open`."""
 
-    def __init__(self, session: Session, name: str, version: int) -> None:
+    def __init__(self, session: Session, name: str, version: int, *, pinned: bool = False) -> None:
         self._session = session
         self.name = name
         self.version = version  # the version this object reads
+        self._pinned = pinned  # opened at a given version or time: no writes
 
     def __repr__(self) -> str:
         return f"<castsql.Table {self.name} at version {self.version}>"
@@ -230,6 +232,88 @@ class Table:
         name = f"{self.name}_v{self.version}"
         Views(con, self._session._workdir).create(name, snap, lake=False)
         return con.sql(f"SELECT * FROM {ident(name)}")
+
+    # ------------------------------------------------------------------ writes (embedded engine, no Spark)
+
+    def _writer(self) -> Any:
+        from castsql.engine.dml import Writer
+
+        if self._pinned:
+            raise CastSQLError(
+                f"table {self.name} is pinned at version {self.version}; writes go to the newest version: "
+                f"castsql.open({self.uri!r})"
+            )
+        return Writer(self._session, self.name)
+
+    def _moved(self, version: int | None) -> None:
+        if version is not None:
+            self.version = version  # like deltalake's DeltaTable: the object reads what it wrote
+
+    def append(self, data: Any) -> Any:
+        """Append Arrow, pandas or polars ``data`` (the table's columns; types
+        that widen are cast) as one version; returns its manifest, or None when
+        ``data`` has no rows. This object then reads the new version.
+
+        >>> events.append(pa.table({"id": [10, 11], "kind": ["a", "b"]})).version   # doctest: +SKIP
+        2
+        """
+        m = self._writer().append(data)
+        self._moved(m.version if m is not None else None)
+        return m
+
+    def delete(self, where: str) -> Any:
+        """Delete the rows where the SQL condition ``where`` holds: one
+        tombstone, one version (no data file rewritten); None when no row
+        matches. ``"true"`` deletes every row.
+
+        >>> events.delete("kind = 'test' AND id < 100").summary["deleted_rows"]     # doctest: +SKIP
+        12
+        """
+        m = self._writer().delete(where)
+        self._moved(m.version if m is not None else None)
+        return m
+
+    def update(self, set: dict[str, str], where: str | None = None) -> Any:
+        """Set columns to SQL expressions over the row, where ``where`` holds
+        (every row without it): the old rows tombstoned and the new ones
+        appended in one version; None when no row matches.
+
+        >>> events.update(set={"amount": "amount * 2"}, where="kind = 'x'").summary["updated_rows"]  # doctest: +SKIP
+        40
+        """
+        m = self._writer().update(set, where)
+        self._moved(m.version if m is not None else None)
+        return m
+
+    def merge(
+        self,
+        source: Any,
+        on: str | Sequence[str],
+        *,
+        source_alias: str = "source",
+        target_alias: str = "target",
+    ) -> Any:
+        """Merge ``source`` (Arrow, pandas or polars) into the table, with Delta
+        Lake's semantics: ``on`` is the key column(s) (``"id"``, ``["id", "day"]``)
+        or a predicate over ``target`` and ``source``; add clauses, then
+        ``execute()`` commits one version and returns :class:`castsql.write.merge.MergeMetrics`.
+
+        >>> (events.merge(changes, on="id")                          # doctest: +SKIP
+        ...     .when_matched_update_all()
+        ...     .when_not_matched_insert_all()
+        ...     .execute()).num_target_rows_updated
+        5000
+        """
+        from castsql.write.merge import MergeBuilder
+
+        writer = self._writer()
+
+        def run(spec: Any, src: Any) -> Any:
+            metrics = writer.merge(spec, src)
+            self._moved(metrics.version)
+            return metrics
+
+        return MergeBuilder(self.name, source, on, run, source_alias=source_alias, target_alias=target_alias)
 
     def close(self) -> None:
         """Close the session behind this table (and every Table made from it by ``at``)."""

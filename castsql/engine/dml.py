@@ -1,0 +1,644 @@
+"""The embedded writer: append, delete, update and merge on one machine with
+DuckDB in-process (no JVM), planned and committed by the same code as Spark's
+(:mod:`castsql.write`), so the two engines cannot drift.
+
+How a merge stays cheap (a 10,000-key upsert into 10M rows):
+
+- the source's key span prunes the target's files by their min/max (only the
+  metadata objects that can match are read);
+- when no clause concerns target rows the source does not match (the usual
+  upsert), only the key columns of those files are scanned, semi-joined with
+  the source inside DuckDB: only matched rows (key, file, position) come back
+  to Python, and target columns an update keeps or a condition reads are
+  fetched for those rows alone;
+- :func:`castsql.write.merge.actions_sql` then runs over the matched rows and
+  the source; replaced and deleted rows become one tombstone (row groups,
+  positions, or an exact key range where it is smaller), updated and inserted
+  rows one new data file, committed as one version.
+
+So what a merge writes is the Parquet of the changed rows plus one tombstone,
+whatever the table's size. A merge with ``when_not_matched_by_source_*``
+clauses (or an ``on`` predicate) reads every live row of the table instead.
+
+Example::
+
+    >>> import castsql, pyarrow as pa, tempfile
+    >>> from castsql.format import TableLog
+    >>> from castsql.storage import open_storage
+    >>> store = open_storage(tempfile.mkdtemp() + "/kv")
+    >>> _ = TableLog.create(store, pa.schema([("id", pa.int64()), ("v", pa.string())]), primary_key="id")
+    >>> kv = castsql.open(store.root)
+    >>> kv.append(pa.table({"id": [1, 2], "v": ["a", "b"]})).version
+    1
+    >>> m = kv.merge(pa.table({"id": [2, 3], "v": ["B", "c"]}), on="id") \\
+    ...       .when_matched_update_all().when_not_matched_insert_all().execute()
+    >>> m.num_target_rows_updated, m.num_target_rows_inserted, m.version
+    (1, 1, 2)
+    >>> sorted(kv.to_arrow().to_pylist(), key=lambda r: r["id"])
+    [{'id': 1, 'v': 'a'}, {'id': 2, 'v': 'B'}, {'id': 3, 'v': 'c'}]
+    >>> kv.close()
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+from castsql.engine.physical import duck_type
+from castsql.engine.views import ident, sql_str
+from castsql.errors import CastSQLError, SchemaMismatch
+from castsql.format import Manifest, TableLog, TombstoneRecord, write_data_files
+from castsql.format.manifest import json_stat
+from castsql.format.tombstone import KeyRangeDelete, serialize_tombstones
+from castsql.format.writer import conform
+from castsql.snapshot import Predicate, ResolvedFile, Snapshot, resolve
+from castsql.write.commit import commit_dml, with_retries
+from castsql.write.merge import (
+    ACTION_COL,
+    ACTION_DELETE,
+    ACTION_INSERT,
+    ACTION_UPDATE,
+    MATCHES_COL,
+    MergeError,
+    MergeMetrics,
+    MergeSpec,
+    actions_sql,
+    validate,
+)
+from castsql.write.records import FILE_COL, POS_COL, RG_COL, file_records, key_range_type, position_units
+
+if TYPE_CHECKING:
+    from castsql.engine.session import Session
+
+ATTEMPTS = 5  # plans made before a conflicting operation gives up (FORMAT.md §7)
+
+
+class WriteError(CastSQLError):
+    """An update or delete that cannot run as asked (bad condition, unknown
+    column, wrong type); nothing was written."""
+
+
+_q = ident
+
+
+def as_arrow(data: Any, where: str) -> pa.Table:
+    """Arrow, pandas, polars or anything with ``__arrow_c_stream__`` as one Arrow table."""
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.RecordBatchReader):
+        return data.read_all()
+    mod = type(data).__module__.split(".", 1)[0]
+    if mod == "pandas":
+        return pa.Table.from_pandas(data, preserve_index=False)
+    if mod == "polars":
+        return data.to_arrow()
+    if hasattr(data, "__arrow_c_stream__"):
+        return pa.table(data)
+    raise CastSQLError(f"{where}: expected Arrow, pandas or polars data, got {type(data).__name__}")
+
+
+def _one_line(e: Exception) -> str:
+    msg = str(e).strip().splitlines()
+    return msg[0] if msg else type(e).__name__
+
+
+class Writer:
+    """The write operations of one table of a :class:`Session` (``Table``'s
+    ``append``/``delete``/``update``/``merge`` call these)."""
+
+    def __init__(self, session: Session, table: str) -> None:
+        self.session = session
+        self.table = table
+        self._seq = itertools.count()
+        self._sorted: dict[str, bool] = {}  # data files never change: is a file's key strictly increasing?
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        return self.session.con
+
+    @property
+    def log(self) -> TableLog:
+        return self.session.log(self.table)
+
+    def _name(self, what: str) -> str:
+        return f"{self.table}$write{next(self._seq)}${what}"
+
+    # ------------------------------------------------------------------ append
+
+    def append(self, data: Any) -> Manifest | None:
+        """Commit ``data`` as new rows, one version; None when it has no rows."""
+        where = f"table {self.table}: append"
+        t = as_arrow(data, where)
+        schema = self.log.latest().schema
+        try:
+            t = conform(t, schema, where)
+        except KeyError as e:
+            raise SchemaMismatch(f"{where}: column {e} is missing from the data") from None
+        if t.num_rows == 0:
+            return None
+        files = write_data_files(self.log.storage, t, schema)
+        return self.log.append(files, schema=schema)
+
+    # ------------------------------------------------------------------ delete / update
+
+    def _condition(self, snap: Snapshot, where: str | None, op: str) -> tuple[str, list[Predicate]]:
+        """The SQL condition (checked: one boolean expression over the table's
+        columns) and the predicates that prune files by min/max."""
+        if where is None:
+            return "TRUE", []
+        if not isinstance(where, str) or not where.strip():
+            raise WriteError(f'table {self.table}: {op}: the condition must be SQL text such as "id < 100"')
+        from castsql.table import _check_one_condition
+
+        _check_one_condition(self.table, where)
+        empty = self._name("empty")
+        self.con.register(empty, snap.schema.to_arrow().empty_table())
+        try:
+            kind = self.con.sql(f"SELECT ({where}\n) AS c FROM {ident(empty)}").types[0]
+        except duckdb.Error as e:
+            raise WriteError(f"table {self.table}: {op}: condition {where!r}: {_explain(e)}") from None
+        finally:
+            self.con.unregister(empty)
+        if str(kind) != "BOOLEAN":
+            raise WriteError(
+                f"table {self.table}: {op}: the condition must be true or false for each row; {where!r} is {kind}"
+            )
+        analysis = self.session._analyze(f"SELECT * FROM {ident(self.table)} WHERE ({where}\n)")
+        preds = []
+        if analysis is not None and len(analysis.refs) == 1:
+            preds = self.session._predicates(snap, analysis.refs[0].conditions)
+        return where, preds
+
+    def _matched(self, snap: Snapshot, cond: str, preds: list[Predicate], exprs: Sequence[str]) -> pa.Table:
+        """(file, position, ``exprs``…) of the live rows where ``cond`` holds."""
+        view = self._name("rows")
+        self.session.views.create(view, snap.prune(preds) if preds else snap, positions=True)
+        try:
+            cols = "".join(f", {e}" for e in exprs)
+            return self.con.sql(
+                f"SELECT _file AS {_q(FILE_COL)}, _pos AS {_q(POS_COL)}{cols} FROM {ident(view)} "
+                f"WHERE COALESCE(({cond}\n), FALSE)"
+            ).to_arrow_table()
+        finally:
+            self.session.views.drop(view)
+
+    def delete(self, where: str, *, attempts: int = ATTEMPTS) -> Manifest | None:
+        """Delete the live rows where ``where`` holds: one tombstone, one
+        version; None when no row matches."""
+        op = "delete"
+        if where is None:
+            raise WriteError(f"table {self.table}: delete: no condition (to delete every row, say so: 'true')")
+
+        def run(_: int) -> Manifest | None:
+            snap = resolve(self.log)
+            cond, preds = self._condition(snap, where, op)
+            pk = snap.primary_key
+            extra = [f"{ident(pk)} AS {_q('_castsql_pk')}"] if self._pk_ok(snap) else []
+            try:
+                hit = self._matched(snap, cond, preds, extra)
+            except duckdb.Error as e:
+                raise WriteError(f"table {self.table}: delete: {_explain(e)}; nothing was committed") from None
+            if hit.num_rows == 0:
+                return None
+            records, n = self._records(snap, hit)
+            return commit_dml(
+                self.log, operation="DELETE", read_version=snap.version, records=records, files=[],
+                summary={"deleted_rows": n},
+            )  # fmt: skip
+
+        return with_retries(f"table {self.table}: {op}", attempts, run)
+
+    def update(self, set: Mapping[str, str], where: str | None = None, *, attempts: int = ATTEMPTS) -> Manifest | None:
+        """Set columns (SQL expressions over the row) of the live rows where
+        ``where`` holds (every row without it): the old rows tombstoned, the
+        new ones appended, one version; None when no row matches."""
+        op = "update"
+        if not isinstance(set, Mapping) or not set:
+            raise WriteError(f"table {self.table}: update: set must name columns, e.g. set={{'v': 'v * 2'}}")
+
+        def run(_: int) -> Manifest | None:
+            snap = resolve(self.log)
+            names = {c.lower(): c for c in snap.schema.names}
+            for col, expr in set.items():
+                if not isinstance(col, str) or col.lower() not in names:
+                    raise WriteError(
+                        f"table {self.table}: update: column {col!r} does not exist "
+                        f"(columns: {', '.join(snap.schema.names)})"
+                    )
+                if not isinstance(expr, str) or not expr.strip():
+                    raise WriteError(f"table {self.table}: update: column {col!r}: expression must be SQL text")
+            cond, preds = self._condition(snap, where, op)
+            given = {c.lower(): e for c, e in set.items()}
+            exprs = []
+            for c in snap.schema.columns:
+                e = given.get(c.name.lower())
+                body = ident(c.name) if e is None else f"({e}\n)"
+                exprs.append(f"CAST({body} AS {duck_type(c.type)}) AS {ident(c.name)}")
+            pk = snap.primary_key
+            if self._pk_ok(snap):
+                exprs.append(f"{ident(pk)} AS {_q('_castsql_pk')}")
+            self._check_exprs(snap, set, op)
+            try:
+                hit = self._matched(snap, cond, preds, exprs)
+            except duckdb.Error as e:
+                raise WriteError(f"table {self.table}: update: {_explain(e)}; nothing was committed") from None
+            if hit.num_rows == 0:
+                return None
+            records, n = self._records(snap, hit)
+            new = hit.select(snap.schema.names)
+            files = write_data_files(self.log.storage, conform(new, snap.schema, f"table {self.table}: update"))
+            return commit_dml(
+                self.log, operation="UPDATE", read_version=snap.version, records=records, files=files,
+                summary={"updated_rows": n, "deleted_rows": n},
+            )  # fmt: skip
+
+        return with_retries(f"table {self.table}: {op}", attempts, run)
+
+    def _check_exprs(self, snap: Snapshot, set: Mapping[str, str], op: str) -> None:
+        """Bind each ``set`` expression against the table's columns and cast it
+        to the column's type, so an unknown column or a wrong type is named."""
+        empty = self._name("empty")
+        self.con.register(empty, snap.schema.to_arrow().empty_table())
+        try:
+            types = {c.name.lower(): c.type for c in snap.schema.columns}
+            for col, expr in set.items():
+                want = duck_type(types[col.lower()])
+                try:
+                    got = str(self.con.sql(f"SELECT ({expr}\n) FROM {ident(empty)}").types[0])
+                except duckdb.Error as e:
+                    raise WriteError(f"table {self.table}: {op}: column {col!r} = {expr!r}: {_explain(e)}") from None
+                if (got == "VARCHAR") != (want == "VARCHAR") and got != "NULL":
+                    raise WriteError(
+                        f"table {self.table}: {op}: column {col!r} is {want}, but {expr!r} is {got}; "
+                        "nothing was committed"
+                    )
+        finally:
+            self.con.unregister(empty)
+
+    # ------------------------------------------------------------------ tombstones
+
+    def _pk_ok(self, snap: Snapshot) -> bool:
+        pk = snap.primary_key
+        return pk is not None and key_range_type(snap.schema.to_arrow().field(pk).type)
+
+    def _records(self, snap: Snapshot, hit: pa.Table) -> tuple[list[TombstoneRecord], int]:
+        """The cheapest records deleting the rows (``_castsql_file``,
+        ``_castsql_pos``[, ``_castsql_pk``]) of ``hit`` in ``snap``, and how many."""
+        files = hit.column(FILE_COL).to_numpy(zero_copy_only=False)
+        pos = hit.column(POS_COL).to_numpy(zero_copy_only=False).astype(np.int64)
+        pk = hit.column("_castsql_pk") if "_castsql_pk" in hit.column_names else None
+        order = np.lexsort((pos, files))
+        files, pos = files[order], pos[order]
+        cuts = np.flatnonzero(files[1:] != files[:-1]) + 1
+        starts = [0, *cuts.tolist()]
+        ends = [*cuts.tolist(), len(files)]
+        by_key = {str(files[s]): (s, e) for s, e in zip(starts, ends, strict=True)}
+        records: list[TombstoneRecord] = []
+        total = 0
+        for f in snap.resolved(sorted(by_key, key=str)):
+            s, e = by_key[f.key]
+            deleted = self.session.views.deleted(snap, f)
+            rgr = f.row_group_rows if f.row_group_rows is not None else (f.total_rows,)
+            units = position_units(f.key, pos[s:e], rgr, deleted)
+            if not units:
+                continue
+            recs, n = file_records(f.key, units, False)
+            if pk is not None:
+                recs = self._maybe_range(snap, f, recs, pos[s:e], pk.take(pa.array(order[s:e])), deleted, n)
+            records += recs
+            total += n
+        return records, total
+
+    def _maybe_range(
+        self,
+        snap: Snapshot,
+        f: ResolvedFile,
+        recs: list[TombstoneRecord],
+        pos: np.ndarray,
+        keys: pa.Array,
+        deleted: BitMap,
+        n: int,
+    ) -> list[TombstoneRecord]:
+        """One key range instead of ``recs`` when it is shorter and provably
+        exact: the file's keys strictly increase (all its rows: then live rows
+        with a key in [lo, hi] are exactly the live rows between the two
+        positions) and every live row between the first and last matched
+        position matched."""
+        lo_pos, hi_pos = int(pos[0]), int(pos[-1])
+        between = hi_pos - lo_pos + 1 - (deleted.range_cardinality(lo_pos, hi_pos + 1) if deleted else 0)
+        if between != n:
+            return recs
+        lo, hi = json_stat(keys[0].as_py()), json_stat(keys[-1].as_py())
+        if lo is None or hi is None:
+            return recs
+        rng = [KeyRangeDelete(f.key, lo, hi)]
+        if len(serialize_tombstones(rng)) >= len(serialize_tombstones(recs)) or not self._file_sorted(snap, f):
+            return recs
+        return rng  # type: ignore[return-value]
+
+    def _file_sorted(self, snap: Snapshot, f: ResolvedFile) -> bool:
+        """Is the primary key strictly increasing over every row of ``f`` (one scan of that column, remembered)?"""
+        got = self._sorted.get(f.uri)
+        if got is None:
+            pk = snap.primary_key or ""
+            keys = (
+                self.con.sql(f"SELECT {ident(pk)} AS k FROM read_parquet({sql_str(f.uri)}) ORDER BY file_row_number")
+                .to_arrow_table()
+                .column("k")
+                .combine_chunks()
+            )
+            got = keys.null_count == 0 and (
+                len(keys) < 2 or bool(pc.all(pc.greater(keys.slice(1), keys.slice(0, len(keys) - 1))).as_py())
+            )
+            self._sorted[f.uri] = got
+        return got
+
+    # ------------------------------------------------------------------ merge
+
+    def merge(self, spec: MergeSpec, source: Any, *, attempts: int = ATTEMPTS) -> MergeMetrics:
+        """Run ``spec`` with ``source`` (Arrow, pandas or polars) against the
+        newest version: one version, or none when nothing changes."""
+        where = f"table {self.table}: merge"
+        src = as_arrow(source, where)
+        snap0 = resolve(self.log)
+        validate(spec, self.table, snap0.schema.names, src.column_names)
+        src_name = self._name("source")
+        self.con.register(src_name, src)
+        tries = 0
+
+        def run(_: int) -> MergeMetrics:
+            nonlocal tries
+            tries += 1
+            return self._merge_once(spec, src, src_name, resolve(self.log))
+
+        try:
+            metrics = with_retries(where, attempts, run)
+        finally:
+            self.con.unregister(src_name)
+        metrics.attempts = tries
+        return metrics
+
+    def _merge_once(self, spec: MergeSpec, src: pa.Table, src_name: str, snap: Snapshot) -> MergeMetrics:
+        where = f"table {self.table}: merge"
+        schema = snap.schema
+        columns = schema.names
+        fast = spec.keys is not None and not spec.of("not_matched_by_source")
+        made: list[tuple[str, str]] = []
+        try:
+            if fast:
+                target = self._matched_targets(spec, src, src_name, snap, made)
+            else:
+                target = self._name("target")
+                view = self._name("all")
+                self.session.views.create(view, snap, positions=True)
+                made.append(("view", view))
+                cols = ", ".join(ident(c) for c in columns)
+                self.con.execute(
+                    f"CREATE OR REPLACE TEMP VIEW {ident(target)} AS SELECT {cols}, _file AS {_q(FILE_COL)}, "
+                    f"CAST(NULL AS INTEGER) AS {_q(RG_COL)}, _pos AS {_q(POS_COL)} FROM {ident(view)}"
+                )
+                made.append(("view", target))
+            sql = actions_sql(spec, ident(target), ident(src_name), columns, _q)
+            casts = ", ".join(
+                f"CAST({ident(c.name)} AS {duck_type(c.type)}) AS {ident(c.name)}" for c in schema.columns
+            )
+            try:
+                out = self.con.sql(
+                    f"SELECT {_q(FILE_COL)}, {_q(POS_COL)}, {_q(ACTION_COL)}, {_q(MATCHES_COL)}, {casts} FROM ({sql})"
+                ).to_arrow_table()
+            except duckdb.Error as e:
+                raise MergeError(f"{where}: {_explain(e)}; nothing was committed") from None
+        finally:
+            for kind, name in reversed(made):
+                if kind == "table":
+                    self.con.execute(f"DROP TABLE IF EXISTS temp.{ident(name)}")
+                else:
+                    self.session.views.drop(name)
+        action = out.column(ACTION_COL).to_numpy(zero_copy_only=False)
+        if not spec.multiple_matches_allowed:
+            many = np.flatnonzero((out.column(MATCHES_COL).to_numpy(zero_copy_only=False) > 1) & (action != 3))
+            if len(many):
+                self._refuse_many(spec, snap, out.take(pa.array(many)))
+        gone = out.filter(pa.array((action == ACTION_UPDATE) | (action == ACTION_DELETE)))
+        gone = _distinct_rows(gone)
+        pk = snap.primary_key
+        if self._pk_ok(snap) and spec.keys is not None and pk in spec.keys:
+            gone = gone.append_column("_castsql_pk", gone.column(pk))
+        records, n_gone = self._records(snap, gone) if gone.num_rows else ([], 0)
+        new = out.filter(pa.array((action == ACTION_UPDATE) | (action == ACTION_INSERT))).select(columns)
+        inserted = out.filter(pa.array(action == ACTION_INSERT))
+        gone_action = gone.column(ACTION_COL).to_numpy(zero_copy_only=False) if gone.num_rows else np.array([])
+        metrics = MergeMetrics(
+            num_source_rows=src.num_rows,
+            num_target_rows_inserted=inserted.num_rows,
+            num_target_rows_updated=int((gone_action == ACTION_UPDATE).sum()),
+            num_target_rows_deleted=int((gone_action == ACTION_DELETE).sum()),
+        )
+        metrics.num_output_rows = new.num_rows
+        if not records and new.num_rows == 0:
+            return metrics
+        files = write_data_files(self.log.storage, conform(new, schema, where), schema) if new.num_rows else []
+        span = None
+        if inserted.num_rows:
+            if spec.keys is None:
+                span = (None, None, None)
+            else:
+                k = spec.keys[0]
+                mm = pc.min_max(inserted.column(k))
+                lo, hi = json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py())
+                span = (k, lo, hi) if lo is not None else None
+        m = commit_dml(
+            self.log,
+            operation="MERGE",
+            read_version=snap.version,
+            records=records,
+            files=files,
+            summary={
+                "inserted_rows": metrics.num_target_rows_inserted,
+                "updated_rows": metrics.num_target_rows_updated,
+                "deleted_rows": n_gone,
+                "source_rows": src.num_rows,
+            },
+            insert_key_span=span,
+        )
+        metrics.version = m.version
+        metrics.num_target_files_added = len(files)
+        metrics.num_tombstones_added = 1 if records else 0
+        metrics.bytes_written = sum(f.size_bytes for f in files)
+        metrics.extra["tombstone_records"] = len(records)
+        return metrics
+
+    def _matched_targets(
+        self, spec: MergeSpec, src: pa.Table, src_name: str, snap: Snapshot, made: list[tuple[str, str]]
+    ) -> str:
+        """A temp table of the live target rows some source row matches on the
+        keys: the columns the clauses use, and row identity. Files whose key
+        statistics cannot hold a source key are never opened; only the key
+        columns of the others are scanned, other columns only for matched rows."""
+        keys = spec.keys or ()
+        preds: list[Predicate] = []
+        nothing = False
+        for k in keys:
+            col = next(c for c in src.column_names if c.lower() == k.lower())
+            mm = pc.min_max(src.column(col))
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            if lo is None:  # every source key is NULL: no target row can match
+                nothing = True
+                break
+            tname = next(c for c in snap.schema.names if c.lower() == k.lower())
+            preds += [Predicate(tname, ">=", lo), Predicate(tname, "<=", hi)]
+        files = [] if nothing else snap.prune(preds).files
+        used = spec.target_columns_used(snap.schema.names)
+        first = [c for c in snap.schema.names if c.lower() in {k.lower() for k in keys}]
+        hits = self._key_scan(snap, files, first, spec, src_name)
+        extra = [c for c in used if c not in first]
+        if extra and hits.num_rows:
+            hits = self._fetch(snap, hits, extra)
+        cols = [c for c in snap.schema.names if c in first or c in extra]
+        table = hits.select([*cols, FILE_COL, POS_COL])
+        table = table.append_column(RG_COL, pa.nulls(table.num_rows, pa.int32()))
+        # Columns the clauses do not use are NULL: a reference to one fails to
+        # bind only if the guess in target_columns_used missed it (it keeps every name it sees).
+        name = self._name("target")
+        arrow = name + "$arrow"
+        self.con.register(arrow, table)
+        try:
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {ident(name)} AS SELECT * FROM {ident(arrow)}")
+        finally:
+            self.con.unregister(arrow)
+        made.append(("table", name))
+        return name
+
+    def _key_scan(
+        self, snap: Snapshot, files: list[ResolvedFile], keys: list[str], spec: MergeSpec, src_name: str
+    ) -> pa.Table:
+        """(keys…, file, position) of the live rows of ``files`` whose keys a source row has."""
+        empty = {k: pa.array([], snap.schema.to_arrow().field(k).type) for k in keys}
+        empty_t = pa.table({**empty, FILE_COL: pa.array([], pa.string()), POS_COL: pa.array([], pa.int64())})
+        if not files:
+            return empty_t
+        views = self.session.views
+        parts = []
+        src_cols = {c.lower(): c for c in self.con.sql(f"SELECT * FROM {ident(src_name)} LIMIT 0").columns}
+        on = " AND ".join(f"p.{ident(k)} = s.{ident(src_cols[k.lower()])}" for k in keys)
+        klist = ", ".join(f"p.{ident(k)}" for k in keys)
+        for group, members in views._groups(files):
+            proj = views._projection(snap, group, members[0])
+            uris = "[" + ", ".join(sql_str(f.uri) for f in members) + "]"
+            got = self.con.sql(
+                f"SELECT {klist}, p.__fi AS fi, p.__pos AS pos FROM (SELECT {proj}, file_index AS __fi, "
+                f"file_row_number AS __pos FROM read_parquet({uris})) p SEMI JOIN {ident(src_name)} s ON {on}"
+            ).to_arrow_table()
+            if not got.num_rows:
+                continue
+            fi = got.column("fi").to_numpy(zero_copy_only=False).astype(np.int64)
+            pos = got.column("pos").to_numpy(zero_copy_only=False).astype(np.int64)
+            keep = np.ones(len(fi), dtype=bool)
+            for i in np.unique(fi):
+                f = members[int(i)]
+                if f.has_deletes:
+                    dead = views.deleted(snap, f)
+                    sel = np.flatnonzero(fi == i)
+                    keep[sel] = [p not in dead for p in pos[sel].tolist()]
+            names = np.array([f.key for f in members], dtype=object)
+            part = got.select(keys).append_column(FILE_COL, pa.array(names[fi], pa.string()))
+            part = part.append_column(POS_COL, pa.array(pos, pa.int64()))
+            parts.append(part.filter(pa.array(keep)))
+        if not parts:
+            return empty_t
+        return pa.concat_tables(parts).cast(empty_t.schema)
+
+    def _fetch(self, snap: Snapshot, hits: pa.Table, columns: list[str]) -> pa.Table:
+        """``hits`` with ``columns`` of those rows, read from their files by position."""
+        views = self.session.views
+        by_file = defaultdict(list)
+        keys = hits.column(FILE_COL).to_pylist()
+        for i, k in enumerate(keys):
+            by_file[k].append(i)
+        files = {f.key: f for f in snap.resolved(sorted(by_file))}
+        pos_all = hits.column(POS_COL).to_numpy(zero_copy_only=False)
+        fetched = []
+        order = []
+        cols = ", ".join(f"p.{ident(c)}" for c in columns)
+        for group, members in views._groups([files[k] for k in sorted(by_file)]):
+            proj = views._projection(snap, group, members[0])
+            for f in members:
+                idx = by_file[f.key]
+                want = pa.table({"pos": pa.array(pos_all[idx], pa.int64())})
+                name = self._name("want")
+                self.con.register(name, want)
+                try:
+                    lo, hi = int(want.column("pos").to_numpy().min()), int(want.column("pos").to_numpy().max())
+                    got = self.con.sql(
+                        f"SELECT {cols}, p.__pos AS pos FROM (SELECT {proj}, file_row_number AS __pos "
+                        f"FROM read_parquet({sql_str(f.uri)}) WHERE file_row_number BETWEEN {lo} AND {hi}) p "
+                        f"JOIN {ident(name)} w ON p.__pos = w.pos"
+                    ).to_arrow_table()
+                finally:
+                    self.con.unregister(name)
+                at = dict(zip(got.column("pos").to_pylist(), range(got.num_rows), strict=True))
+                fetched.append(got.take(pa.array([at[int(p)] for p in pos_all[idx]])).select(columns))
+                order += idx
+        table = pa.concat_tables(fetched)
+        back = np.empty(len(order), dtype=np.int64)
+        back[np.array(order)] = np.arange(len(order))
+        table = table.take(pa.array(back))
+        for c in columns:
+            hits = hits.append_column(c, table.column(c))
+        return hits
+
+    def _refuse_many(self, spec: MergeSpec, snap: Snapshot, rows: pa.Table) -> None:
+        keys = list(spec.keys or ())
+        seen: list[str] = []
+        for r in rows.to_pylist():
+            label = (
+                ", ".join(f"{k}={r.get(k)!r}" for k in keys)
+                if keys and r.get(keys[0]) is not None
+                else (f"row {r[POS_COL]} of {r[FILE_COL]}")
+            )
+            if label not in seen:
+                seen.append(label)
+            if len(seen) == 5:
+                break
+        raise MergeError(
+            f"table {self.table}: merge: several source rows match one target row and a matched clause "
+            f"would change it ({'; '.join(seen)}); make the source's keys unique (castsql.write.cdc.latest_per_key) "
+            "— nothing was committed"
+        )
+
+
+def _distinct_rows(t: pa.Table) -> pa.Table:
+    """One row per (file, position): several source rows deleting one target row delete it once."""
+    if t.num_rows < 2:
+        return t
+    ident_ = pc.binary_join_element_wise(t.column(FILE_COL), pc.cast(t.column(POS_COL), pa.string()), "#")
+    _, first = np.unique(ident_.to_numpy(zero_copy_only=False).astype(str), return_index=True)
+    return t.take(pa.array(np.sort(first)))
+
+
+_BINDER = re.compile(r'Referenced column "?([^"\s]+)"? not found', re.I)
+_CAST = re.compile(r"Conversion Error: (.*?) when casting from source column (\S+)", re.I)
+
+
+def _explain(e: duckdb.Error) -> str:
+    """DuckDB's error in one line, naming the column: an unknown one, or one
+    whose values do not convert (``kind = 5`` on a text column)."""
+    text = _one_line(e)
+    m = _BINDER.search(str(e))
+    if m:
+        return f"column {m.group(1)!r} does not exist"
+    m = _CAST.search(text)
+    if m:
+        return f"column {m.group(2)!r} has values of another type: {m.group(1)}"
+    return text
