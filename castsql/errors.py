@@ -57,6 +57,12 @@ class StorageError(CastSQLError):
     """A storage operation failed for a reason other than a lost race."""
 
 
+class StorageUnreachable(StorageError):
+    """The storage endpoint did not answer (timeouts, refused connections) after
+    every attempt: nothing is known about the object, and asking for the next
+    one would wait as long again."""
+
+
 class ObjectNotFound(StorageError, FileNotFoundError):
     """The key does not exist."""
 

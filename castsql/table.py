@@ -62,8 +62,15 @@ def open(
 
     session = Session(s3=s3)
     try:
-        [name] = session.open(uri)
-        return _at(session, name, version, timestamp)
+        names = session.open(uri)
+        if len(names) != 1 or session.log(names[0]).storage.root != session.uris[-1]:
+            shown = ", ".join(sorted(names)[:5]) + (", …" if len(names) > 5 else "")
+            first = sorted(names)[0]
+            raise CastSQLError(
+                f"{uri} is a warehouse of {len(names)} table{'s' * (len(names) != 1)} ({shown}): open one table "
+                f"(castsql.open({uri.rstrip('/') + '/' + first!r})) or use castsql.connect({uri!r})"
+            )
+        return _at(session, names[0], version, timestamp)
     except BaseException:
         session.close()
         raise

@@ -117,6 +117,26 @@ def test_bad_arguments_name_the_table_and_change_nothing(table):
         assert ids(events.to_arrow()) == sorted(live[max(live)])
 
 
+def test_open_of_a_warehouse_says_to_name_a_table_or_connect(tmp_path):
+    # Was "ValueError: too many values to unpack".
+    wh = tmp_path / "wh"
+    build(str(wh / "events"))
+    TableLog.create(open_storage(str(wh / "users")), rows([]).schema)
+    with pytest.raises(CastSQLError) as e:
+        castsql.open(str(wh))
+    assert str(e.value) == (
+        f"{wh} is a warehouse of 2 tables (events, users): open one table "
+        f"(castsql.open('{wh}/events')) or use castsql.connect('{wh}')"
+    )
+    # A warehouse of one table is still not that table: the same advice, and its advice works.
+    one = tmp_path / "one"
+    build(str(one / "events"))
+    with pytest.raises(CastSQLError, match=r"warehouse of 1 table \(events\): open one table"):
+        castsql.open(str(one))
+    with castsql.open(f"{one}/events") as t, castsql.connect(str(one)) as s:
+        assert t.to_arrow().num_rows == s.sql("SELECT count(*) FROM events").column(0)[0].as_py() == 46
+
+
 def test_a_table_stays_at_its_version_and_at_gives_the_newest(tmp_path):
     root = str(tmp_path / "events")
     log, _ = build(root)

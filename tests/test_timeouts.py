@@ -158,3 +158,50 @@ def test_ctrl_c_in_the_shell_stops_the_wait(proxied, shell_env):
         sh.child.expect(pexpect.EOF)
     finally:
         sh.close()
+
+
+def _stalled_shell(cfg: S3Config, shell_env: dict[str, str], uri: str, read_timeout: float, attempts: int):
+    env = {
+        **shell_env,
+        "AWS_ENDPOINT_URL": cfg.endpoint_url or "",
+        "AWS_ACCESS_KEY_ID": cfg.key or "",
+        "AWS_SECRET_ACCESS_KEY": cfg.secret or "",
+        "CASTSQL_S3_CONNECT_TIMEOUT": "1",
+        "CASTSQL_S3_READ_TIMEOUT": str(read_timeout),
+        "AWS_MAX_ATTEMPTS": str(attempts),
+    }
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "castsql.cli", uri, "-c", "SELECT 1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    return r, time.monotonic() - t0
+
+
+@pytest.mark.parametrize("what", ["table", "warehouse"])
+def test_a_stalled_endpoint_fails_the_open_within_one_requests_attempts(proxied, shell_env, what):
+    """The first request of an open that gets no answer ends the open: the
+    probe of a second object (manifest 0 after the pointer, the next table of
+    a warehouse) is not sent, and AWS_MAX_ATTEMPTS counts every try (botocore's
+    ``max_attempts`` key had added one: 4 x 30 s by default, 124-127 s)."""
+    proxy, root, cfg = proxied
+    if what == "warehouse":  # listing answers, every table probe stalls
+        wh = root.rsplit("/", 1)[0]
+        second = open_storage(wh + "/more", s3=dataclasses.replace(cfg, endpoint_url=cfg.endpoint_url))
+        TableLog.create(second, pa.schema([("id", pa.int64())]))
+        uri = wh
+        proxy.stall = lambda method, path: method == "HEAD"
+    else:
+        uri = root
+        proxy.stall = lambda method, path: True
+    read_timeout, attempts = 3.0, 3
+    r, elapsed = _stalled_shell(cfg, shell_env, uri, read_timeout, attempts)
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "did not answer (3 attempt(s)" in r.stderr and "_latest_manifest" in r.stderr
+    assert proxy.counts["stalled"] == attempts  # one request, three tries, nothing after it
+    one_request = attempts * read_timeout
+    # about one request's budget (+ backoff <= 3 s, + process start), well short of two
+    assert one_request <= elapsed < 2 * one_request - 1, elapsed

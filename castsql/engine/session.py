@@ -48,7 +48,7 @@ from castsql.format import TableLog
 from castsql.format.layout import POINTER_KEY, manifest_key
 from castsql.format.manifest import parse_time
 from castsql.snapshot import Predicate, Snapshot, resolve
-from castsql.storage import S3Config, Storage, open_storage
+from castsql.storage import S3Config, Storage, StorageUnreachable, open_storage
 
 
 class QueryError(CastSQLError):
@@ -56,6 +56,9 @@ class QueryError(CastSQLError):
 
 
 def _is_table(storage: Storage) -> bool:
+    # ``exists`` is False only when the store says the object is absent; a
+    # request that fails (StorageUnreachable after all its attempts) raises
+    # and ends the open, so a stalled endpoint costs one request's budget.
     return storage.exists(POINTER_KEY) or storage.exists(manifest_key(0))
 
 
@@ -129,6 +132,8 @@ class Session:
                     sub = storage.child(child)
                     if _is_table(sub):
                         found[child] = sub
+                except StorageUnreachable:
+                    raise  # the endpoint, not this entry: every other probe would wait as long
                 except StorageError as e:
                     self.skipped.append(f"{storage.uri(child)}: {e}")
             if not found:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from castsql.storage.base import ObjectInfo, ObjectNotFound, PreconditionFailed, Storage, StorageError
+from castsql.storage.base import (
+    ObjectInfo,
+    ObjectNotFound,
+    PreconditionFailed,
+    Storage,
+    StorageError,
+    StorageUnreachable,
+)
 from castsql.storage.config import S3Config
 
 __all__ = [
@@ -12,6 +19,7 @@ __all__ = [
     "S3Config",
     "Storage",
     "StorageError",
+    "StorageUnreachable",
     "open_storage",
 ]
 

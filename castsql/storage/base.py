@@ -26,7 +26,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from castsql.errors import ObjectNotFound, PreconditionFailed, StorageError
+from castsql.errors import ObjectNotFound, PreconditionFailed, StorageError, StorageUnreachable
 
 __all__ = [
     "ObjectInfo",
@@ -34,6 +34,7 @@ __all__ = [
     "PreconditionFailed",
     "Storage",
     "StorageError",
+    "StorageUnreachable",
     "allow_waits",
     "cancel_waits",
     "is_normal_key",

@@ -34,6 +34,7 @@ from castsql.storage.base import (
     PreconditionFailed,
     Storage,
     StorageError,
+    StorageUnreachable,
     waits_cancelled,
 )
 from castsql.storage.config import S3Config
@@ -112,7 +113,10 @@ def _make_fs(config: S3Config) -> Any:
         # botocore's standard mode retries throttling, 5xx, timeouts and dropped
         # connections with backoff; s3fs's own retry loop (5 more rounds of
         # those) is switched off below, or one stalled server costs 25 waits.
-        "retries": {"max_attempts": config.max_attempts, "mode": "standard"},
+        # ``total_max_attempts`` counts the first try, as AWS_MAX_ATTEMPTS does;
+        # botocore's ``max_attempts`` key counts retries only (one attempt more:
+        # a stalled server cost 4 x 30 s, not 3).
+        "retries": {"total_max_attempts": config.max_attempts, "mode": "standard"},
     }
     if config.endpoint_url:
         # S3-compatible servers on an IP or localhost have no per-bucket DNS names.
@@ -188,7 +192,7 @@ class S3Storage(Storage):
         where = self.uri(key)
         if status is None and _is_timeout(exc):
             c = self.config
-            return StorageError(
+            return StorageUnreachable(
                 f"{where}: cannot {action}: {self._endpoint} did not answer "
                 f"({c.max_attempts} attempt(s), {c.connect_timeout:g} s to connect, {c.read_timeout:g} s to read each)"
             )
