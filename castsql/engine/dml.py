@@ -628,6 +628,7 @@ def _distinct_rows(t: pa.Table) -> pa.Table:
 
 
 _BINDER = re.compile(r'Referenced column "?([^"\s]+)"? not found', re.I)
+_NO_COLUMN = re.compile(r'Values list "([^"]+)" does not have a column named "([^"]+)"', re.I)
 _CAST = re.compile(r"Conversion Error: (.*?) when casting from source column (\S+)", re.I)
 
 
@@ -638,6 +639,9 @@ def _explain(e: duckdb.Error) -> str:
     m = _BINDER.search(str(e))
     if m:
         return f"column {m.group(1)!r} does not exist"
+    m = _NO_COLUMN.search(text)
+    if m:
+        return f"column {m.group(1) + '.' + m.group(2)!r} does not exist"
     m = _CAST.search(text)
     if m:
         return f"column {m.group(2)!r} has values of another type: {m.group(1)}"

@@ -374,6 +374,10 @@ class MergeBuilder:
         """Target rows no source row matches are deleted."""
         return self._add("not_matched_by_source_delete", condition, None)
 
+    def add(self, clause: Clause) -> MergeBuilder:
+        """Add a prepared clause (e.g. those of :func:`castsql.write.cdc.cdc_merge_spec`)."""
+        return self._add(clause.kind, clause.condition, clause.set)
+
     def spec(self) -> MergeSpec:
         source_alias, target_alias = self._aliases
         return MergeSpec(self._on, tuple(self._clauses), source_alias, target_alias)
