@@ -3,7 +3,10 @@
 castsql [URI] [-c SQL] [--mode MODE]      the SQL shell (castsql.shell)
 castsql demo [DIR]                        build the demo warehouse, open the shell on it
 castsql append URI --from FILE... [--primary-key COL] [--format parquet|csv|json]
-castsql delete URI --where CONDITION
+castsql delete URI --where CONDITION [--engine spark|duckdb]
+castsql update URI --set "COL = EXPR" [--set ...] [--where CONDITION] [--engine spark|duckdb]
+castsql merge URI --from FILE... --on COL[,COL] [--delete-matched-when COND] [--no-update] [--no-insert]
+              [--delete-not-matched-by-source] [--engine spark|duckdb]
 castsql compact URI [--threshold 0.5]
 castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
 castsql restore URI (--version N | --timestamp T)   commit an older version's content as the newest
@@ -14,7 +17,8 @@ from __future__ import annotations
 
 import sys
 
-WRITER_COMMANDS = {"append", "delete", "compact", "gc", "restore", "upgrade"}
+# In the order ``castsql --help`` lists them.
+WRITER_COMMANDS = ("append", "delete", "update", "merge", "compact", "gc", "restore", "upgrade")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""``castsql append|delete|compact|gc``: a summary line on success, one error line and exit 1 otherwise."""
+"""``castsql append|delete|compact|gc``: a summary line on success, one error line and exit 1 (2 for a
+malformed command line) otherwise."""
 
 from __future__ import annotations
 
@@ -69,23 +70,29 @@ def test_every_subcommand_end_to_end(spark, check_version, tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("argv", "message", "code"),
     [
-        (["delete", "{uri}", "--where", "nope = 1"], "castsql delete: error: bad condition: [UNRESOLVED_COLUMN"),
-        (["delete", "{uri}", "--where", "id = = 1"], "castsql delete: error: bad condition: [PARSE_SYNTAX_ERROR]"),
-        (["delete", "{uri}", "--where", "id + 1"], "must be true or false for each row; 'id + 1' is bigint"),
-        (["delete", "{uri}/../nothing", "--where", "true"], "no table here"),
-        (["delete", "{uri}"], "the following arguments are required: --where"),
-        (["compact", "{uri}", "--threshold", "2"], "--threshold must be in (0, 1], got 2.0"),
-        (["gc", "{uri}", "--older-than", "7x"], "'7x' is not an age (use a number and a unit: 7d, 12h, 30m, 45s)"),
-        (["gc", "{uri}", "--keep-versions", "0"], "keep_versions must be at least 1"),
-        (["append", "{uri}", "--from", "/no/such/file.parquet"], "append: no such file: /no/such/file.parquet"),
-        (["append", "{uri}", "--from", "{bad}"], "missing columns ['amount']"),
-        (["append", "{uri}", "--from", "{csv}", "--format", "parquet"], "castsql append: error:"),
-        (["frobnicate", "{uri}"], "invalid choice: 'frobnicate'"),
+        (["delete", "{uri}", "--where", "nope = 1"], "castsql delete: error: bad condition: [UNRESOLVED_COLUMN", 1),
+        (["delete", "{uri}", "--where", "id = = 1"], "castsql delete: error: bad condition: [PARSE_SYNTAX_ERROR]", 1),
+        (["delete", "{uri}", "--where", "id + 1"], "must be true or false for each row; 'id + 1' is bigint", 1),
+        (["delete", "{uri}", "--where", "kind = 5"], "column kind is string, and the condition 'kind = 5'", 1),
+        (
+            ["delete", "{uri}", "--where", "CAST(kind AS INT) = 5"],
+            '[CAST_INVALID_INPUT] The value \'view\' of the type "STRING" cannot be cast to "INT"',
+            1,
+        ),
+        (["delete", "{uri}/../nothing", "--where", "true"], "no table here", 1),
+        (["delete", "{uri}"], "the following arguments are required: --where", 2),
+        (["compact", "{uri}", "--threshold", "2"], "--threshold must be in (0, 1], got 2.0", 2),
+        (["gc", "{uri}", "--older-than", "7x"], "'7x' is not an age (use a number and a unit: 7d, 12h, 30m, 45s)", 2),
+        (["gc", "{uri}", "--keep-versions", "0"], "keep_versions must be at least 1", 1),
+        (["append", "{uri}", "--from", "/no/such/file.parquet"], "append: no such file: /no/such/file.parquet", 2),
+        (["append", "{uri}", "--from", "{bad}"], "missing columns ['amount']", 1),
+        (["append", "{uri}", "--from", "{csv}", "--format", "parquet"], "castsql append: error:", 1),
+        (["frobnicate", "{uri}"], "invalid choice: 'frobnicate'", 2),
     ],
 )
-def test_errors_are_one_line_and_change_nothing(spark, tmp_path, capsys, argv, message):
+def test_errors_are_one_line_and_change_nothing(spark, tmp_path, capsys, argv, message, code):
     uri = str(tmp_path / "events")
     files = _files(tmp_path)
     pq.write_table(events_rows(range(5)).drop(["amount"]), bad := str(tmp_path / "bad.parquet"))
@@ -94,7 +101,7 @@ def test_errors_are_one_line_and_change_nothing(spark, tmp_path, capsys, argv, m
     st = open_storage(uri)
     before = sorted((i.key, i.size) for i in st.list(""))
     rc, out, err = _run(capsys, *[a.format(uri=uri, bad=bad, csv=files["csv"]) for a in argv])
-    assert rc == 1 and out == ""
+    assert rc == code and out == ""
     assert len(err.splitlines()) == 1 and message in err, err
     assert "Traceback" not in err
     after = [(k, n) for k, n in sorted((i.key, i.size) for i in st.list("")) if not k.startswith("data/")]

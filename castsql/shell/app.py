@@ -32,10 +32,12 @@ MODES = ("box", "table", "csv", "json", "jsonlines", "markdown", "line")  # same
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from castsql.cli import WRITER_COMMANDS
+
     p = argparse.ArgumentParser(
         prog="castsql",
         description="SQL shell over CastSQL tables: time travel (t AS OF VERSION n) and audits (DESCRIBE HISTORY t).",
-        epilog="Other commands: castsql demo | append | delete | compact | gc (castsql COMMAND --help).",
+        epilog=f"Other commands: castsql {' | '.join(('demo', *WRITER_COMMANDS))} (castsql COMMAND --help).",
     )
     p.add_argument("uri", nargs="?", help="a table or a warehouse of tables: a local directory or s3://bucket/prefix")
     p.add_argument("-c", "--command", metavar="SQL", help="run SQL (statements and .commands) and exit")

@@ -1,5 +1,6 @@
-"""Spark writes the tables: append, delete by predicate, compaction and a
-Spark reader of any version; plus garbage collection, which needs no Spark.
+"""Spark writes the tables: append, delete by predicate, update, merge
+(upsert), compaction and a Spark reader of any version; plus garbage
+collection, which needs no Spark.
 
 Importing this package imports nothing of Spark (its names load on first use),
 so ``gc`` works without the ``spark`` extra; what needs Spark says so
@@ -29,6 +30,8 @@ _EXPORTS = {
     "compact": "castsql.spark.compactor",
     "delete": "castsql.spark.deleter",
     "gc": "castsql.spark.garbage",
+    "merge": "castsql.spark.merge",
+    "update": "castsql.spark.merge",
     "read": "castsql.spark.reader",
     "spark_session": "castsql.spark.session",
 }

@@ -1,9 +1,12 @@
-"""The writer subcommands of ``castsql``: append, delete, compact, gc.
+"""The writer subcommands of ``castsql``: append, delete, update, merge, compact, gc, restore, upgrade.
 
 ``castsql.cli`` hands them over with ``argv[0]`` the subcommand::
 
     castsql append URI --from FILE... [--format parquet|csv|json] [--primary-key COL]
-    castsql delete URI --where "COND"
+    castsql delete URI --where "COND" [--engine spark|duckdb]
+    castsql update URI --set "COL = EXPR" [--set ...] [--where "COND"] [--engine spark|duckdb]
+    castsql merge URI --from FILE... --on COL[,COL] [--format F] [--no-update] [--no-insert]
+                  [--delete-matched-when "COND"] [--delete-not-matched-by-source] [--engine spark|duckdb]
     castsql compact URI [--threshold F]
     castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
     castsql restore URI (--version N | --timestamp T)
@@ -11,7 +14,12 @@
 
 AGE is a number with a unit: ``7d``, ``12h``, ``30m``, ``45s``. Spark's console
 progress bar shows while a job runs; the command ends with one summary line on
-stdout. Errors are one line on stderr and exit code 1.
+stdout. Errors are one line on stderr: exit code 2 for a malformed command
+line, 1 for everything else; either way nothing is committed.
+
+``--engine duckdb`` runs delete, update and merge in this process with the
+embedded engine (:mod:`castsql.engine.dml`, what ``castsql.Table`` uses): no
+JVM, pyspark never imported. Spark is the default.
 
 Example::
 
@@ -39,10 +47,27 @@ from castsql.storage import open_storage
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms])\s*$")
 _UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 _FORMATS = ("parquet", "csv", "json")
+_ENGINES = ("spark", "duckdb")
+_SET = re.compile(r"^\s*(`[^`]+`|\"[^\"]+\"|[A-Za-z_][\w$]*)\s*=(?!=)\s*(.*\S)\s*$", re.S)
 
 
 class UsageError(CastSQLError):
     """A command-line argument is malformed."""
+
+
+def parse_assignment(text: str) -> tuple[str, str]:
+    """``--set`` text: ``"v = v * 2"`` -> ``("v", "v * 2")``.
+
+    >>> parse_assignment("amount = amount * 2")
+    ('amount', 'amount * 2')
+    >>> parse_assignment('"odd name" = 1')
+    ('odd name', '1')
+    """
+    m = _SET.match(text)
+    if not m:
+        raise UsageError(f"update: --set {text!r} is not an assignment (use COLUMN = EXPRESSION, e.g. 'v = v * 2')")
+    name = m.group(1)
+    return (name[1:-1] if name[0] in '`"' else name), m.group(2)
 
 
 def parse_age(text: str) -> timedelta:
@@ -74,9 +99,39 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--from", dest="sources", nargs="+", required=True, metavar="FILE")
     a.add_argument("--format", choices=_FORMATS, help="input format (default: from the file name, else parquet)")
     a.add_argument("--primary-key", metavar="COL", help="primary key column (when the table is created)")
-    d = sub.add_parser("delete", help="delete the rows matching a SQL condition")
+    d = sub.add_parser("delete", help="delete the rows matching a SQL condition (one tombstone, one version)")
     d.add_argument("uri")
     d.add_argument("--where", required=True, metavar="COND")
+    _engine(d)
+    up = sub.add_parser("update", help="set columns of the rows matching a condition (one version)")
+    up.add_argument("uri")
+    up.add_argument("--set", dest="assignments", action="append", required=True, metavar="'COL = EXPR'")
+    up.add_argument("--where", metavar="COND", help="the rows to update (default: every row)")
+    _engine(up)
+    m = sub.add_parser(
+        "merge",
+        help="merge rows from files on key columns: update matched rows, insert new ones (one version)",
+        description="Merge (upsert) the rows of FILEs into the table, Delta Lake's MERGE: by default a source row "
+        "whose key matches a table row replaces it (every column) and the other source rows are inserted. "
+        "Conditions are SQL over the aliases target and source.",
+    )
+    m.add_argument("uri")
+    m.add_argument("--from", dest="sources", nargs="+", required=True, metavar="FILE")
+    m.add_argument("--format", choices=_FORMATS, help="input format (default: from the file name, else parquet)")
+    m.add_argument("--on", required=True, metavar="COL[,COL]", help="key column(s) matching source rows to table rows")
+    m.add_argument(
+        "--delete-matched-when",
+        metavar="COND",
+        help="delete matched rows for which COND holds (e.g. \"source.op = 'D'\"); source rows for which it "
+        "holds are never inserted",
+    )
+    m.add_argument("--no-update", action="store_true", help="leave matched rows as they are")
+    m.add_argument("--update-all", action="store_true", help="replace matched rows by the source's (the default)")
+    m.add_argument("--no-insert", action="store_true", help="do not insert source rows that match no table row")
+    m.add_argument(
+        "--delete-not-matched-by-source", action="store_true", help="delete table rows no source row matches"
+    )
+    _engine(m)
     c = sub.add_parser("compact", help="rewrite heavily deleted files, merge tombstones")
     c.add_argument("uri")
     c.add_argument("--threshold", type=float, default=0.5, metavar="F")
@@ -96,6 +151,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _engine(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine",
+        choices=_ENGINES,
+        default="spark",
+        help="spark (default: distributed, starts a JVM) or duckdb (in this process, one machine, no JVM)",
+    )
+
+
 def _input_format(sources: list[str], given: str | None) -> str:
     if given:
         return given
@@ -113,7 +177,9 @@ def _summary(verb: str, m: Manifest) -> str:
         parts.append(
             f"{s['added_files']} file(s), {s.get('added_rows', 0):,} row(s), {format_bytes(s.get('added_bytes', 0))}"
         )
-    if "deleted_rows" in s:
+    if "updated_rows" in s:
+        parts.append(f"{s['updated_rows']:,} row(s) replaced in {s.get('tombstone_records', 0)} tombstone record(s)")
+    elif "deleted_rows" in s:
         parts.append(f"{s['deleted_rows']:,} row(s) deleted in {s.get('tombstone_records', 0)} tombstone record(s)")
     if "removed_files" in s:
         parts.append(f"{s['removed_files']} file(s) removed, {s.get('removed_tombstones', 0)} tombstone file(s) merged")
@@ -157,14 +223,22 @@ def _run(args: Any) -> str:
                 dry_run=args.dry_run,
             ).summary()
         )
-    if args.command == "append":
+    if args.command in ("append", "merge"):
         missing = [s for s in args.sources if not os.path.exists(s)]
         if missing:
-            raise UsageError(f"append: no such file: {missing[0]}")
-    else:
+            raise UsageError(f"{args.command}: no such file: {missing[0]}")
+    if args.command == "merge" and args.no_update and args.update_all:
+        raise UsageError("merge: --update-all and --no-update contradict each other")
+    if args.command == "update":
+        args.assign = dict(parse_assignment(a) for a in args.assignments)
+    if args.command in ("delete", "update") and args.where is not None and not args.where.strip():
+        raise UsageError(f"{args.command}: --where is empty (to change every row, say so: --where true)")
+    if args.command != "append":
         TableLog(open_storage(args.uri)).latest()  # a path that is no table fails before Spark starts
         if args.command == "compact" and not 0 < args.threshold <= 1:
             raise UsageError(f"compact: --threshold must be in (0, 1], got {args.threshold}")
+    if getattr(args, "engine", "spark") == "duckdb":
+        return _embedded_command(args)
 
     require("pyspark", "spark", f"castsql {args.command}")
     from castsql.spark.session import spark_session
@@ -199,10 +273,112 @@ def _spark_command(spark: Any, args: Any) -> str:
 
         m = delete(spark, args.uri, args.where)
         return "delete: no row matched; nothing committed" if m is None else _summary("delete", m)
+    if args.command == "update":
+        from castsql.spark.merge import update
+
+        m = update(spark, args.uri, args.assign, args.where)
+        return "update: no row matched; nothing committed" if m is None else _summary("update", m)
+    if args.command == "merge":
+        from castsql.spark.merge import merge
+
+        fmt = _input_format(args.sources, args.format)
+        reader = spark.read.format(fmt)
+        if fmt == "csv":
+            reader = reader.option("header", "true").option("inferSchema", "true")
+        with job_errors("merge: reading the input"):
+            df = _fit_to_table(args.uri, reader.load([os.path.abspath(s) for s in args.sources]))
+        return _merge_summary(args.uri, _clauses(merge(spark, args.uri, df, on=args.on), args).execute())
     from castsql.spark.compactor import compact
 
     m = compact(spark, args.uri, threshold=args.threshold)
     return "compact: nothing to compact; nothing committed" if m is None else _summary("compact", m)
+
+
+def _clauses(builder: Any, args: Any) -> Any:
+    """The merge clauses the flags ask for, in the order first-match-wins needs."""
+    cond = args.delete_matched_when
+    if cond:
+        builder = builder.when_matched_delete(condition=cond)
+    if not args.no_update:
+        builder = builder.when_matched_update_all()
+    if not args.no_insert:
+        # A CDC feed's delete of a key the table lacks inserts nothing.
+        builder = builder.when_not_matched_insert_all(condition=f"NOT ({cond})" if cond else None)
+    if args.delete_not_matched_by_source:
+        builder = builder.when_not_matched_by_source_delete()
+    return builder
+
+
+def _merge_summary(uri: str, metrics: Any, s3: Any = None) -> str:
+    if metrics.version is None:
+        return f"merge: no row changed ({metrics.num_source_rows:,} source row(s)); nothing committed"
+    m = TableLog(open_storage(uri, s3=s3)).manifest(metrics.version)
+    records = metrics.extra.get("tombstone_records", 0)
+    return (
+        f"merge: committed version {metrics.version}; {metrics.num_target_rows_inserted:,} inserted, "
+        f"{metrics.num_target_rows_updated:,} updated, {metrics.num_target_rows_deleted:,} deleted "
+        f"({metrics.num_source_rows:,} source row(s)); {metrics.num_target_files_added} file(s), "
+        f"{format_bytes(metrics.bytes_written)}, {records} tombstone record(s); "
+        f"table: {m.file_count} file(s), {m.total_rows:,} stored row(s)"
+    )
+
+
+def _read_arrow(sources: list[str], fmt: str, uri: str) -> Any:
+    """The input files as one Arrow table, columns the table has cast to its types."""
+    import pyarrow as pa
+
+    from castsql.errors import SchemaMismatch
+
+    def one(path: str) -> pa.Table:
+        try:
+            if fmt == "csv":
+                import pyarrow.csv as pacsv
+
+                return pacsv.read_csv(path)
+            if fmt == "json":
+                import pyarrow.json as pajson
+
+                return pajson.read_json(path)
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path)
+        except (pa.ArrowException, OSError) as e:
+            raise CastSQLError(f"merge: cannot read {path} as {fmt}: {' '.join(str(e).split())}") from None
+
+    tables = [one(p) for p in sources]
+    try:
+        data = pa.concat_tables(tables, promote_options="permissive")
+    except pa.ArrowException as e:
+        raise CastSQLError(f"merge: the input files do not have the same columns: {e}") from None
+    target = {f.name.lower(): f for f in TableLog(open_storage(uri)).latest().schema.to_arrow()}
+    cols = []
+    for name, col in zip(data.column_names, data.columns, strict=True):
+        f = target.get(name.lower())
+        if f is not None and col.type != f.type:
+            try:
+                col = col.cast(f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise SchemaMismatch(
+                    f"merge: column {name} of the input ({col.type}) cannot be read as the table's {f.type}: {e}"
+                ) from None
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=data.column_names)
+
+
+def _embedded_command(args: Any) -> str:
+    """delete / update / merge with the embedded engine: DuckDB in this
+    process, no JVM; pyspark is never imported."""
+    import castsql
+
+    with castsql.open(args.uri) as table:
+        if args.command == "delete":
+            m = table.delete(args.where)
+            return "delete: no row matched; nothing committed" if m is None else _summary("delete", m)
+        if args.command == "update":
+            m = table.update(args.assign, args.where)
+            return "update: no row matched; nothing committed" if m is None else _summary("update", m)
+        source = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri)
+        return _merge_summary(args.uri, _clauses(table.merge(source, on=args.on), args).execute())
 
 
 def _clear_progress_bar() -> None:
@@ -220,11 +396,12 @@ def _is_analysis_error(e: BaseException) -> bool:
 
 
 def _fit_to_table(uri: str, df: Any) -> Any:
-    """Cast the columns of an input file to an existing table's types.
+    """Cast the columns of an input file that the table has to the table's types.
 
     CSV and JSON carry no schema: Spark infers INT for small numbers and
-    STRING for times. Columns are matched by name; missing or extra columns are
-    left for append's schema check to report.
+    STRING for times. Columns are matched by name (any case) and the others
+    kept as they are (a merge's change-type column); missing or extra columns
+    are left for append's schema check to report.
     """
     from castsql.errors import TableNotFound
     from castsql.spark.types import spark_type
@@ -233,10 +410,12 @@ def _fit_to_table(uri: str, df: Any) -> Any:
         schema = TableLog(open_storage(uri)).latest().schema
     except TableNotFound:
         return df
-    if {c.lower() for c in df.columns} != {n.lower() for n in schema.names}:
-        return df
-    by_lower = {c.lower(): c for c in df.columns}
-    return df.select(*[df[by_lower[f.name.lower()]].cast(spark_type(f.type)).alias(f.name) for f in schema.to_arrow()])
+    types = {f.name.lower(): f for f in schema.to_arrow()}
+    cols = []
+    for c in df.columns:
+        f = types.get(c.lower())
+        cols.append(df[c] if f is None else df[c].cast(spark_type(f.type)).alias(f.name))
+    return df.select(*cols)
 
 
 def _one_line(e: BaseException) -> str:
@@ -255,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         line = _run(args)
+    except UsageError as e:
+        print(f"castsql {command}: error: {_one_line(e)}", file=sys.stderr)
+        return 2
     except CastSQLError as e:
         _clear_progress_bar()
         print(f"castsql {command}: error: {_one_line(e)}", file=sys.stderr)
@@ -265,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         # Anything else is a bug and keeps its traceback.
         if not _is_analysis_error(e):
             raise
-        what = "bad condition" if command == "delete" else "Spark refused the input"
+        what = "bad condition" if command in ("delete", "update") else "Spark refused the input"
         _clear_progress_bar()
         print(f"castsql {command}: error: {what}: {_one_line(e)}", file=sys.stderr)
         return 1

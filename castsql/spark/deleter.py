@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from castsql.errors import CastSQLError, CommitConflict
 from castsql.format import Manifest, TableLog
 from castsql.snapshot import Snapshot, resolve
-from castsql.spark.errors import job_errors
+from castsql.spark.errors import check_types, job_errors
 from castsql.spark.reader import read_snapshot
 from castsql.spark.tasks import summarize_task
 from castsql.storage import S3Config, open_storage
@@ -83,6 +83,7 @@ def plan_delete(spark: SparkSession, log: TableLog, snap: Snapshot, where: str) 
             f"the delete condition must be true or false for each row; {where!r} is "
             f"{probe.schema[MATCH_COL].dataType.simpleString()}"
         )
+    check_types(probe, log.uri, "condition", where)  # "kind = 5" on a string column: refused before the job
     cols = [F.col(FILE_COL), F.col(RG_COL), F.col(POS_COL), F.coalesce(cond, F.lit(False)).alias(MATCH_COL)]
     pk_ok = pk is not None and key_range_type(snap.schema.to_arrow().field(pk).type)
     if pk_ok:

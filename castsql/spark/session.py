@@ -86,6 +86,9 @@ def spark_session(
         # Spark's own Parquet writer (never used for table data) would write INT96.
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .config("spark.python.worker.reuse", "true")
+        # pyspark's worker daemon, minus the BrokenPipeError tracebacks of the
+        # tasks Spark cancels when another task of the job fails.
+        .config("spark.python.daemon.module", "castsql.spark.daemon")
     )
     spark = builder.getOrCreate()
     # Runtime settings of a session someone else started: make them ours.

@@ -1,0 +1,515 @@
+"""Merge (upsert) and update on Spark: one version each, tombstones plus new rows.
+
+``merge(spark, uri, source_df, on="id")`` returns the same builder as the
+embedded engine's ``castsql.Table.merge`` (:class:`castsql.write.merge.MergeBuilder`:
+clauses in order, first match wins, ``execute()`` gives
+:class:`~castsql.write.merge.MergeMetrics`); only the engine differs:
+
+1. the target's live rows of the newest version, with their identity (file,
+   row group, position), are read by :func:`castsql.spark.reader.read_snapshot`
+   (only the columns the clauses can name) and the source DataFrame is
+   registered as a temporary view;
+2. the shared :func:`castsql.write.merge.actions_sql` runs in Spark SQL over
+   the two views: one row per changed row, with its action (update, delete,
+   insert) and how many source rows matched its target row. Types are checked
+   before any job runs (a string column compared with a number is refused, as
+   is a value that does not fit its column);
+3. one job counts the actions and refuses Delta's multiple-match case
+   (several source rows updating or deleting one target row: MergeError
+   naming up to five keys, nothing written);
+4. the replaced and deleted rows' positions are turned into per-row-group
+   bitmaps on the workers (:func:`positions_task`) and the shared planner
+   (:func:`castsql.write.records.plan_records`) picks the tombstone records;
+5. the updated and inserted rows are written by the append task
+   (:func:`castsql.spark.tasks.write_task`, one collect);
+6. ONE commit through :func:`castsql.write.commit.commit_dml`: the new files
+   and the one tombstone file in the same version. On a CommitConflict
+   (docs/FORMAT.md §7) everything is planned again from the new head, up to
+   ``attempts`` times; the files of a lost attempt are garbage for GC.
+
+``update(spark, uri, set={"v": "v * 2"}, where="kind = 'x'")`` is the same
+without a source: the delete's job (:func:`castsql.spark.deleter.plan_delete`:
+workers summarize each row group, key ranges where exact) picks the
+tombstones, a second job over the same version writes the matched rows with
+the new values, one commit.
+
+Example::
+
+    >>> m = (merge(spark, "/data/events", changes_df, on="id")            # doctest: +SKIP
+    ...      .when_matched_update_all().when_not_matched_insert_all().execute())
+    >>> m.num_target_rows_updated, m.num_target_rows_inserted, m.version   # doctest: +SKIP
+    (5000, 5000, 7)
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import functools
+import json
+import math
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyroaring import BitMap
+
+from castsql.errors import CastSQLError
+from castsql.format import DataFile, Manifest, TableLog
+from castsql.format.manifest import json_stat
+from castsql.format.tombstone import serialize_tombstones
+from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
+from castsql.snapshot import Snapshot, resolve
+from castsql.storage import S3Config, open_storage
+from castsql.write.commit import commit_dml, with_retries
+from castsql.write.merge import (
+    ACTION_COL,
+    ACTION_DELETE,
+    ACTION_INSERT,
+    ACTION_UPDATE,
+    MATCHES_COL,
+    MergeBuilder,
+    MergeError,
+    MergeMetrics,
+    MergeSpec,
+    actions_sql,
+    validate,
+)
+from castsql.write.records import FILE_COL, POS_COL, RG_COL, plan_records
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType
+
+__all__ = ["merge", "update"]
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+# ---------------------------------------------------------------------- worker side
+
+
+def positions_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: (file, row group, position) of the replaced and deleted
+    rows in, one JSON unit ``{"key", "rg", "matched", "bitmap"}`` per (file,
+    row group) out. The driver adds each unit's live count from the snapshot
+    (no second read of the table)."""
+    acc: dict[tuple[str, int], list[np.ndarray]] = defaultdict(list)
+    for b in batches:
+        if b.num_rows == 0:
+            continue
+        t = pa.Table.from_batches([b])
+        for (key, rg), idx in _groups(t):
+            acc[(key, rg)].append(t.column(POS_COL).take(idx).to_numpy())
+    out = []
+    for (key, rg), parts in acc.items():
+        pos = np.unique(np.concatenate(parts)).astype(np.uint32)
+        bm = BitMap(array.array("I", pos.tobytes()))
+        bm.run_optimize()
+        out.append(
+            json.dumps({"key": key, "rg": rg, "matched": len(bm), "bitmap": base64.b64encode(bm.serialize()).decode()})
+        )
+    if out:
+        yield pa.RecordBatch.from_pydict({"unit": out})
+
+
+def _groups(t: pa.Table) -> Iterator[tuple[tuple[str, int], pa.Array]]:
+    keys = t.select([FILE_COL, RG_COL]).group_by([FILE_COL, RG_COL], use_threads=False)
+    for row in keys.aggregate([]).to_pylist():
+        mask = pc.and_(pc.equal(t.column(FILE_COL), row[FILE_COL]), pc.equal(t.column(RG_COL), row[RG_COL]))
+        yield (row[FILE_COL], int(row[RG_COL])), pc.indices_nonzero(mask)
+
+
+# ---------------------------------------------------------------------- driver side
+
+
+def _plan_from_positions(spark: SparkSession, log: TableLog, snap: Snapshot, hit: DataFrame, what: str) -> Any:
+    """The tombstone plan deleting the rows ``hit`` (FILE_COL, RG_COL, POS_COL) names."""
+    from castsql.spark.errors import job_errors
+    from castsql.spark.reader import file_row_groups
+
+    with job_errors(f"{log.uri}: {what}"):
+        rows = hit.repartition(FILE_COL, RG_COL).mapInArrow(positions_task, "unit string").collect()
+    files = {f.key: f for f in snap.files}
+    per_file: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        u = json.loads(r.unit)
+        f = files[u["key"]]
+        rgs = file_row_groups(log, f)
+        start = sum(rgs[: u["rg"]])
+        end = start + rgs[u["rg"]]
+        u["live"] = rgs[u["rg"]] - (f.deleted.range_cardinality(start, end) if f.deleted else 0)
+        per_file[u["key"]].append(u)
+    return plan_records(per_file, (f.key for f in snap.files), pk_ok=False, version=snap.version)
+
+
+def _write_rows(log: TableLog, snap: Snapshot, df: DataFrame, what: str, rgs: int, tfb: int) -> list[DataFile]:
+    """Write ``df`` (the table's columns) with the append task; one collect."""
+    from castsql.spark.errors import job_errors
+    from castsql.spark.reader import table_ref
+    from castsql.spark.tasks import write_task
+
+    fn = functools.partial(write_task, table_ref(log, snap), rgs, tfb)
+    with job_errors(f"{log.uri}: {what}"):
+        rows = df.mapInArrow(fn, "entry string").collect()
+    return [DataFile.from_json(json.loads(r.entry), f"{what} task") for r in rows]
+
+
+def _fits(got: DataType, want: DataType) -> bool:
+    """May a value of Spark type ``got`` be stored in a column of ``want``
+    without a row-by-row conversion that fails on some values?"""
+    from pyspark.sql.types import NullType, NumericType
+
+    if got == want or isinstance(got, NullType):
+        return True
+    if isinstance(got, NumericType) and isinstance(want, NumericType):
+        return True  # widened or narrowed as SQL casts do (an overflow fails the job)
+    return type(got).__name__.startswith("Timestamp") and type(want).__name__.startswith("Timestamp")
+
+
+def _cast_columns(df: DataFrame, snap: Snapshot, table: str, what: str, texts: Mapping[str, str]) -> list[Column]:
+    """``df``'s table columns cast to the table's types, after checking that
+    each fits (one line naming the table, the column and both types if not)."""
+    from pyspark.sql import functions as F
+
+    from castsql.spark.types import spark_type
+
+    out = []
+    for f in snap.schema.to_arrow():
+        want = spark_type(f.type)
+        got = df.schema[f.name].dataType
+        if not _fits(got, want):
+            source = texts.get(f.name.lower())
+            value = f"the value {source!r}" if source else "the source's value"
+            raise MergeError(
+                f"table {table}: {what}: column {f.name} is {want.simpleString()}, and {value} is "
+                f"{got.simpleString()} (CAST it explicitly)"
+            )
+        out.append(F.col(_quote(f.name)).cast(want).alias(f.name))
+    return out
+
+
+def _analysis(table: str, what: str, e: Exception) -> MergeError:
+    from castsql.spark.errors import spark_message
+
+    return MergeError(f"table {table}: {what}: {spark_message(e)}; nothing was committed")
+
+
+def merge(
+    spark: SparkSession,
+    uri: str,
+    source: DataFrame,
+    on: str | list[str] | tuple[str, ...] = "id",
+    *,
+    source_alias: str = "source",
+    target_alias: str = "target",
+    s3: S3Config | None = None,
+    attempts: int = 5,
+    row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
+    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+) -> MergeBuilder:
+    """A merge of the Spark DataFrame ``source`` into the table at ``uri``,
+    run by Spark: add clauses, then ``execute()`` (see the module docs).
+
+    ``on``: key column names (``"id"``, ``"id, day"`` or a list) or a SQL
+    predicate over the aliases ``target`` and ``source``. Raises TableNotFound
+    at once if there is no table at ``uri``.
+
+    Example::
+
+        >>> (merge(spark, "s3://bucket/events", df, on="id", s3=s3)                    # doctest: +SKIP
+        ...  .when_matched_delete(condition="source.op = 'D'")
+        ...  .when_matched_update_all()
+        ...  .when_not_matched_insert_all(condition="source.op <> 'D'")
+        ...  .execute()).version
+        8
+    """
+    log = TableLog(open_storage(uri, s3=s3))
+    log.latest()  # no table here: TableNotFound now, not at execute()
+
+    def run(spec: MergeSpec, src: Any) -> MergeMetrics:
+        return _execute_merge(spark, log, spec, src, attempts, row_group_size, target_file_bytes)
+
+    return MergeBuilder(log.uri, source, on, run, source_alias=source_alias, target_alias=target_alias)
+
+
+def _execute_merge(
+    spark: SparkSession,
+    log: TableLog,
+    spec: MergeSpec,
+    source: DataFrame,
+    attempts: int,
+    rgs: int,
+    tfb: int,
+) -> MergeMetrics:
+    from pyspark import StorageLevel
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import DataFrame as SparkDataFrame
+
+    from castsql.spark.errors import check_types, job_errors
+    from castsql.spark.reader import read_snapshot
+
+    table = log.uri
+    if not isinstance(source, SparkDataFrame):
+        raise MergeError(
+            f"table {table}: merge: the Spark engine merges a Spark DataFrame, got {type(source).__name__}"
+        )
+    columns = log.latest().schema.names
+    validate(spec, table, columns, source.columns)
+    tag = uuid.uuid4().hex[:12]
+    source_view, target_view = f"_castsql_source_{tag}", f"_castsql_target_{tag}"
+    source.createOrReplaceTempView(source_view)
+    with job_errors(f"{table}: merge: reading the source"):
+        num_source = source.count()
+    metrics = MergeMetrics(num_source_rows=num_source)
+    texts = {n.lower(): e for c in spec.clauses if c.set for n, e in c.set.items()}
+
+    def attempt(i: int) -> MergeMetrics:
+        metrics.attempts = i + 1
+        snap = resolve(log)
+        used = spec.target_columns_used(columns)
+        out = None
+        for cols in (used, None):  # the guess at the columns, else all of them
+            read_snapshot(spark, log, snap, positions=True, row_groups=True, columns=cols).createOrReplaceTempView(
+                target_view
+            )
+            try:
+                acts = spark.sql(actions_sql(spec, _quote(target_view), _quote(source_view), columns, _quote))
+                out = acts.select(
+                    FILE_COL,
+                    RG_COL,
+                    POS_COL,
+                    ACTION_COL,
+                    MATCHES_COL,
+                    *_cast_columns(acts, snap, table, "merge", texts),
+                )
+                break
+            except AnalysisException as e:
+                if cols is None:
+                    raise _analysis(table, "merge", e) from None
+        assert out is not None
+        check_types(out, table, "merge", _describe(spec))
+        out = out.persist(StorageLevel.MEMORY_AND_DISK)
+        try:
+            return _run_merge(spark, log, snap, spec, out, target_view, metrics, rgs, tfb)
+        finally:
+            out.unpersist()
+
+    try:
+        return with_retries(f"{table}: merge", attempts, attempt)
+    finally:
+        spark.catalog.dropTempView(source_view)
+        spark.catalog.dropTempView(target_view)
+
+
+def _describe(spec: MergeSpec) -> str:
+    parts = [spec.on if isinstance(spec.on, str) else f"on {', '.join(spec.on)}"]
+    for c in spec.clauses:
+        if c.condition:
+            parts.append(c.condition)
+        if c.set:
+            parts += [f"{k} = {v}" for k, v in c.set.items()]
+    return "; ".join(parts)
+
+
+def _run_merge(
+    spark: SparkSession,
+    log: TableLog,
+    snap: Snapshot,
+    spec: MergeSpec,
+    out: DataFrame,
+    target_view: str,
+    metrics: MergeMetrics,
+    rgs: int,
+    tfb: int,
+) -> MergeMetrics:
+    from pyspark.sql import functions as F
+
+    from castsql.spark.errors import job_errors
+    from castsql.spark.reader import ROWS_PER_TASK
+
+    table = log.uri
+    action = F.col(ACTION_COL)
+    changes = action.isin(ACTION_UPDATE, ACTION_DELETE)
+    key = spec.keys[0] if spec.keys else None
+    aggs = [
+        F.count_distinct(F.when(action == ACTION_UPDATE, F.struct(FILE_COL, POS_COL))).alias("updated"),
+        F.count_distinct(F.when(action == ACTION_DELETE, F.struct(FILE_COL, POS_COL))).alias("deleted"),
+        F.sum(F.when(action == ACTION_INSERT, 1).otherwise(0)).alias("inserted"),
+        F.sum(F.when(changes & (F.col(MATCHES_COL) > 1), 1).otherwise(0)).alias("multiple"),
+    ]
+    if key is not None:
+        k = F.when(action == ACTION_INSERT, F.col(_quote(key)))
+        aggs += [F.min(k).alias("lo"), F.max(k).alias("hi")]
+    with job_errors(f"{table}: merge"):
+        [stats] = out.agg(*aggs).collect()
+    if stats["multiple"] and not spec.multiple_matches_allowed:
+        raise _multiple_matches(spark, log, spec, out, target_view)
+    updated, deleted, inserted = stats["updated"], stats["deleted"], stats["inserted"] or 0
+    metrics.num_target_rows_updated, metrics.num_target_rows_deleted = updated, deleted
+    metrics.num_target_rows_inserted = inserted
+    metrics.num_output_rows = updated + inserted
+    if not (updated or deleted or inserted):
+        metrics.version = None
+        return metrics
+    plan = _plan_from_positions(spark, log, snap, out.where(changes).select(FILE_COL, RG_COL, POS_COL), "merge")
+    if plan.rows != updated + deleted:
+        raise CastSQLError(f"{table}: merge: planned {plan.rows} tombstoned row(s) for {updated + deleted} changed")
+    new = out.where(action.isin(ACTION_UPDATE, ACTION_INSERT)).select(*map(_quote, snap.schema.names))
+    # A few large files, not one per shuffle partition: about one task per ROWS_PER_TASK new rows.
+    new = new.coalesce(max(1, math.ceil((updated + inserted) / ROWS_PER_TASK)))
+    files = _write_rows(log, snap, new, "merge", rgs, tfb)
+    span = None
+    if inserted:
+        span = (key, json_stat(stats["lo"]), json_stat(stats["hi"])) if key is not None else (None, None, None)
+        if span[0] is not None and (span[1] is None or span[2] is None):
+            span = (None, None, None)
+    m = commit_dml(
+        log,
+        operation="MERGE",
+        read_version=snap.version,
+        records=plan.records,
+        files=files,
+        summary={
+            "inserted_rows": inserted,
+            "updated_rows": updated,
+            "deleted_rows": plan.rows,
+            "source_rows": metrics.num_source_rows,
+        },
+        insert_key_span=span,
+    )
+    # As the embedded engine counts them: tombstone files, data bytes; the records in extra.
+    metrics.version = m.version
+    metrics.num_target_files_added = len(files)
+    metrics.num_tombstones_added = 1 if plan.records else 0
+    metrics.bytes_written = sum(f.size_bytes for f in files)
+    metrics.extra["tombstone_records"] = len(plan.records)
+    metrics.extra["tombstone_bytes"] = len(serialize_tombstones(plan.records)) if plan.records else 0
+    return metrics
+
+
+def _multiple_matches(spark: SparkSession, log: TableLog, spec: MergeSpec, out: DataFrame, view: str) -> MergeError:
+    """Delta's DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE, naming up to five keys."""
+    from pyspark.sql import functions as F
+
+    from castsql.spark.errors import job_errors
+
+    bad = out.where(F.col(ACTION_COL).isin(ACTION_UPDATE, ACTION_DELETE) & (F.col(MATCHES_COL) > 1))
+    ident = bad.select(FILE_COL, POS_COL).distinct()
+    keys = list(spec.keys or ())
+    with job_errors(f"{log.uri}: merge"):
+        if keys:
+            t = spark.table(_quote(view)).select(FILE_COL, POS_COL, *map(_quote, keys))
+            rows = ident.join(t, [FILE_COL, POS_COL]).select(*map(_quote, keys)).limit(5).collect()
+            seen = [", ".join(f"{k}={v!r}" for k, v in zip(keys, r, strict=True)) for r in rows]
+        else:
+            seen = [f"row {r[1]} of {r[0]}" for r in ident.limit(5).collect()]
+    return MergeError(
+        f"table {log.uri}: merge: several source rows match one target row and a matched clause "
+        f"would change it ({'; '.join(sorted(seen))}); make the source's keys unique (one row per key) "
+        "— nothing was committed"
+    )
+
+
+# ---------------------------------------------------------------------- update
+
+
+def update(
+    spark: SparkSession,
+    uri: str,
+    set: Mapping[str, str],
+    where: str | None = None,
+    *,
+    s3: S3Config | None = None,
+    attempts: int = 5,
+    row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
+    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+) -> Manifest | None:
+    """Set columns of the rows of the newest version for which ``where`` (SQL;
+    None: every row) is true: ``set`` maps a column to a SQL expression over
+    the row's columns. One version: a tombstone for the old rows and new data
+    files for the new ones. Returns the committed manifest, or None (nothing
+    committed) when no row matched.
+
+    Raises MergeError (unknown column, a value of the wrong type, a condition
+    that does not parse), BadCondition (not a boolean), WrongType (a string
+    column compared with a number) before anything is written, and
+    CommitConflict when concurrent commits conflicted ``attempts`` times.
+
+    Example::
+
+        >>> m = update(spark, "/data/events", {"amount": "amount * 2"}, "kind = 'refund'")  # doctest: +SKIP
+        >>> m.summary["updated_rows"]                                                  # doctest: +SKIP
+        1204
+    """
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import functions as F
+
+    from castsql.spark.deleter import plan_delete
+    from castsql.spark.errors import check_types
+    from castsql.spark.reader import read_snapshot
+
+    log = TableLog(open_storage(uri, s3=s3))
+    table = log.uri
+    columns = log.latest().schema.names
+    if not isinstance(set, Mapping) or not set:
+        raise MergeError(f"table {table}: update: set names no column (give {{column: SQL expression}})")
+    by_lower = {c.lower(): c for c in columns}
+    for name, expr in set.items():
+        if not isinstance(name, str) or name.lower() not in by_lower:
+            raise MergeError(
+                f"table {table}: update: column {name!r} is not a column of the table ({', '.join(columns)})"
+            )
+        if not isinstance(expr, str) or not expr.strip():
+            raise MergeError(f"table {table}: update: column {name!r}: the value must be SQL text, got {expr!r}")
+    assign = {by_lower[n.lower()]: e for n, e in set.items()}
+    cond = where if where is not None and where.strip() else "TRUE"
+
+    def attempt(i: int) -> Manifest | None:
+        snap = resolve(log)
+        df = read_snapshot(spark, log, snap)
+        try:
+            new = df.where(F.expr(cond)).select(
+                *[F.expr(assign[c]).alias(c) if c in assign else F.col(_quote(c)) for c in columns]
+            )
+            check_types(df.select(F.expr(cond)), table, "condition", cond)
+            for c, e in assign.items():
+                check_types(df.select(F.expr(e)), table, f"value of {c}", e)
+            cast = new.select(*_cast_columns(new, snap, table, "update", {c.lower(): e for c, e in assign.items()}))
+        except AnalysisException as e:
+            raise _analysis(table, "update", e) from None
+        plan = plan_delete(spark, log, snap, cond)
+        if not plan.records:
+            return None
+        files = _write_rows(log, snap, cast, "update", row_group_size, target_file_bytes)
+        written = sum(f.total_rows for f in files)
+        if written != plan.rows:
+            raise CastSQLError(
+                f"table {table}: update: the condition {cond!r} matched {plan.rows} row(s) and then {written}; "
+                "it must give the same answer every time it is evaluated (no rand()); nothing was committed"
+            )
+        pk = snap.primary_key
+        span = None
+        if pk is not None and pk in assign:  # new keys: a concurrent insert of one would be a duplicate
+            lows, highs = [f.min.get(pk) for f in files], [f.max.get(pk) for f in files]
+            try:
+                span = (pk, min(lows), max(highs))
+            except TypeError:  # a file without statistics for it: any concurrent file conflicts
+                span = (None, None, None)
+        return commit_dml(
+            log,
+            operation="UPDATE",
+            read_version=snap.version,
+            records=plan.records,
+            files=files,
+            summary={"updated_rows": plan.rows, "deleted_rows": plan.rows},
+            insert_key_span=span,
+        )
+
+    return with_retries(f"{table}: update", attempts, attempt)
