@@ -237,3 +237,43 @@ def test_types_row_shows_the_duckdb_type_of_spelled_columns() -> None:
     finally:
         sh.close()
     assert re.search(r"│\s+timetz\s+│\s+timestamptz\s+│\s+integer\s+│", out.getvalue()), out.getvalue()
+
+
+# ---------------------------------------------------------------- control characters
+
+# ESC (a CSI sequence that clears the screen), BEL, CR, DEL, C1 CSI (\x9b) and
+# an OSC title change, in a value, inside a list value and in a column name.
+EVIL = "x\x1b[2J\x07\r\x7f\x9b31m\x1b]0;pwned\x07"
+EVIL_TABLE = pa.table({"n" + EVIL: [EVIL], "l": [[EVIL]], "i": [1]})
+
+
+def _raw_controls(text: str) -> list[str]:
+    return [c for c in text if not c.isprintable() and c != "\n"]
+
+
+@pytest.mark.parametrize("mode", ["box", "table", "csv", "json", "jsonlines", "markdown", "line"])
+def test_a_terminal_never_receives_a_raw_control_character(mode) -> None:
+    out = render_table(EVIL_TABLE, RenderOptions(mode=mode, terminal=True))
+    assert _raw_controls(out) == []
+    assert "\\x1b[2J" in out or "\\u001b[2J" in out  # shown, not dropped
+
+
+def test_csv_and_markdown_into_a_file_or_pipe_keep_the_bytes() -> None:
+    import csv as csvlib
+
+    out = render_table(EVIL_TABLE, RenderOptions(mode="csv", terminal=False))
+    assert list(csvlib.reader(io.StringIO(out))) == [["n" + EVIL, "l", "i"], [EVIL, f"['{EVIL}']", "1"]]
+    out = render_table(EVIL_TABLE, RenderOptions(mode="markdown", terminal=False))
+    assert EVIL.replace("\r", "") in out.replace("\r", "") and "\x1b[2J" in out
+    # what is for reading escapes anywhere; JSON escapes always, and a reader gets the same string back
+    for mode in ("box", "table", "line"):
+        assert _raw_controls(render_table(EVIL_TABLE, RenderOptions(mode=mode, terminal=False))) == []
+    out = render_table(EVIL_TABLE, RenderOptions(mode="jsonlines", terminal=False))
+    assert _raw_controls(out) == []
+    assert json.loads(out) == {"n" + EVIL: EVIL, "l": [EVIL], "i": 1}
+
+
+def test_json_escapes_unprintable_characters_beyond_the_basic_plane() -> None:
+    t = pa.table({"s": ["a\U000e0001b\u2028"]})  # a tag character and a line separator
+    out = render_table(t, RenderOptions(mode="jsonlines"))
+    assert out == '{"s": "a\\udb40\\udc01b\\u2028"}\n' and json.loads(out) == {"s": "a\U000e0001b\u2028"}

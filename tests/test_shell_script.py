@@ -56,7 +56,7 @@ def test_first_error_stops_with_status_1_and_one_line(shell_warehouse: str, shel
     assert r.returncode == 1
     assert r.stdout == "a\n1\n"  # the statement after the error never ran
     assert len(r.stderr.splitlines()) == 1, r.stderr
-    assert r.stderr.startswith("Error: <stdin>:2: Catalog Error: Table with name nosuch does not exist")
+    assert r.stderr.startswith("Error: <stdin>:2: no table named nosuch (tables: events, users)")
 
 
 def test_bad_uri_and_bad_arguments(tmp_path, shell_env: dict[str, str]) -> None:
@@ -174,6 +174,48 @@ def test_dollar_quoted_strings_are_strings(run) -> None:
     )
     assert (status, err) == (0, "")
     assert out == "s,u\na)b,x;$$ AS OF VERSION 1\nn\n1896\n"
+
+
+# A value and a column name that clear the screen, ring the bell and retitle the window.
+EVIL_SQL = "SELECT chr(27) || '[2J' || chr(7) AS \"v\x1b]0;t\x07\", 1 AS n"
+
+
+@pytest.mark.parametrize("mode", ["csv", "markdown", "line", "json", "box"])
+def test_control_characters_reach_a_terminal_escaped(shell_warehouse: str, shell_env: dict[str, str], mode) -> None:
+    import pexpect
+
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "castsql.cli", shell_warehouse, "--mode", mode, "-c", EVIL_SQL],
+        env={**shell_env, "NO_COLOR": "1"},
+        encoding="utf-8",
+        timeout=30,
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    out = child.before
+    assert child.exitstatus == 0, out
+    assert [c for c in out if not c.isprintable() and c not in "\r\n"] == [], repr(out)
+    assert ("\\u001b[2J" if mode == "json" else "\\x1b[2J") in out and "]0;t" in out
+
+
+def test_csv_and_markdown_into_a_pipe_or_file_keep_the_bytes(
+    shell_warehouse: str, shell_env: dict[str, str], tmp_path
+) -> None:
+    for mode in ("csv", "markdown"):
+        r = castsql([shell_warehouse, "--mode", mode, "-c", EVIL_SQL], shell_env)
+        assert r.returncode == 0 and "\x1b[2J\x07" in r.stdout and "v\x1b]0;t\x07" in r.stdout, r.stdout
+    r = castsql([shell_warehouse, "--mode", "csv", "-c", EVIL_SQL], shell_env)
+    assert r.stdout == "v\x1b]0;t\x07,n\n\x1b[2J\x07,1\n"
+    # line and json are escaped wherever they go: line is for reading, json says \u001b (the same string)
+    r = castsql([shell_warehouse, "--mode", "line", "-c", EVIL_SQL], shell_env)
+    assert "\x1b" not in r.stdout and "\\x1b[2J\\x07" in r.stdout
+    r = castsql([shell_warehouse, "--mode", "jsonlines", "-c", EVIL_SQL], shell_env)
+    assert "\x1b" not in r.stdout and json.loads(r.stdout) == {"v\x1b]0;t\x07": "\x1b[2J\x07", "n": 1}
+    out = tmp_path / "out.csv"
+    r = castsql([shell_warehouse], shell_env, stdin=f".mode csv\n.output {out}\n{EVIL_SQL};\n")
+    assert r.returncode == 0, r.stderr
+    assert out.read_text() == "v\x1b]0;t\x07,n\n\x1b[2J\x07,1\n"
 
 
 def test_app_modes_match_the_renderer() -> None:

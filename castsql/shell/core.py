@@ -83,6 +83,13 @@ def one_line(exc: BaseException) -> str:
     return f"{first} ({extra[0]})" if extra else first
 
 
+def _isatty(f: TextIO) -> bool:
+    try:
+        return f.isatty()
+    except (AttributeError, ValueError):  # a closed file, or no file at all
+        return False
+
+
 def _no_color() -> bool:
     return "NO_COLOR" in os.environ or os.environ.get("TERM") == "dumb"
 
@@ -195,7 +202,11 @@ class Shell:
         s = self.settings
         tty = console and self.stdout.isatty()
         width = shutil.get_terminal_size((100, 24)).columns if tty else None
-        return RenderOptions(mode=s.mode, maxrows=s.maxrows, width=width, types=s.types, color=tty and not _no_color())
+        # Control characters are escaped for a terminal, also one named by .output /dev/tty.
+        terminal = tty or (not console and _isatty(self.result_target()[0]))
+        return RenderOptions(
+            mode=s.mode, maxrows=s.maxrows, width=width, types=s.types, color=tty and not _no_color(), terminal=terminal
+        )
 
     # ------------------------------------------------------------ session
 

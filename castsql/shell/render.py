@@ -41,6 +41,7 @@ from functools import lru_cache
 from typing import Any, Protocol, TextIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 MODES = ("box", "table", "csv", "json", "jsonlines", "markdown", "line")
 GRID_MODES = frozenset({"box", "table"})  # fitted to the width, row-limited, with a footer
@@ -59,6 +60,15 @@ class RenderOptions:
     ``maxrows`` (0: no limit) and ``width`` (None: do not fit) only apply to
     the grid modes; ``color`` dims NULLs and footers with ANSI codes (only
     wanted on a terminal); ``types`` adds a row of column types under the header.
+
+    ``terminal``: the output is a terminal. Control characters (ESC, BEL, CR,
+    other C0 and C1 codes) in values and column names are then escaped in every
+    mode (``\x1b``), so no query result can move the cursor, retitle the window
+    or answer back. Off a terminal (``.output FILE``, ``-c … > file``, a pipe),
+    csv and markdown keep the bytes, as data files must (DuckDB's shell and
+    psql do the same); box, table and line always escape (they are for
+    reading), json always writes them as ``\u001b`` (the same string to any
+    JSON reader).
     """
 
     mode: str = "box"
@@ -67,6 +77,7 @@ class RenderOptions:
     types: bool = False
     color: bool = False
     null: str = "NULL"
+    terminal: bool = True  # the safe default: escape
 
 
 class Progress(Protocol):
@@ -489,7 +500,7 @@ def render_grid(c: Collected, opts: RenderOptions) -> str:
         return ""
     style = BOX if opts.mode == "box" else ASCII
     names = [_escape_controls(f.name) for f in schema]
-    types = [field_label(f) for f in schema]
+    types = [_escape_controls(field_label(f)) for f in schema]
     aligns = ["right" if is_numeric(f.type) else "left" for f in schema]
 
     def cells(rows: list[tuple[Any, ...]]) -> list[list[tuple[str, bool]]]:
@@ -558,6 +569,32 @@ def _csv_value(v: Any) -> Any:
     return format_value(v)
 
 
+def _csv_rows(writer: Any, out: TextIO, rows: Iterable[Sequence[Any]], has_cr: bool) -> None:
+    if not has_cr:
+        writer.writerows(rows)
+        return
+    # Python's csv quotes only the characters of its line terminator ("\n"):
+    # a field holding a bare CR must be quoted by hand or readers split the row.
+    for row in rows:
+        if any(isinstance(x, str) and "\r" in x for x in row):
+            out.write(",".join(_csv_quoted(x) for x in row) + "\n")
+        else:
+            writer.writerow(row)
+
+
+def _csv_quoted(x: Any) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, str):
+        return '"' + x.replace('"', '""') + '"' if any(c in x for c in ',"\r\n') else x
+    return str(x)
+
+
+def _csv_cell(v: Any, shown: Any) -> Any:
+    x = _csv_value(v)
+    return shown(x) if isinstance(x, str) else x
+
+
 _JSON_SAFE = (str, int, bool)
 
 
@@ -577,14 +614,26 @@ def _json_value(v: Any) -> Any:
     return format_value(v)
 
 
+def _json_dumps(v: Any) -> str:
+    text = json.dumps(v, ensure_ascii=False)
+    # json.dumps escapes C0 controls only: DEL, C1 (\x9b is CSI) and other
+    # unprintable characters go out as \u escapes too, the same string to a reader.
+    return text if text.isprintable() else "".join(c if c.isprintable() else _json_escape(c) for c in text)
+
+
+def _json_escape(c: str) -> str:
+    o = ord(c)
+    if o < 0x10000:
+        return f"\\u{o:04x}"
+    o -= 0x10000
+    return f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}"
+
+
 def _json_object(names: Sequence[str], row: tuple[Any, ...]) -> str:
     # Built by hand, not with a dict, so duplicate column names (SELECT 1 AS a, 2 AS a) survive.
     return (
         "{"
-        + ", ".join(
-            f"{json.dumps(n, ensure_ascii=False)}: {json.dumps(_json_value(v), ensure_ascii=False)}"
-            for n, v in zip(names, row, strict=True)
-        )
+        + ", ".join(f"{_json_dumps(n)}: {_json_dumps(_json_value(v))}" for n, v in zip(names, row, strict=True))
         + "}"
     )
 
@@ -609,7 +658,7 @@ def write_result(
         # EXPLAIN's plan is a drawing already: print it as it is, like DuckDB's shell does.
         plans = [v for b in batches for v in b.column(1).to_pylist()]
         progress.begin_output()
-        out.write("".join(p if p.endswith("\n") else p + "\n" for p in plans if p))
+        out.write("".join(printable(p if p.endswith("\n") else p + "\n", keep="\n") for p in plans if p))
         return len(plans)
     if opts.mode in GRID_MODES:
         c = collect(batches, schema, opts.maxrows, progress)
@@ -624,6 +673,8 @@ def write_result(
     names = list(schema.names)
     total = 0
     started = False
+    # A terminal never gets a raw control character; a file or pipe gets csv and markdown as they are.
+    shown: Any = _escape_controls if opts.terminal else (lambda x: x)
 
     def start() -> None:
         nonlocal started
@@ -634,15 +685,22 @@ def write_result(
     if opts.mode == "csv":
         writer = csv.writer(out, lineterminator="\n")
         start()
-        writer.writerow(names)
+        _csv_rows(writer, out, [[shown(n) for n in names]], True)
         for batch in batches:
             progress.check()
             cols = [_column_values(c) for c in batch.columns]
             fixed = []
-            for f, vals in zip(schema, cols, strict=True):
-                plain = pa.types.is_string(f.type) or pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
-                fixed.append(vals if plain and not any(v is None for v in vals) else [_csv_value(v) for v in vals])
-            writer.writerows(zip(*fixed, strict=True))
+            has_cr = False
+            for f, col, vals in zip(schema, batch.columns, cols, strict=True):
+                numeric = pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
+                plain = numeric or (pa.types.is_string(f.type) and not opts.terminal)
+                if plain and not any(v is None for v in vals):
+                    fixed.append(vals)
+                    has_cr = has_cr or (not numeric and bool(pc.any(pc.match_substring(col, "\r")).as_py()))
+                else:
+                    fixed.append([_csv_cell(v, shown) for v in vals])
+                    has_cr = has_cr or any(isinstance(x, str) and "\r" in x for x in fixed[-1])
+            _csv_rows(writer, out, zip(*fixed, strict=True), has_cr)
             total += batch.num_rows
             progress.rows(batch.num_rows)
         return total
@@ -670,22 +728,24 @@ def write_result(
         widths: list[int] | None = None
         for batch in batches:
             progress.check()
-            rows = [[_md_cell(format_value(v, opts.null)) for v in r] for r in _rows(batch)]
+            rows = [[shown(_md_cell(format_value(v, opts.null))) for v in r] for r in _rows(batch)]
             if widths is None:
                 # Widths come from the first batch: later rows that are wider still make valid markdown.
                 widths = [
-                    max(3, display_width(_md_cell(n)), *(display_width(r[i]) for r in rows))
+                    max(3, display_width(shown(_md_cell(n))), *(display_width(r[i]) for r in rows))
                     for i, n in enumerate(names)
                 ]
-                _md_header(out, names, aligns, widths, start)
+                _md_header(out, [shown(_md_cell(n)) for n in names], aligns, widths, start)
             for r in rows:
                 out.write("| " + " | ".join(_pad(x, w, a) for x, w, a in zip(r, widths, aligns, strict=True)) + " |\n")
             total += batch.num_rows
             progress.rows(batch.num_rows)
         if widths is None:
-            _md_header(out, names, aligns, [max(3, display_width(_md_cell(n))) for n in names], start)
+            cells = [shown(_md_cell(n)) for n in names]
+            _md_header(out, cells, aligns, [max(3, display_width(c)) for c in cells], start)
         return total
     if opts.mode == "line":
+        names = [_escape_controls(n) for n in names]
         label_w = max(display_width(n) for n in names)
         for batch in batches:
             progress.check()
@@ -701,9 +761,9 @@ def write_result(
     raise ValueError(f"unknown output mode {opts.mode!r} (modes: {', '.join(MODES)})")
 
 
-def _md_header(out: TextIO, names: list[str], aligns: list[str], widths: list[int], start: Any) -> None:
+def _md_header(out: TextIO, cells: list[str], aligns: list[str], widths: list[int], start: Any) -> None:
     start()
-    out.write("| " + " | ".join(_pad(_md_cell(n), w, "left") for n, w in zip(names, widths, strict=True)) + " |\n")
+    out.write("| " + " | ".join(_pad(c, w, "left") for c, w in zip(cells, widths, strict=True)) + " |\n")
     rule = ["-" * (w + 1) + ":" if a == "right" else "-" * (w + 2) for a, w in zip(aligns, widths, strict=True)]
     out.write("|" + "|".join(rule) + "|\n")
 
