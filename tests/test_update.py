@@ -1,0 +1,127 @@
+"""Update, delete and append from the Python Table with the embedded engine:
+one version each, refusals name the table and the column and commit nothing."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from tables import build_events
+
+import castsql
+from castsql.engine.dml import WriteError
+from castsql.errors import CastSQLError, SchemaMismatch
+from castsql.format import TableLog
+from castsql.storage import open_storage
+
+
+@pytest.fixture
+def events(storage_root, s3_config):
+    st = open_storage(storage_root + "/events", s3=s3_config)
+    ev = build_events(st)
+    t = castsql.open(st.root, s3=s3_config)
+    yield t, ev
+    t.close()
+
+
+def vals(t) -> dict[int, float]:
+    got = t.to_arrow(["id", "val"]).to_pylist()
+    out = {r["id"]: r["val"] for r in got}
+    assert len(out) == len(got)
+    return out
+
+
+def test_update_by_predicate_is_one_version(events):
+    t, ev = events
+    before = vals(t)
+    m = t.update(set={"val": "val * 2", "grp": "'x'"}, where="grp = 'g3' AND id < 500")
+    hit = {i for i in ev.live[6] if i % 7 == 3 and i < 500}
+    assert m.version == 7 and t.version == 7 and m.operation == "UPDATE"
+    assert m.summary["updated_rows"] == len(hit) and m.summary["added_rows"] == len(hit)
+    assert m.summary["added_tombstones"] == 1
+    after = vals(t)
+    assert after == {i: v * 2 if i in hit else v for i, v in before.items()}
+    assert {r["id"] for r in t.to_arrow(["id"], filter="grp = 'x'").to_pylist()} == hit
+    assert vals(t.at(version=6)) == before
+    assert t.update(set={"val": "0"}, where="id < 0") is None and t.at().version == 7
+
+
+def test_update_without_where_touches_every_row(tmp_path):
+    from tables import SCHEMA
+
+    st = open_storage(str(tmp_path / "small"))
+    TableLog.create(st, SCHEMA, primary_key="id")
+    t = castsql.open(st.root)
+    from tables import rows
+
+    t.append(rows(0, 50))
+    t.update(set={"val": "-1"})
+    assert set(vals(t).values()) == {-1.0} and len(vals(t)) == 50
+    t.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"set": {"nope": "1"}}, "table events: update: column 'nope' does not exist"),
+        ({"set": {"val": "zz + 1"}}, "table events: update: column 'val' = 'zz \\+ 1': column 'zz' does not exist"),
+        ({"set": {"val": "grp"}}, "table events: update: column 'val' is DOUBLE, but 'grp' is VARCHAR"),
+        ({"set": {"grp": "id + 1"}}, "table events: update: column 'grp' is VARCHAR, but 'id \\+ 1' is BIGINT"),
+        ({"set": {"val": "1"}, "where": "grp = 5"}, "table events: update: column 'grp' has values of another type"),
+        (
+            {"set": {"val": "1"}, "where": "kind = 'x'"},
+            "table events: update: condition .*column 'kind' does not exist",
+        ),
+        ({"set": {"val": "1"}, "where": "id + 1"}, "must be true or false for each row; 'id \\+ 1' is BIGINT"),
+        ({"set": {"val": "1"}, "where": "1=1) OR (1=1"}, "filter must be one SQL condition"),
+        ({"set": {}}, "set must name columns"),
+    ],
+)
+def test_bad_updates_are_one_line_and_commit_nothing(events, kwargs, message):
+    t, _ = events
+    files_before = len(list(TableLog(open_storage(t.uri, s3=t._session.s3)).storage.list("data/")))
+    with pytest.raises(CastSQLError, match=message) as e:
+        t.update(**kwargs)
+    assert "\n" not in str(e.value)
+    assert t.at().version == 6 and t.version == 6
+    assert len(list(TableLog(open_storage(t.uri, s3=t._session.s3)).storage.list("data/"))) == files_before
+
+
+def test_delete_by_predicate_and_its_errors(events):
+    t, ev = events
+    m = t.delete("id >= 1000 AND id < 1400")
+    assert m.summary["deleted_rows"] == len({i for i in ev.live[6] if 1000 <= i < 1400})
+    assert set(vals(t)) == {i for i in ev.live[6] if not 1000 <= i < 1400}
+    assert t.delete("id = 1000") is None  # already gone
+    with pytest.raises(WriteError, match="table events: delete: column 'grp' has values of another type"):
+        t.delete("grp = 5")
+    with pytest.raises(WriteError, match="table events: delete: no condition"):
+        t.delete(None)
+    assert t.at().version == 7
+
+
+def test_append_from_arrow_pandas_polars_and_bad_data(events):
+    t, ev = events
+    from tables import rows
+
+    assert t.append(rows(5000, 5010)).version == 7
+    pd = pytest.importorskip("pandas")
+    assert t.append(rows(5010, 5020).to_pandas()).version == 8
+    pl = pytest.importorskip("polars")
+    assert t.append(pl.from_arrow(rows(5020, 5030))).version == 9
+    assert set(vals(t)) == ev.live[6] | set(range(5000, 5030))
+    with pytest.raises(SchemaMismatch):
+        t.append(pa.table({"id": ["x"], "grp": ["a"], "val": [1.0], "ts": rows(0, 1).column("ts")}))
+    with pytest.raises(SchemaMismatch, match="missing"):
+        t.append(pa.table({"id": [1]}))
+    assert t.append(rows(0, 0)) is None
+    assert t.at().version == 9
+    del pd
+
+
+def test_a_table_opened_at_an_old_version_refuses_writes(events):
+    t, _ = events
+    old = t.at(version=3)
+    for write in (lambda: old.update(set={"val": "1"}), lambda: old.delete("true"), lambda: old.append(pa.table({}))):
+        with pytest.raises(CastSQLError, match="table events is pinned at version 3; writes go to the newest version"):
+            write()
+    assert t.at().version == 6
