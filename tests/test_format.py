@@ -310,6 +310,7 @@ def test_a_key_range_of_the_wrong_type_names_the_tombstone(tmp_path):
     m.update(version=2, previous=1)
     m["deletes"]["inline"] = ["tombstone/x.del"]
     m["change"] = {"added_tombstones": ["tombstone/x.del"]}
+    m["totals"]["tombstones"] = 1
     st.put_if_absent(manifest_key(2), json.dumps(m).encode())
     with Session(st.root) as s, pytest.raises(FormatError, match=r"x\.del \(version 2\): record 0: key range"):
         s.sql("SELECT * FROM t")

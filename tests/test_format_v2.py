@@ -269,8 +269,13 @@ BREAKS = {
     "missing": lambda log, ref: log.storage.delete(ref.path),
     "truncated": lambda log, ref: log.storage.put(ref.path, log.storage.get(ref.path)[:100]),
     "foreign": lambda log, ref: log.storage.put(ref.path, _parquet(pa.table({"x": [1]}))),
-    "summary": lambda log, ref: _rewrite_manifest(
-        log, log.latest_version(), lambda d: d["files"]["objects"][0].update(rows=ref.rows + 1)
+    "summary": lambda log, ref: _rewrite_manifest(  # totals kept equal to the summaries: only the object disagrees
+        log,
+        log.latest_version(),
+        lambda d: (
+            d["files"]["objects"][0].update(rows=ref.rows + 1),
+            d["totals"].update(rows=d["totals"]["rows"] + 1),
+        ),
     ),
     "outside": lambda log, ref: _rewrite_manifest(
         log, log.latest_version(), lambda d: d["files"]["objects"][0].update(path="../other/x.files.parquet")

@@ -84,47 +84,39 @@ def history(session: Session, table: str) -> pa.Table:
     prev: Snapshot | None = None
     prev_live = 0
     # Versions come from the listing, and each is read on its own: a broken
-    # version (latest or not) gets a row saying what is wrong, and the others
-    # still read (audits of old versions matter most when the latest is broken).
+    # version (latest or not: a bad manifest, a missing metadata object or
+    # tombstone, metadata that disagrees with itself) gets a row saying what is
+    # wrong in its error column, and the others still read (audits of old
+    # versions matter most when the latest is broken).
     for v in log.versions():
+        row: dict = {"version": v}
         try:
             m = log.manifest(v)
-        except CastSQLError as e:
-            rows.append({"version": v, "error": str(e)})
-            prev = None
-            continue
-        row = {
-            "version": m.version,
-            "committed_at": m.created_at,
-            "operation": m.operation,
-            "writer": m.writer,
-            "data_files": m.file_count,
-            "tombstone_files": m.tombstone_count,
-        }
-        try:
+            row.update(
+                committed_at=m.created_at,
+                operation=m.operation,
+                writer=m.writer,
+                data_files=m.file_count,
+                tombstone_files=m.tombstone_count,
+            )
             snap = resolve(log, m.version)
+            snap.read_objects()  # a missing or bad files object breaks the version: say so here
             live = live_rows(session, table, snap)
+            added_files = removed_files = rows_added = rows_deleted = None
+            if prev is not None and prev.version == m.version - 1:
+                # Counted from the two versions' content, not from what the
+                # manifest's change record claims.
+                new_keys, gone_keys = snap.file_diff(prev)
+                added_files, removed_files = len(new_keys), len(gone_keys)
+                if (m.operation or "").upper() in _NO_DATA_CHANGE:
+                    rows_added = rows_deleted = 0
+                else:
+                    rows_added = _live_in(session, table, snap, new_keys)
+                    rows_deleted = prev_live + rows_added - live
         except (CastSQLError, duckdb.Error) as e:
             rows.append({**row, "error": str(e).splitlines()[0]})
             prev = None
             continue
-        if prev is None or prev.version != m.version - 1:
-            added_files = removed_files = None
-            rows_added = rows_deleted = None
-        else:
-            if m.change is not None:  # format version 2 says what it changed
-                new_keys = {f.path for f in m.change.added_files}
-                added_files, removed_files = len(new_keys), len(m.change.removed_files)
-            else:
-                all_keys = set(session.log(table).state(m).keys().to_pylist())
-                prev_all = set(session.log(table).state(prev.manifest).keys().to_pylist())
-                new_keys = {f.key for f in snap.files} - {f.key for f in prev.files}
-                added_files, removed_files = len(all_keys - prev_all), len(prev_all - all_keys)
-            if (m.operation or "").upper() in _NO_DATA_CHANGE:
-                rows_added = rows_deleted = 0
-            else:
-                rows_added = _live_in(session, table, snap, new_keys)
-                rows_deleted = prev_live + rows_added - live
         rows.append(
             {
                 **row,

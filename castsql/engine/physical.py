@@ -45,8 +45,9 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from castsql.errors import SchemaMismatch
+from castsql.errors import FormatError, SchemaMismatch
 from castsql.format.schema import Schema, type_from_name
+from castsql.snapshot import ResolvedFile
 
 Signature = tuple[tuple[str, str | None], ...]  # (physical name, DuckDB type or None for nested), in file order
 
@@ -174,6 +175,7 @@ class Signatures:
     (data files are immutable; DuckDB's own metadata cache keeps the footers)."""
 
     _cache: dict[str, Signature] = {}
+    _rows: dict[str, tuple[int, ...]] = {}  # rows per row group, from the footer
     _lock = threading.Lock()
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -211,6 +213,49 @@ class Signatures:
             if children:
                 stack.append(children)
         return {f: tuple(cols) for f, cols in out.items()}
+
+    def row_groups(self, uris: Sequence[str]) -> dict[str, tuple[int, ...]]:
+        """Rows in each row group of each file, from its footer (read once per process)."""
+        with self._lock:
+            missing = [u for u in uris if u not in self._rows]
+        for start in range(0, len(missing), 2000):
+            chunk = missing[start : start + 2000]
+            rows = self.con.execute(
+                "SELECT file_name, row_group_id, max(row_group_num_rows) FROM parquet_metadata(?) "
+                "GROUP BY ALL ORDER BY file_name, row_group_id",
+                [chunk],
+            ).fetchall()
+            found: dict[str, list[int]] = {u: [] for u in chunk}
+            for file, _, n in rows:
+                found.setdefault(file, []).append(n)
+            with self._lock:
+                self._rows.update({u: tuple(ns) for u, ns in found.items()})
+        with self._lock:
+            return {u: self._rows[u] for u in uris}
+
+    def check_rows(self, files: Sequence[ResolvedFile]) -> None:
+        """FormatError naming the file and the version unless each file's footer
+        holds the rows its manifest entry says (total, and per row group where the
+        entry lists them): deletes are positions placed by those counts, and a count
+        answered from metadata relies on them."""
+        found = self.row_groups([f.uri for f in files])
+        for f in files:
+            got, entry = found[f.uri], f.entry
+            claimed = entry.row_group_rows
+            if sum(got) != entry.total_rows or (claimed is not None and tuple(claimed) != got):
+                said = f"{entry.total_rows} rows" + (
+                    f" in row groups of {list(claimed)}" if claimed is not None else ""
+                )
+                raise FormatError(
+                    f"{f.uri} (version {f.version}): the file holds {sum(got)} rows in row groups of "
+                    f"{list(got)}, the manifest says {said}"
+                )
+
+    def groups_of(self, files: Sequence[ResolvedFile]) -> list[Group]:
+        """The files by physical signature (see :meth:`groups`), after checking
+        their row counts against their footers (:meth:`check_rows`)."""
+        self.check_rows(files)
+        return self.groups([f.uri for f in files])
 
     def groups(self, uris: Sequence[str]) -> list[Group]:
         """``uris`` by physical signature, in the order each signature is first met."""

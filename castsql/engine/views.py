@@ -222,7 +222,7 @@ class Views:
 
     def _groups(self, files: list[ResolvedFile]) -> list[tuple[Group, list[ResolvedFile]]]:
         by_uri = {f.uri: f for f in files}
-        return [(g, [by_uri[u] for u in g.uris]) for g in self.signatures.groups([f.uri for f in files])]
+        return [(g, [by_uri[u] for u in g.uris]) for g in self.signatures.groups_of(files)]
 
     def _projection(self, snap: Snapshot, group: Group, first: ResolvedFile) -> str:
         try:

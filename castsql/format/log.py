@@ -119,6 +119,7 @@ class TableLog:
         self._parts: OrderedDict[tuple[str, str], FilePart] = OrderedDict()
         self._deletes: OrderedDict[str, pa.Table] = OrderedDict()
         self._records: OrderedDict[str, list[tuple[str, TombstoneRecord]]] = OrderedDict()
+        self._object_tombs: OrderedDict[str, frozenset[str]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -195,6 +196,10 @@ class TableLog:
                 self._manifests.popitem(last=False)
         return m
 
+    def where(self, version: int) -> str:
+        """``<manifest URI> (version N)``: how errors about a version's metadata name it."""
+        return f"{self.storage.uri(manifest_key(version))} (version {version})"
+
     def manifest_raw(self, version: int) -> Manifest:
         """Manifest ``version`` (cached), or ObjectNotFound: no listing, no pointer read."""
         return self._read_manifest(version)
@@ -217,7 +222,7 @@ class TableLog:
             if p is not None:
                 self._parts.move_to_end(ck)
                 return p
-        p = read_part(self, ref, m, self.storage.uri(manifest_key(m.version)))
+        p = read_part(self, ref, m, self.where(m.version))
         with self._lock:
             self._parts[ck] = p
             held = sum(x.table.num_rows for x in self._parts.values())
@@ -225,19 +230,33 @@ class TableLog:
                 held -= self._parts.popitem(last=False)[1].table.num_rows
         return p
 
-    def deletes_table(self, ref: MetaRef) -> pa.Table:
-        """The rows of deletes object ``ref`` (cached by key)."""
+    def deletes_table(self, ref: MetaRef, where: str | None = None) -> pa.Table:
+        """The rows of deletes object ``ref`` (cached by key); ``where`` names the version in errors."""
         with self._lock:
             t = self._deletes.get(ref.path)
             if t is not None:
                 self._deletes.move_to_end(ref.path)
                 return t
-        t = read_deletes_object(self.storage, ref, self.storage.root)
+        t = read_deletes_object(self.storage, ref, where or self.storage.root)
         with self._lock:
             self._deletes[ref.path] = t
             while len(self._deletes) > 256:
                 self._deletes.popitem(last=False)
         return t
+
+    def object_tombstones(self, ref: MetaRef, where: str | None = None) -> frozenset[str]:
+        """The keys of the tombstone files whose records deletes object ``ref`` holds (cached by key)."""
+        with self._lock:
+            keys = self._object_tombs.get(ref.path)
+            if keys is not None:
+                self._object_tombs.move_to_end(ref.path)
+                return keys
+        keys = frozenset(self.deletes_table(ref, where).column("tombstone").to_pylist())
+        with self._lock:
+            self._object_tombs[ref.path] = keys
+            while len(self._object_tombs) > 1024:
+                self._object_tombs.popitem(last=False)
+        return keys
 
     def delete_records(self, ref: MetaRef, where: str) -> list[tuple[str, TombstoneRecord]]:
         """The records of deletes object ``ref``, with the tombstone file of each (cached by key)."""
@@ -246,7 +265,7 @@ class TableLog:
             if recs is not None:
                 self._records.move_to_end(ref.path)
                 return recs
-        self.deletes_table(ref)  # read and checked once
+        self.deletes_table(ref, where)  # read and checked once
         recs = read_records(self, ref, where)
         with self._lock:
             self._records[ref.path] = recs

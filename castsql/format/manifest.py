@@ -28,9 +28,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
+
 from castsql.errors import FormatError
 from castsql.format.jsonio import load_json
-from castsql.format.schema import Schema
+from castsql.format.schema import Schema, type_from_name
 from castsql.storage.base import is_normal_key, key_problem
 
 FORMAT_VERSION = 2  # the newest this code reads, and what it writes
@@ -217,6 +219,63 @@ def _nonneg(v: Any, name: str, where: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
         raise FormatError(f"{where}: {name!r} must be a non-negative integer, got {v!r}")
     return v
+
+
+def stat_kinds(schema: Schema) -> dict[str, str]:
+    """Column -> how its JSON statistics compare: ``num``, ``str``, ``bool``,
+    ``time`` (ISO text, compared as instants) or ``date``; columns without
+    statistics are left out."""
+    out = {}
+    for c in schema.columns:
+        try:
+            t = type_from_name(c.type)
+        except FormatError:
+            continue
+        if pa.types.is_integer(t) or pa.types.is_floating(t):
+            out[c.name] = "num"
+        elif pa.types.is_string(t):
+            out[c.name] = "str"
+        elif pa.types.is_boolean(t):
+            out[c.name] = "bool"
+        elif pa.types.is_timestamp(t):
+            out[c.name] = "time"
+        elif pa.types.is_date(t):
+            out[c.name] = "date"
+    return out
+
+
+def _instant(v: str) -> datetime:
+    t = datetime.fromisoformat(v)
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+
+
+def _inverted(lo: Any, hi: Any, kind: str) -> bool:
+    """``lo > hi`` for two JSON statistics of a column of ``kind``; False when
+    either is not a statistic of that kind (such a statistic prunes nothing)."""
+    if kind == "num":
+        ok = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (lo, hi))
+    elif kind == "bool":
+        ok = isinstance(lo, bool) and isinstance(hi, bool)
+    else:
+        ok = isinstance(lo, str) and isinstance(hi, str)
+    if not ok:
+        return False
+    if kind == "time" and not (len(lo) == len(hi) and lo[-1] == hi[-1] == "Z"):
+        # Text compares like instants only in one fixed form (what CastSQL writes).
+        try:
+            return _instant(lo) > _instant(hi)
+        except ValueError:
+            return False
+    return bool(lo > hi)
+
+
+def check_bounds(mins: dict[str, Any], maxs: dict[str, Any], kinds: dict[str, str], what: str) -> None:
+    """FormatError naming ``what`` and the column where a min is above its max:
+    pruning would skip the file (or object) for every value."""
+    for col, lo in mins.items():
+        kind = kinds.get(col)
+        if kind is not None and col in maxs and _inverted(lo, maxs[col], kind):
+            raise FormatError(f"{what}: column {col!r} has min {lo!r} above max {maxs[col]!r}")
 
 
 _TOTALS = ("files", "rows", "bytes", "tombstones")
@@ -419,6 +478,12 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         seen.add(f.path)
     if not isinstance(tombs, list) or not all(isinstance(t, str) and t for t in tombs):
         raise FormatError(f"{where}: 'tombstones' must be a list of paths")
+    if len(set(tombs)) != len(tombs):
+        twice = next(t for i, t in enumerate(tombs) if t in tombs[:i])
+        raise FormatError(f"{where}: tombstone {twice} is listed twice")
+    _check_statistics(where, version, schema, files, file_objects, change)
+    if totals is not None:
+        _check_totals(where, version, totals, files, file_objects)
     for kind, paths in (("data file", (f.path for f in files)), ("tombstone", tombs)):
         for p in paths:
             if not is_normal_key(p) and (problem := key_problem(p)) is not None:
@@ -451,6 +516,46 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         totals=totals,
         change=change,
     )
+
+
+def _check_statistics(
+    where: str,
+    version: int,
+    schema: Schema,
+    files: tuple[DataFile, ...],
+    refs: tuple[MetaRef, ...],
+    change: ChangeLog | None,
+) -> None:
+    """No min above its max: in an entry, an object's summary or a change
+    record (pruning would skip the file or object for every value)."""
+    kinds = stat_kinds(schema)
+    if not kinds:
+        return
+    at = f"{where} (version {version})"
+    for f in (*files, *(change.added_files if change is not None else ())):
+        if f.min and f.max:
+            check_bounds(f.min, f.max, kinds, f"{at}: data file {f.path}")
+    for r in refs:
+        check_bounds(r.min, r.max, kinds, f"{at}: summary of metadata object {r.path}")
+
+
+def _check_totals(
+    where: str, version: int, totals: Totals, files: tuple[DataFile, ...], refs: tuple[MetaRef, ...]
+) -> None:
+    """A version-2 manifest's totals are the sums of its objects' summaries and
+    its inline entries (the summaries are checked against the objects when
+    they are read): what a count answered from metadata relies on."""
+    found = (
+        len(files) + sum(r.entries for r in refs),
+        sum(f.total_rows for f in files) + sum(r.rows for r in refs),
+        sum(f.size_bytes for f in files) + sum(r.bytes for r in refs),
+    )
+    said = (totals.files, totals.rows, totals.bytes)
+    if found != said:
+        raise FormatError(
+            f"{where} (version {version}): totals say {said[0]} files, {said[1]} rows, {said[2]} bytes; "
+            f"its files objects and inline entries hold {found[0]} files, {found[1]} rows, {found[2]} bytes"
+        )
 
 
 def json_stat(value: Any) -> Any:

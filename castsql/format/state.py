@@ -93,10 +93,12 @@ class VersionState:
         self._inline_entries: list[DataFile] | None = None
         self._keys: dict[str, DataFile] | None = None  # inline entries by key
         self._names: dict[str, list[str | None]] | None = None  # inline keys by base name
+        self._unique = False  # every part read and no data file listed twice
         self._lock = threading.Lock()
 
     def _where(self) -> str:
-        return self._log.storage.uri(f"manifest/v{self.manifest.version:08d}.json")
+        """The manifest's URI and the version, as errors name them."""
+        return self._log.where(self.manifest.version)
 
     @property
     def inline(self) -> FilePart:
@@ -127,6 +129,15 @@ class VersionState:
         else:
             objects = [self._log.part(r, m) for r in refs]
         return [*objects, self.inline]
+
+    def unique_parts(self) -> list[FilePart]:
+        """:attr:`parts`, checked to list no data file twice (once per state:
+        O(files) hashing, paid where every file is listed anyway)."""
+        parts = self.parts
+        if not self._unique:
+            check_unique(parts, self._where())
+            self._unique = True
+        return parts
 
     def parts_holding(self, key: str) -> list[FilePart]:
         """The parts that may hold ``key`` (objects whose path bounds exclude it are not read)."""
@@ -211,6 +222,18 @@ class VersionState:
         out.update(dict.fromkeys(to_table_key(t, root, what="tombstone") for t in m.tombstones))
         return list(out)
 
+    def tombstone_sets(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The keys of the tombstone files in the version's deletes objects, and
+        of its inline ones; FormatError if one is in both, or if they do not
+        count ``totals.tombstones`` (reads every deletes object: cached by key)."""
+        m = self.manifest
+        objects: frozenset[str] = frozenset().union(
+            *(self._log.object_tombstones(r, self._where()) for r in m.delete_objects)
+        )
+        inline = frozenset(to_table_key(t, self._log.storage.root, what="tombstone") for t in m.tombstones)
+        check_tombstones(m, objects, inline, self._where())
+        return objects, inline
+
     def records(self) -> Iterator[tuple[str, TombstoneRecord]]:
         """Every tombstone record in force, with the tombstone file it came from."""
         m = self.manifest
@@ -231,14 +254,47 @@ def may_hold(ref: MetaRef, key: str) -> bool:
 
 
 def inline_entries(m: Manifest, root: str, where: str) -> list[DataFile]:
-    """The inline entries of ``m``, paths turned into table keys."""
-    return [
+    """The inline entries of ``m``, paths turned into table keys (FormatError
+    if two name the same file: a key and a full URI of it)."""
+    out = [
         f if is_normal_key(f.path) else DataFile(
             to_table_key(f.path, root, what=f"{where}: data file"), f.size_bytes, f.row_group_count,
             f.total_rows, f.min, f.max, f.row_group_rows, f.extra,
         )
         for f in m.data_files
     ]  # fmt: skip
+    if len({f.path for f in out}) != len(out):
+        seen: set[str] = set()
+        for f in out:
+            if f.path in seen:
+                raise FormatError(f"{where}: data file {f.path} is listed twice")
+            seen.add(f.path)
+    return out
+
+
+def check_unique(parts: list[FilePart], where: str) -> None:
+    """FormatError naming the first data file two parts (or one part twice) list:
+    a reader would return its rows twice."""
+    paths = pa.chunked_array([p.table.column("path") for p in parts], pa.string())
+    if pc.count_distinct(paths).as_py() == len(paths):
+        return
+    counts = pc.value_counts(paths)
+    twice = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"].as_py()
+    holders = [p.ref.path if p.ref is not None else "the manifest's inline list" for p in parts if twice in p.key_set]
+    raise FormatError(f"{where}: data file {twice} is listed twice (in {' and '.join(holders)})")
+
+
+def check_tombstones(m: Manifest, objects: frozenset[str], inline: frozenset[str], where: str) -> None:
+    """The tombstone files of version ``m``: none both folded and inline, as
+    many as ``totals.tombstones`` says (version 2)."""
+    both = objects & inline
+    if both:
+        raise FormatError(f"{where}: tombstone {min(both)} is listed twice (inline and in a deletes object)")
+    if m.totals is not None and m.totals.tombstones != len(objects) + len(inline):
+        raise FormatError(
+            f"{where}: totals say {m.totals.tombstones} tombstone files, "
+            f"its deletes objects and inline list hold {len(objects) + len(inline)}"
+        )
 
 
 def check_object_paths(table: pa.Table, uri: str, where: str) -> None:

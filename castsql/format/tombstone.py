@@ -64,8 +64,24 @@ def _nonneg_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def _pk_value(v: Any) -> bool:
+def pk_value(v: Any) -> bool:
+    """A number or a string: what a key range's bound may be."""
     return isinstance(v, int | float | str) and not isinstance(v, bool)
+
+
+def load_bitmap(data: bytes, where: str) -> BitMap:
+    """A portable roaring bitmap, or FormatError naming ``where``.
+
+    Decoding allocates about the serialized size (CRoaring copies the
+    containers as they are; pyroaring checks the result, cardinalities
+    included), so a small object cannot claim a huge bitmap in memory; what the
+    positions may be is checked against the data file's rows where the record
+    is applied (a bitmap of 2^32 positions is 1 MB and is refused there, before
+    any position is listed)."""
+    try:
+        return BitMap.deserialize(data)
+    except (TypeError, ValueError, IndexError, OverflowError, MemoryError) as e:  # IndexError: b"" (found by fuzzing)
+        raise FormatError(f"{where}: positions are not a portable roaring bitmap ({e or type(e).__name__})") from None
 
 
 def parse_record(obj: Any, where: str) -> TombstoneRecord:
@@ -85,7 +101,7 @@ def parse_record(obj: Any, where: str) -> TombstoneRecord:
     if keys == {"pk_min", "pk_max"}:
         lo, hi = obj["pk_min"], obj["pk_max"]
         both_numbers = isinstance(lo, int | float) and isinstance(hi, int | float)
-        if not (_pk_value(lo) and _pk_value(hi)) or (type(lo) is not type(hi) and not both_numbers):
+        if not (pk_value(lo) and pk_value(hi)) or (type(lo) is not type(hi) and not both_numbers):
             raise FormatError(f"{where}: 'pk_min'/'pk_max' must be two numbers or two strings")
         return KeyRangeDelete(f, lo, hi)
     if keys in ({"deleted_rows"}, {"row_group", "deleted_rows"}):
@@ -96,10 +112,10 @@ def parse_record(obj: Any, where: str) -> TombstoneRecord:
     if keys in ({"deleted_rows_bitmap"}, {"row_group", "deleted_rows_bitmap"}):
         raw = obj["deleted_rows_bitmap"]
         try:
-            bm = BitMap.deserialize(base64.b64decode(raw, validate=True))
+            data = base64.b64decode(raw, validate=True)
         except (TypeError, ValueError, binascii.Error) as e:
             raise FormatError(f"{where}: 'deleted_rows_bitmap' is not a base64 roaring bitmap ({e})") from None
-        return PositionDelete(f, rg, bm)
+        return PositionDelete(f, rg, load_bitmap(data, where))
     raise FormatError(f"{where}: unknown tombstone kind with keys {sorted(obj)}")
 
 

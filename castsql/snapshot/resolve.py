@@ -41,11 +41,10 @@ from pyroaring import BitMap, FrozenBitMap
 
 from castsql.errors import FormatError
 from castsql.format import DataFile, KeyRangeDelete, Manifest, PositionDelete, RowGroupDelete, TableLog
-from castsql.format.layout import manifest_key
 from castsql.format.manifest import no_gc
 from castsql.format.metafiles import files_from_arrow, files_to_arrow
 from castsql.format.schema import Schema
-from castsql.format.state import VersionState
+from castsql.format.state import VersionState, check_unique
 from castsql.format.tombstone import TombstoneRecord, check_key_range
 from castsql.snapshot.footer import row_group_rows
 from castsql.snapshot.prune import Predicate, prune_files, prune_mask, prune_refs
@@ -65,6 +64,7 @@ class ResolvedFile:
     # frozen empty bitmap. Read-only for everyone but the resolver.
     deleted: BitMap | FrozenBitMap = field(default=_EMPTY)
     key_ranges: tuple[tuple[Any, Any], ...] = ()
+    version: int = -1  # of the snapshot it belongs to, for errors
 
     @property
     def total_rows(self) -> int:
@@ -116,6 +116,8 @@ class Snapshot:
         deletes: dict[str, FileDeletes] | None = None,
         gone: frozenset[str] = frozenset(),
         uri_of: Any = None,
+        names: dict[str, str] | None = None,
+        tombstones: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset()),
     ) -> None:
         self.table_uri = table_uri
         self.version = version
@@ -126,6 +128,11 @@ class Snapshot:
         self.deletes: dict[str, FileDeletes] = deletes if deletes is not None else {}
         self.gone = gone  # keys of files every row of which is deleted (not in ``files``)
         self._uri_of = uri_of
+        # What the next version's stepped resolve checks it still holds: the key
+        # each base name in a record stood for, and the tombstone files in force
+        # (in deletes objects, inline).
+        self.names: dict[str, str] = names or {}
+        self.tombstones = tombstones
         self._lock = threading.Lock()
         if files is not None and deletes is None:
             self.deletes = {
@@ -164,8 +171,8 @@ class Snapshot:
             if self._files is None:
                 st = self._state
                 assert st is not None
-                m = self.manifest
-                objects = [f for ref in m.file_objects for f in files_from_arrow(st._log.part(ref, m).table)]
+                parts = st.unique_parts()  # a file listed twice would be read twice
+                objects = [f for p in parts if p.ref is not None for f in files_from_arrow(p.table)]
                 self._files = self._materialize(objects + st.inline_entries())
             return self._files
 
@@ -176,11 +183,12 @@ class Snapshot:
                 if f.path in self.gone:
                     continue
                 d = self.deletes.get(f.path)
+                v = self.version
                 if d is None:
-                    out.append(ResolvedFile(f.path, self._uri_of(f.path), f, f.row_group_rows))
+                    out.append(ResolvedFile(f.path, self._uri_of(f.path), f, f.row_group_rows, version=v))
                 else:
                     rgr = d.row_group_rows if d.row_group_rows is not None else f.row_group_rows
-                    out.append(ResolvedFile(f.path, self._uri_of(f.path), f, rgr, d.deleted, d.key_ranges))
+                    out.append(ResolvedFile(f.path, self._uri_of(f.path), f, rgr, d.deleted, d.key_ranges, v))
         return out
 
     @property
@@ -214,6 +222,8 @@ class Snapshot:
         tables = [self._state._log.part(ref, m).table for ref in refs] + [self._state.inline.table]
         table = pa.concat_tables(tables)
         table = table.filter(prune_mask(table, preds, types))
+        if pc.count_distinct(table.column("path")).as_py() != table.num_rows:
+            check_unique([p for p in self._state.parts if p.table.num_rows], self._state._log.where(self.version))
         if self.gone:
             table = table.filter(pc.invert(pc.is_in(table.column("path"), pa.array(sorted(self.gone)))))
         if table.num_rows == self.file_count:
@@ -232,14 +242,32 @@ class Snapshot:
             out += self._materialize([self._state.entry(k)])
         return out
 
+    def read_objects(self) -> None:
+        """Read (and so check) every files object of the version, as a scan
+        would; its deletes objects were read when it was resolved. Objects are
+        cached by key: versions sharing them read them once."""
+        if self._state is not None:
+            for ref in self.manifest.file_objects:
+                self._state._log.part(ref, self.manifest)
+
+    def file_diff(self, prev: Snapshot) -> tuple[set[str], set[str]]:
+        """Keys of the data files this version has and ``prev`` lacks, and the
+        reverse, from the two versions' content (never from a ``change``
+        record, which may disagree with it): the files objects one has and the
+        other not, plus both inline lists. An object both reference lists the
+        same files in both."""
+        assert self._state is not None and prev._state is not None
+        mine, theirs = _listed_apart(self, prev), _listed_apart(prev, self)
+        return mine - theirs, theirs - mine
+
     def touched_since(self, prev: Snapshot) -> set[str] | None:
-        """Keys of the files whose rows differ between ``prev`` (the version
-        before) and this one — added, removed, or with other deletes — from the
-        change record alone; None when there is none to go by."""
-        c = self.manifest.change
-        if c is None or self.manifest.previous != prev.version or self._state is None or prev._state is None:
+        """Keys of the files whose rows may differ between ``prev`` and this
+        version — added, removed, or with other deletes — from their content;
+        None when one of them is not a resolved version."""
+        if self._state is None or prev._state is None:
             return None
-        keys = {f.path for f in c.added_files} | set(c.removed_files)
+        added, removed = self.file_diff(prev)
+        keys = added | removed
         for k in self.deletes.keys() | prev.deletes.keys():
             a, b = self.deletes.get(k), prev.deletes.get(k)
             if a is None or b is None or a.deleted != b.deleted or a.key_ranges != b.key_ranges:
@@ -248,6 +276,18 @@ class Snapshot:
 
     def _sub(self, files: list[ResolvedFile]) -> Snapshot:
         return Snapshot(self.table_uri, self.version, self.manifest, files, self.primary_key)
+
+
+def _listed_apart(a: Snapshot, b: Snapshot) -> set[str]:
+    """Keys ``a`` lists in its inline entries or in files objects ``b`` does not reference."""
+    st = a._state
+    assert st is not None
+    shared = {r.path for r in b.manifest.file_objects}
+    keys = {f.path for f in st.inline_entries()}
+    for ref in a.manifest.file_objects:
+        if ref.path not in shared:
+            keys |= st._log.part(ref, a.manifest).key_set
+    return keys
 
 
 def _entries_table(entries: Sequence[DataFile], schema: Schema) -> pa.Table:
@@ -285,32 +325,58 @@ def _resolve(log: TableLog, m: Manifest, prev: Snapshot | None) -> Snapshot:
     with no_gc():
         state = log.state(m)
         uri_of = _uri_maker(log)
-        where = log.storage.uri(manifest_key(m.version))
-        c = m.change
-        stepping = (
-            prev is not None
-            and prev._state is not None
-            and c is not None
-            and m.previous == prev.version
-            and not c.removed_tombstones
-            # A removed file some tombstone still names: the version is malformed,
-            # and the full resolve says so (stepping would not read that tombstone).
-            and not (set(c.removed_files) & prev.deletes.keys())
-        )
-        if stepping:
-            assert prev is not None and c is not None
-            deletes = dict(prev.deletes)
-            records = list(_records_of(log, m, prev.manifest, c.added_tombstones))
+        where = log.where(m.version)
+        tombstones = state.tombstone_sets()
+        stepped = _step(log, state, m, prev, tombstones[1], where) if prev is not None else None
+        if stepped is not None:
+            assert prev is not None
+            deletes, names, records = dict(prev.deletes), dict(prev.names), stepped
         else:
-            deletes, records = {}, list(state.records())
-        gone = _apply(log, state, m, deletes, records, where)
-        if stepping:
+            deletes, names, records = {}, {}, list(state.records())
+        gone = _apply(log, state, m, deletes, records, where, names)
+        if stepped is not None:
             assert prev is not None
             gone |= prev.gone
         return Snapshot(
             log.uri, m.version, m, None, m.primary_key, state=state, deletes=deletes, gone=frozenset(gone),
-            uri_of=uri_of,
+            uri_of=uri_of, names=names, tombstones=tombstones,
         )  # fmt: skip
+
+
+def _step(
+    log: TableLog, state: VersionState, m: Manifest, prev: Snapshot, inline: frozenset[str], where: str
+) -> list[tuple[str, TombstoneRecord]] | None:
+    """The tombstone records version ``m`` holds and ``prev`` (the version
+    before, resolved) did not, when ``m``'s deletes are exactly ``prev``'s plus
+    these; None when a full resolve is needed.
+
+    Decided from the two versions' content, never from ``m.change`` (a change
+    record can disagree with the version; the answer must not depend on
+    whether the session read ``prev`` first): every deletes object and inline
+    tombstone of ``prev`` is still in ``m`` (else records may have gone: a
+    compaction, a fold, a merge), every file a record named is still in ``m``,
+    and every base name a record used still names the same file. Then the
+    records of ``m`` are ``prev``'s plus those of its new objects and inline
+    tombstones, and applying these to ``prev``'s deletes gives what applying
+    all of ``m``'s gives (deletes are idempotent and order-free)."""
+    if prev._state is None or m.previous != prev.version:
+        return None
+    now = {r.path for r in m.delete_objects}
+    before = {r.path for r in prev.manifest.delete_objects}
+    if not before <= now or not prev.tombstones[1] <= inline:
+        return None
+    if not all(state.contains(k) for k in prev.deletes):
+        return None
+    for name, key in prev.names.items():
+        try:
+            if state.lookup_key(name, where) != key:
+                return None
+        except FormatError:
+            return None  # the full resolve says what is wrong
+    records = [rec for ref in m.delete_objects if ref.path not in before for rec in log.delete_records(ref, where)]
+    for key in sorted(inline - prev.tombstones[1]):
+        records += [(key, r) for r in log.tombstones(key)]
+    return records
 
 
 def _uri_maker(log: TableLog) -> Any:
@@ -320,28 +386,6 @@ def _uri_maker(log: TableLog) -> Any:
     return log.storage.uri
 
 
-def _records_of(
-    log: TableLog, m: Manifest, before: Manifest, keys: Iterable[str]
-) -> Iterable[tuple[str, TombstoneRecord]]:
-    """The records of tombstone files ``keys`` as version ``m`` holds them: inline
-    ones from their files, folded ones from the deletes objects ``m`` added."""
-    want = set(keys)
-    inline = set(m.tombstones)
-    for key in want & inline:
-        for r in log.tombstones(key):
-            yield key, r
-    rest = want - inline
-    if rest:
-        old = {r.path for r in before.delete_objects}
-        where = log.storage.uri(manifest_key(m.version))
-        for ref in m.delete_objects:
-            if ref.path in old:
-                continue
-            for tkey, r in log.delete_records(ref, where):
-                if tkey in rest:
-                    yield tkey, r
-
-
 def _apply(
     log: TableLog,
     state: VersionState,
@@ -349,16 +393,22 @@ def _apply(
     deletes: dict[str, FileDeletes],
     records: list[tuple[str, TombstoneRecord]],
     where: str,
+    names: dict[str, str],
 ) -> set[str]:
-    """Add ``records`` to ``deletes`` (copying any entry it changes); returns the
-    keys of files whose every row they delete."""
+    """Add ``records`` to ``deletes`` (copying any entry it changes) and the
+    base names they use to ``names``; returns the keys of files whose every
+    row they delete."""
     if not records:
         return set()
     info: dict[str, DataFile] = {}
     touched: set[str] = set()
-    for n, (tkey, r) in enumerate(records):
+    seen: dict[str, int] = {}  # records met per tombstone file: errors say which one
+    for tkey, r in records:
+        n = seen[tkey] = seen.get(tkey, -1) + 1
         at = f"{log.storage.uri(tkey)} (version {m.version}): record {n}"
         key = state.lookup_key(r.file, at)
+        if "/" not in r.file:
+            names[r.file] = key
         if key not in info:
             info[key] = state.entry(key)
         f = info[key]
@@ -378,19 +428,25 @@ def _apply(
             continue
         if isinstance(r, RowGroupDelete) or (isinstance(r, PositionDelete) and r.row_group is not None):
             rgr = _row_groups(log, f, d)
-            if r.row_group >= len(rgr):
-                raise FormatError(f"{at}: row group {r.row_group} of {key} does not exist")
+            if not 0 <= r.row_group < len(rgr):
+                raise FormatError(f"{at}: row group {r.row_group} of {key} does not exist (it has {len(rgr)})")
             start = sum(rgr[: r.row_group])
             if isinstance(r, RowGroupDelete):
                 d.deleted.add_range(start, start + rgr[r.row_group])  # type: ignore[union-attr]
             else:
                 if r.positions and r.positions.max() >= rgr[r.row_group]:
-                    raise FormatError(f"{at}: row {r.positions.max()} is past the end of row group {r.row_group}")
+                    raise FormatError(
+                        f"{at}: row {r.positions.max()} is past the end of row group {r.row_group} of {key} "
+                        f"({rgr[r.row_group]} rows; {len(r.positions)} positions)"
+                    )
                 d.deleted |= r.positions.shift(start) if start else r.positions  # type: ignore[operator]
         else:
             assert isinstance(r, PositionDelete)
             if r.positions and r.positions.max() >= f.total_rows:
-                raise FormatError(f"{at}: row {r.positions.max()} is past the end of {key}")
+                raise FormatError(
+                    f"{at}: row {r.positions.max()} is past the end of {key} "
+                    f"({f.total_rows} rows; {len(r.positions)} positions)"
+                )
             d.deleted |= r.positions  # type: ignore[operator]
     gone = set()
     for key, d in deletes.items():
