@@ -173,7 +173,7 @@ def _input_format(sources: list[str], given: str | None) -> str:
 def _summary(verb: str, m: Manifest) -> str:
     s = m.summary
     parts = [f"{verb}: committed version {m.version}"]
-    if "added_files" in s:
+    if s.get("added_files") or "updated_rows" in s or (verb == "append" and "added_files" in s):
         parts.append(
             f"{s['added_files']} file(s), {s.get('added_rows', 0):,} row(s), {format_bytes(s.get('added_bytes', 0))}"
         )
