@@ -70,5 +70,5 @@ def test_files_outside_the_filter_are_not_read_with_deletes(session):
     nodes = scan_nodes(session, "SELECT sum(val) FROM events AS OF VERSION 6 WHERE id >= 1990")
     assert _total(nodes, r"Total Files Read: (\d+)") == 2
     # Only the clean third file can match: CastSQL reads it with plain read_parquet.
-    assert '"events@v6#p' in session.prepare("SELECT sum(val) FROM events AS OF VERSION 6 WHERE id >= 2000")
+    assert '"castsql/p/0/6/events"' in session.prepare("SELECT sum(val) FROM events AS OF VERSION 6 WHERE id >= 2000")
     assert "Total Files Read: 1" in scan_node(session, "SELECT sum(val) FROM events AS OF VERSION 6 WHERE id >= 2000")

@@ -89,7 +89,7 @@ def test_what_cannot_be_proved_is_not_pruned(session, table):
     # skipping in read_parquet does drop the NaN rows here; CastSQL returns
     # exactly what read_parquet over every file returns.)
     q = "SELECT count(*) AS n FROM {} WHERE x > 1000"
-    assert "#p" not in session.prepare(q.format("t"))
+    assert "castsql/p/" not in session.prepare(q.format("t"))
     assert (
         session.sql(q.format("t")).to_pylist()
         == session.con.sql(q.format(every_file(table))).to_arrow_table().to_pylist()
@@ -136,20 +136,20 @@ def test_versions_with_deletes_still_drop_their_rows(tmp_path, monkeypatch):
     with Session(root) as s:
         assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 5 AND 14").to_pylist() == [{"n": 8}]
         # A few files with deletes left: each filtered by its runs of deleted positions ...
-        assert "#p" in s.prepare("SELECT * FROM t WHERE id BETWEEN 5 AND 14")
-        sql = s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 't#p0'").fetchone()[0]
+        assert "castsql/p/" in s.prepare("SELECT * FROM t WHERE id BETWEEN 5 AND 14")
+        sql = s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 'castsql/p/0/latest/t'").fetchone()[0]
         assert "file_row_number BETWEEN 0 AND 1" in sql
         # ... or, past a few runs, anti-joined with the positions.
         monkeypatch.setattr(views_module, "_RANGE_RUNS", 0)
         assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 4 AND 14").to_pylist() == [{"n": 9}]
-        sql = s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 't#p1'").fetchone()[0]
+        sql = s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 'castsql/p/1/latest/t'").fetchone()[0]
         assert "ANTI JOIN" in sql
         # More than the anti-join is worth: the version's DuckLake table, which skips files itself.
         monkeypatch.setattr(session_module, "_ANTIJOIN_FILES", 0)
-        assert "#p" not in s.prepare("SELECT * FROM t WHERE id BETWEEN 6 AND 14")
+        assert "castsql/p/" not in s.prepare("SELECT * FROM t WHERE id BETWEEN 6 AND 14")
         assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 6 AND 14").to_pylist() == [{"n": 7}]
         # Only clean files left: a plain read_parquet of them, without DuckLake.
-        assert "#p" in s.prepare("SELECT * FROM t WHERE id >= 20")
+        assert "castsql/p/" in s.prepare("SELECT * FROM t WHERE id >= 20")
         assert s.sql("SELECT count(*) AS n FROM t WHERE id >= 20").to_pylist() == [{"n": 10}]
         assert s.sql("SELECT count(*) AS n FROM t WHERE id >= 10").to_pylist() == [{"n": 18}]
         assert s.sql("SELECT count(*) AS n FROM t AS OF VERSION 3 WHERE id BETWEEN 5 AND 14").to_pylist() == [{"n": 10}]
@@ -162,7 +162,7 @@ def test_forgotten_pruned_views_take_their_position_tables_with_them(tmp_path, m
     with Session(root) as s:
         for k in range(1, 6):
             assert s.sql(f"SELECT count(*) AS n FROM t WHERE id >= {10 + k}").to_pylist() == [{"n": 19 - k}]
-        left = s.con.sql("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name LIKE 't#p%'")
+        left = s.con.sql("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name LIKE 'castsql/del/%'")
         assert left.fetchone()[0] == 2  # one per pruned view still kept
 
 

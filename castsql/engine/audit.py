@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
+from castsql.engine import names
 from castsql.engine.rewrite import tokenize
 from castsql.engine.views import ident
 from castsql.errors import CastSQLError, VersionNotFound
@@ -73,7 +74,9 @@ def _count_ranges(session: Session, snap: Snapshot, files: list) -> int:
     if not files:
         return 0
     sub = Snapshot(snap.table_uri, snap.version, snap.manifest, files, snap.primary_key)
-    name = f"__count_{abs(hash((snap.table_uri, snap.version)))}"
+    name = names.internal(
+        "count", abs(hash((snap.table_uri, snap.version))), owner=snap.table_uri.rstrip("/").rsplit("/", 1)[-1]
+    )
     session.views.create(name, sub)
     return session.con.sql(f"SELECT count(*) FROM {ident(name)}").fetchone()[0]
 
@@ -167,8 +170,8 @@ def changes(session: Session, table: str, start: int, end: int | None = None) ->
         if not touched:
             continue
         cols = ", ".join(ident(c) for c in cur.schema.names)
-        pv = _positional_view(session, prev, prev.resolved(sorted(touched)), f"{disp}@chg{v}a")
-        cv = _positional_view(session, cur, cur.resolved(sorted(touched)), f"{disp}@chg{v}b")
+        pv = _positional_view(session, prev, prev.resolved(sorted(touched)), names.internal("chg", v, "a", owner=disp))
+        cv = _positional_view(session, cur, cur.resolved(sorted(touched)), names.internal("chg", v, "b", owner=disp))
         meta = f"{v}::BIGINT AS _commit_version, TIMESTAMPTZ '{ts}' AS _commit_timestamp"
         parts.append(
             f"SELECT {cols}, 'insert' AS _change_type, {meta} FROM {ident(cv)} AS c "
@@ -218,7 +221,8 @@ def rewrite_audit_calls(session: Session, sql: str) -> str:
         return sql
     if len(toks) >= 3 and toks[0].word == "DESCRIBE" and toks[1].word == "HISTORY":
         name = _table_arg(toks[2])
-        return f"SELECT * FROM {_register(session, f'{name}@history', history(session, name))}" + sql[toks[2].end :]
+        label = names.internal("history", owner=name)
+        return f"SELECT * FROM {_register(session, label, history(session, name))}" + sql[toks[2].end :]
     out, pos, i = [], 0, 0
     while i < len(toks):
         t = toks[i]
@@ -235,13 +239,13 @@ def rewrite_audit_calls(session: Session, sql: str) -> str:
             if t.word == "TABLE_HISTORY":
                 if len(args) != 1:
                     raise CastSQLError("table_history takes one argument: table_history('t')")
-                result, label = history(session, name), f"{name}@history"
+                result, label = history(session, name), names.internal("history", owner=name)
             else:
                 if len(args) not in (2, 3) or any(a.kind != "numeric_const" for a in args[1:]):
                     raise CastSQLError("table_changes takes a table and one or two versions: table_changes('t', 2, 5)")
                 nums = [int(a.text) for a in args[1:]]
                 result = changes(session, name, *nums)
-                label = f"{name}@changes_{'_'.join(map(str, nums))}"
+                label = names.internal("changes", *nums, owner=name)
             out.append(sql[pos : t.start])
             out.append(_register(session, label, result))
             pos = toks[j].end

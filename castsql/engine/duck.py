@@ -1,5 +1,7 @@
 """A DuckDB connection set up for CastSQL: httpfs loaded from its pip package
-(never downloaded at run time) and S3 credentials shared with the storage layer."""
+(never downloaded or auto-loaded at run time) and S3 credentials shared with
+the storage layer, kept in DuckDB's secret manager (which redacts them), never
+in a setting any query can read."""
 
 from __future__ import annotations
 
@@ -36,11 +38,37 @@ def load_httpfs(con: duckdb.DuckDBPyConnection) -> None:
     load_extension(con, "httpfs")
 
 
+# Settings httpfs fills from AWS_* environment variables when it loads, and
+# any query could read back with current_setting() or duckdb_settings().
+CREDENTIAL_SETTINGS = ("s3_access_key_id", "s3_secret_access_key", "s3_session_token")
+SECRET_NAME = "castsql_s3"
+
+
+def hide_credentials(con: duckdb.DuckDBPyConnection) -> None:
+    """Move S3 credentials out of DuckDB's settings: blank them, after putting
+    them in the secret manager (as CastSQL's S3 secret, built from the same
+    environment) unless that secret exists already, so reads of S3 URLs keep
+    working. A no-op before httpfs is loaded."""
+    found = dict(
+        con.execute(
+            "SELECT name, value FROM duckdb_settings() WHERE name IN (SELECT unnest(?))", [list(CREDENTIAL_SETTINGS)]
+        ).fetchall()
+    )
+    if not any(found.values()):
+        return
+    have = con.execute("SELECT count(*) FROM duckdb_secrets() WHERE name = ?", [SECRET_NAME]).fetchone()[0]
+    if not have:
+        configure_s3(con, S3Config.from_env())
+    for name, value in found.items():
+        if value:
+            con.execute(f"SET {name} = ''")
+
+
 def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def configure_s3(con: duckdb.DuckDBPyConnection, config: S3Config, name: str = "castsql_s3") -> None:
+def configure_s3(con: duckdb.DuckDBPyConnection, config: S3Config, name: str = SECRET_NAME) -> None:
     """Create (or replace) a DuckDB S3 secret from ``config``."""
     load_httpfs(con)
     opts = ["TYPE s3", f"REGION {_sql_str(config.region)}"]
@@ -48,8 +76,9 @@ def configure_s3(con: duckdb.DuckDBPyConnection, config: S3Config, name: str = "
         opts.append(f"KEY_ID {_sql_str(config.key)}")
     if config.secret:
         opts.append(f"SECRET {_sql_str(config.secret)}")
-    if config.session_token:
-        opts.append(f"SESSION_TOKEN {_sql_str(config.session_token)}")
+    # Every credential field is given, empty or not: httpfs fills a field a
+    # secret lacks from its settings, which hold whatever AWS_* variables say.
+    opts.append(f"SESSION_TOKEN {_sql_str(config.session_token or '')}")
     if config.endpoint_url:
         scheme, _, hostport = config.endpoint_url.partition("://")
         opts += [
@@ -62,10 +91,14 @@ def configure_s3(con: duckdb.DuckDBPyConnection, config: S3Config, name: str = "
     # defaults wait 30 s per try, and a stalled server must not hang a query.
     con.execute(f"SET http_timeout = {max(1, round(config.read_timeout))}")
     con.execute(f"SET http_retries = {config.max_attempts - 1}")
+    hide_credentials(con)
 
 
 def new_connection(*, threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(config={"autoinstall_known_extensions": False})
+    """CastSQL's own connection: no extension is installed or auto-loaded
+    behind its back (an auto-loaded httpfs would copy AWS_* variables into
+    readable settings; other extensions run code past CastSQL's checks)."""
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     # Parquet footers of immutable files never go stale: keep them.

@@ -1,25 +1,27 @@
-"""What no user statement may touch, in any mode: CastSQL's own catalog.
+"""What no statement may name or call, in any mode, found on DuckDB's own tokens.
 
-A session keeps a DuckLake catalog (:mod:`castsql.engine.lake`) that
-describes the versions it reads; it lists the tables' real data files. DuckLake
-treats the files of its catalog as its own: its maintenance functions
-(``ducklake_rewrite_data_files``, ``ducklake_expire_snapshots``,
-``ducklake_cleanup_old_files``, ``CHECKPOINT`` …) rewrite and delete them. Two
-independent barriers keep a reader from ever doing that:
+This is the word-level half of the SQL barrier; :mod:`castsql.engine.policy`
+decides, per statement type, what each mode runs. Refused here:
 
-1. the catalog is attached read-only whenever a user statement runs, and
-   nothing is ever scheduled for deletion in it (see :mod:`castsql.engine.lake`);
-2. this module refuses, before anything runs, every statement that names the
-   catalog or its metadata database, calls a DuckLake function, attaches a
-   DuckLake, or runs SQL built at run time (``query()``, ``query_table()``,
-   ``json_execute_serialized_sql()``), whose text could not be checked.
+- CastSQL's internal objects: its DuckLake catalog and that catalog's
+  metadata database (:mod:`castsql.engine.lake`), and every name starting with
+  ``castsql/`` (views of versions, pruned file sets … :mod:`castsql.engine.names`);
+- functions that reach past the checks: DuckLake's (``ducklake_*``: they
+  rewrite and delete the files of a catalog), SQL built while the query runs
+  (``query()``, ``query_table()``, ``json_execute_serialized_sql()``,
+  ``sqlite_query()``), scans of raw memory addresses (``arrow_scan()``,
+  ``pandas_scan()``), checkpoints of another database, and logging or
+  profiling to a file (DuckDB's logs record HTTP requests, signed headers
+  included);
+- a string naming a DuckLake catalog (``'ducklake:…'``) or the session's
+  private work directory.
 
-The check runs on DuckDB's own tokens, so words inside comments are ignored
-and quoted identifiers are compared unquoted.
+Words inside comments are not tokens; quoted identifiers are compared
+unquoted; ``$$…$$`` strings are one token.
 
 Example::
 
-    >>> check_statement("SELECT * FROM events")
+    >>> check_statement("SELECT * FROM events WHERE note = $$a)b$$")
     >>> check_statement("SELECT * FROM ducklake_expire_snapshots('castsql_lake')")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     castsql.engine.guard.ForbiddenStatement: DuckLake functions are not available in CastSQL ...
@@ -27,51 +29,185 @@ Example::
 
 from __future__ import annotations
 
-from castsql.engine.rewrite import tokenize
+import re
+from dataclasses import dataclass
+
+import duckdb
+
+from castsql.engine.names import PREFIX
 from castsql.errors import CastSQLError
 
 INTERNAL_CATALOG = "castsql_lake"
 INTERNAL_NAMES = frozenset({INTERNAL_CATALOG, f"__ducklake_metadata_{INTERNAL_CATALOG}"})
-# Names CastSQL gives its own views, tables and session variables (live-row masks).
-INTERNAL_PREFIX = "__castsql"
 # Table functions that run SQL text assembled while the query runs.
 DYNAMIC_SQL = frozenset({"query", "query_table", "json_execute_serialized_sql", "sqlite_query"})
+# Table functions that read Python objects by raw memory address.
+RAW_MEMORY = frozenset({"arrow_scan", "arrow_scan_dumb", "pandas_scan", "python_map_function"})
+# Functions that attach a database of another engine.
+ATTACHING = frozenset({"sqlite_attach", "postgres_attach", "mysql_attach"})
+# Their arguments name a file DuckDB writes to.
+FILE_ARGUMENTS = {"enable_logging": "storage_path", "enable_profiling": "save_location"}
+# Databases a CHECKPOINT may name: the session's own, in memory.
+OWN_DATABASES = frozenset({"memory", "temp"})
 
 _WHY = "CastSQL's own catalog is not reachable from SQL"
 
 
 class ForbiddenStatement(CastSQLError):
-    """A statement that would reach CastSQL's internal catalog."""
+    """A statement that CastSQL refuses to run, in every mode."""
+
+
+@dataclass(frozen=True)
+class Tok:
+    """One of DuckDB's tokens: its kind, text and (for names) its unquoted, lower-cased value."""
+
+    start: int
+    end: int
+    kind: str  # identifier, keyword, string_const, numeric_const, operator, comment
+    text: str
+
+    @property
+    def name(self) -> str:
+        if self.text.startswith('"'):
+            return self.text[1:-1].replace('""', '"').lower()
+        return self.text.lower()
+
+    @property
+    def is_name(self) -> bool:
+        return self.kind in ("identifier", "keyword")
+
+    def string_value(self) -> str | None:
+        """The value of a string literal: ``'…'`` or ``$tag$…$tag$`` (None for other forms)."""
+        t = self.text
+        if t.startswith("'") and t.endswith("'") and len(t) >= 2:
+            return t[1:-1].replace("''", "'")
+        m = _DOLLAR.match(t)
+        if m and t.endswith(m.group(0)) and len(t) >= 2 * len(m.group(0)):
+            return t[len(m.group(0)) : -len(m.group(0))]
+        return None
+
+
+_DOLLAR = re.compile(r"\$[A-Za-z_]*\$")
+_WORD = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*")
+_NUMBER = re.compile(r"[0-9][0-9_]*(\.[0-9_]*)?([eE][+-]?[0-9]+)?|\.[0-9]+")
+
+
+def tokens(sql: str) -> list[Tok]:
+    """DuckDB's tokens of ``sql`` with their exact text (DuckDB gives only where each starts)."""
+    raw = duckdb.tokenize(sql)
+    if not sql.isascii():  # DuckDB counts UTF-8 bytes
+        index, b = {}, 0
+        for ci, ch in enumerate(sql):
+            index[b] = ci
+            b += len(ch.encode("utf-8", "surrogatepass"))
+        index[b] = len(sql)
+        raw = [(index.get(s, len(sql)), k) for s, k in raw]
+    out = []
+    for i, (start, kind) in enumerate(raw):
+        nxt = raw[i + 1][0] if i + 1 < len(raw) else len(sql)
+        k = str(kind).rsplit(".", 1)[-1]
+        end = _end(sql, start, nxt, k)
+        out.append(Tok(start, end, k, sql[start:end]))
+    return out
+
+
+def _end(sql: str, start: int, nxt: int, kind: str) -> int:
+    ch = sql[start : start + 1]
+    if kind == "string_const":
+        m = _DOLLAR.match(sql, start)
+        if m:
+            close = sql.find(m.group(0), m.end())
+            return len(sql) if close < 0 else close + len(m.group(0))
+        q = sql.find("'", start)
+        return _closing(sql, q if q >= 0 else start, "'")
+    if kind == "identifier" and ch == '"':
+        return _closing(sql, start, '"')
+    if kind in ("identifier", "keyword"):
+        m = _WORD.match(sql, start)
+        return m.end() if m else min(nxt, start + 1)
+    if kind == "numeric_const":
+        m = _NUMBER.match(sql, start)
+        return m.end() if m else min(nxt, start + 1)
+    # Operators and the rest: up to the next token, less spaces and comments.
+    end = start + 1
+    while end < nxt and not sql[end].isspace() and sql[end : end + 2] not in ("--", "/*"):
+        end += 1
+    return end
+
+
+def _closing(sql: str, i: int, quote: str) -> int:
+    i += 1
+    while i < len(sql):
+        if sql[i] == quote:
+            if sql[i + 1 : i + 2] == quote:
+                i += 2
+                continue
+            return i + 1
+        i += 1
+    return len(sql)
 
 
 def check_statement(sql: str, *, private_paths: tuple[str, ...] = ()) -> None:
-    """Raise ForbiddenStatement if ``sql`` could reach the internal catalog.
-
-    ``private_paths`` are directories only CastSQL may name (the session's
-    work directory, which holds the catalog's files).
-    """
-    toks = tokenize(sql)
+    """Raise ForbiddenStatement if ``sql`` names an internal object or calls a
+    function no mode allows. ``private_paths`` are directories only CastSQL may
+    name (the session's work directory, which holds the catalog's files)."""
+    toks = tokens(sql)
     for i, t in enumerate(toks):
-        if t.kind in ("identifier", "keyword"):
-            name = t.text[1:-1].replace('""', '"') if t.text.startswith('"') else t.text
-            low = name.lower()
-            if low in INTERNAL_NAMES:
+        if t.is_name:
+            name = t.name
+            call = i + 1 < len(toks) and toks[i + 1].text == "("
+            if name in INTERNAL_NAMES:
                 raise ForbiddenStatement(f"{name} is CastSQL's internal catalog: {_WHY}")
-            if low.startswith(INTERNAL_PREFIX):
-                raise ForbiddenStatement(f"{name} is internal to CastSQL: statements cannot name it")
-            if low.startswith("ducklake_"):
-                raise ForbiddenStatement(f"DuckLake functions are not available in CastSQL ({low}): {_WHY}")
-            if low in DYNAMIC_SQL and i + 1 < len(toks) and toks[i + 1].text == "(":
+            if name.startswith(PREFIX):
+                raise ForbiddenStatement(f"{t.text} is internal to CastSQL: statements cannot name it")
+            if name.startswith("ducklake_"):
+                raise ForbiddenStatement(f"DuckLake functions are not available in CastSQL ({name}): {_WHY}")
+            if not call:
+                continue
+            if name in DYNAMIC_SQL:
                 raise ForbiddenStatement(
-                    f"{low}() runs SQL text built while the query runs, which CastSQL cannot check: {_WHY}; "
+                    f"{name}() runs SQL text built while the query runs, which CastSQL cannot check; "
                     "write the statement itself instead"
                 )
+            if name in RAW_MEMORY:
+                raise ForbiddenStatement(f"{name}() reads raw memory addresses: not available from SQL")
+            if name in ATTACHING:
+                raise ForbiddenStatement(f"{name}() attaches a database: {ATTACH_WHY}")
+            args = _call_args(toks, i + 1)
+            if name in FILE_ARGUMENTS and any(a.name in (FILE_ARGUMENTS[name], "storage") for a in args):
+                raise ForbiddenStatement(f"{name}() writing to a file is not available from SQL")
+            if name in ("checkpoint", "force_checkpoint"):
+                _check_checkpoint_target(args)
         elif t.kind == "string_const":
             low = t.text.lower()
-            body = low[low.find("'") + 1 :]
+            body = (t.string_value() or low).lower()
             if any(n in low for n in INTERNAL_NAMES) or body.startswith("ducklake:"):
                 raise ForbiddenStatement(f"{t.text[:60]} names a DuckLake catalog: {_WHY}")
-            if body.startswith(INTERNAL_PREFIX):
-                raise ForbiddenStatement(f"{t.text[:60]} is internal to CastSQL: statements cannot name it")
             if any(p and p.lower() in low for p in private_paths):
                 raise ForbiddenStatement(f"{t.text[:80]} lies in CastSQL's private work directory")
+
+
+ATTACH_WHY = (
+    "an attached catalog (DuckLake, Iceberg, DuckDB …) could own or overwrite the tables' files; "
+    "to join CastSQL tables with another database, attach it to your own DuckDB connection and use "
+    "castsql.connect(..., connection=con) or Table.to_duckdb(con)"
+)
+
+
+def _call_args(toks: list[Tok], open_at: int) -> list[Tok]:
+    """The tokens between the parenthesis at ``open_at`` and its match."""
+    depth = 0
+    for j in range(open_at, len(toks)):
+        depth += toks[j].text.count("(") - toks[j].text.count(")")
+        if depth <= 0:
+            return toks[open_at + 1 : j]
+    return toks[open_at + 1 :]
+
+
+def _check_checkpoint_target(args: list[Tok]) -> None:
+    for a in args:
+        db = a.string_value() if a.kind == "string_const" else a.name if a.is_name else None
+        if db is not None and db.lower() not in OWN_DATABASES:
+            raise ForbiddenStatement(
+                f"CHECKPOINT of {db}: only the session's own in-memory database can be checkpointed"
+            )

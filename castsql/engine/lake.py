@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyroaring import BitMap
 
+from castsql.engine import names
 from castsql.engine.duck import load_extension
 from castsql.engine.guard import INTERNAL_CATALOG
 
@@ -124,7 +125,7 @@ class Lake:
         return best.at(version)
 
     def _new_lineage(self, name: str, columns: Signature) -> _Lineage:
-        table = f"{name}#{next(self._seq)}"
+        table = names.internal("lake", next(self._seq), owner=name)
         qualified = f"{CATALOG}.main.{_ident(table)}"
         cols = ", ".join(f"{_ident(n)} {t}" for n, t in columns)
         self.con.execute(f"CREATE TABLE {qualified} ({cols})")

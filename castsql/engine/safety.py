@@ -1,19 +1,25 @@
-"""Safe mode: queries read the opened tables and nothing else.
+"""Safe mode: queries read the opened tables and nothing else, and no credential is readable.
 
-- DuckDB may touch only the opened tables' roots and the session's own work
-  directory (``allowed_directories`` with ``enable_external_access = false``):
-  no other local file, no URL, no extension install or load, no ATTACH.
-  DuckDB also lets a query read its temporary directory (``.tmp/`` under the
-  current directory by default): it is moved into the work directory;
-- the configuration is then locked, so no query can undo it;
-- only read statements run (SELECT and EXPLAIN of one): DuckDB's
-  ``allowed_directories`` would otherwise let ``COPY … TO`` write into a table;
-- the arguments of table functions (``read_parquet(…)``, ``read_text(…)``)
-  must be literals, and no literal URL may hold a ``.`` or ``..`` segment:
-  DuckDB checks ``allowed_directories`` on the text of an ``s3://`` path, and
-  ``s3://bucket/table/../other`` starts with an allowed prefix while the
-  server may resolve it elsewhere. With literal arguments every path a query
-  names is visible here.
+Which statements safe mode runs is decided with every other mode's in
+:mod:`castsql.engine.policy` (SELECT and EXPLAIN SELECT only). This module
+holds what safe mode adds:
+
+- DuckDB's own limits (:func:`lock_down`): DuckDB may touch only the opened
+  tables' roots and the session's own work directory (``allowed_directories``
+  with ``enable_external_access = false``): no other local file, no URL, no
+  extension install or load, no ATTACH. DuckDB also lets a query read its
+  temporary directory (``.tmp/`` under the current directory by default): it
+  is moved into the work directory. The S3 credential settings DuckDB copies
+  from ``AWS_*`` variables are blanked (the credentials live in DuckDB's
+  secret manager, which redacts them), then the configuration is locked;
+- checks of a SELECT's parse tree (:func:`check_select`): the arguments of
+  table functions (``read_parquet(…)``, ``read_text(…)``) must be literals,
+  so every path a query names is written in it; every URL literal must lie
+  under an opened S3 warehouse's ``s3://bucket/prefix/``, with no query string
+  or fragment (DuckDB honours ``?s3_endpoint=HOST`` and would send a signed
+  request, access key id included, to that host) and no ``.``/``..``
+  segment (DuckDB checks ``allowed_directories`` on the text of an ``s3://``
+  path, and the server may resolve ``s3://b/t/../other`` elsewhere).
 
 Independently of safe mode, a manifest or tombstone naming an object outside
 its table root is refused in every mode (castsql.format.layout.to_table_key).
@@ -21,68 +27,70 @@ its table root is refused in every mode (castsql.format.layout.to_table_key).
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
 
-from castsql.errors import CastSQLError
+from castsql.engine.guard import ForbiddenStatement
 
 
-class SafeModeError(CastSQLError):
+class SafeModeError(ForbiddenStatement):
     """A statement or action that safe mode forbids."""
 
 
 def lock_down(con: duckdb.DuckDBPyConnection, allowed: list[str], temp_directory: str) -> None:
     """Restrict ``con`` to the ``allowed`` directory prefixes (local paths or s3:// URIs);
     ``temp_directory`` (inside one of them) replaces DuckDB's default ``.tmp``."""
+    from castsql.engine.duck import hide_credentials
+
+    hide_credentials(con)
     dirs = sorted({a.rstrip("/") + "/" for a in allowed})
     con.execute("SET temp_directory = ?", [temp_directory])
     con.execute("SET allowed_directories = ?", [dirs])
     con.execute("SET autoinstall_known_extensions = false")
     con.execute("SET autoload_known_extensions = false")
+    con.execute("SET allow_unredacted_secrets = false")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
 
 
-_EXPLAIN = re.compile(r"^\s*EXPLAIN(\s+ANALY[SZ]E)?\b", re.IGNORECASE)
+def check_select(con: duckdb.DuckDBPyConnection, query: str, readable: Sequence[str]) -> None:
+    """SafeModeError unless every table function of ``query`` takes literal
+    arguments and every URL literal in it names an object under ``readable``
+    (``s3://bucket/prefix`` of the opened warehouses)."""
+    from castsql.engine.policy import literal_urls, serialized
 
-
-def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
-    """Raise SafeModeError unless every statement of ``sql`` only reads, and
-    only paths written out as literals (see the module docstring)."""
-    for st in con.extract_statements(sql):
-        kind = st.type
-        query = st.query
-        if kind == duckdb.StatementType.EXPLAIN:
-            inner = _EXPLAIN.sub("", st.query, count=1)
-            inner_types = [s.type for s in con.extract_statements(inner)] if inner.strip() else []
-            if inner_types and all(t == duckdb.StatementType.SELECT for t in inner_types):
-                _check_paths(con, inner)
-                continue
-        elif kind == duckdb.StatementType.SELECT:
-            _check_paths(con, query)
-            continue
-        name = str(kind).rsplit(".", 1)[-1]
-        raise SafeModeError(f"safe mode: {name} statements are not allowed (only SELECT and EXPLAIN SELECT)")
-
-
-def _check_paths(con: duckdb.DuckDBPyConnection, sql: str) -> None:
-    try:
-        raw = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
-        tree = json.loads(raw[0]) if raw else {}
-    except (duckdb.Error, ValueError):
-        tree = {}
-    if tree.get("error", True):
+    tree = serialized(con, query)
+    if tree is None:
         # DuckDB cannot serialize it: let DuckDB report what is wrong with it (a
         # statement it cannot parse does not run either).
         try:
-            con.extract_statements(sql)
+            con.extract_statements(query)
         except duckdb.Error:
             return
         raise SafeModeError("safe mode: this statement cannot be checked, so it is not allowed")
     _walk(tree)
+    for url in literal_urls(tree):
+        check_url(url, readable)
+
+
+def check_url(url: str, readable: Sequence[str]) -> None:
+    """SafeModeError unless ``url`` is a plain object URL under one of ``readable``."""
+    path = url.split("://", 1)[1]
+    if "?" in url or "#" in url:
+        raise SafeModeError(
+            f"safe mode: {url!r} holds a query string or fragment: URLs in SQL must be plain object paths"
+        )
+    if _DOT_SEGMENT.search(path):
+        raise SafeModeError(f"safe mode: {url!r} holds a '.' or '..' path segment")
+    prefixes = [r.rstrip("/") + "/" for r in readable if "://" in r]
+    if not any(url.startswith(p) for p in prefixes):
+        where = ", ".join(prefixes) or "none: this warehouse is on local disk"
+        raise SafeModeError(
+            f"safe mode: {url!r} is not an object of the opened warehouse (URLs allowed under: {where})"
+        )
 
 
 def _walk(node: Any) -> None:
@@ -95,10 +103,6 @@ def _walk(node: Any) -> None:
                         f"safe mode: the arguments of {fn.get('function_name', 'a table function')}() must be "
                         "literals (no expressions, variables or subqueries), so that the paths it reads are known"
                     )
-        elif node.get("type") == "BASE_TABLE":
-            _check_path(node.get("table_name"))
-        elif node.get("class") == "CONSTANT":
-            _check_path((node.get("value") or {}).get("value"))
         for v in node.values():
             _walk(v)
     elif isinstance(node, list):
@@ -120,10 +124,3 @@ def _literal(expr: Any) -> bool:
 
 
 _DOT_SEGMENT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)
-
-
-def _check_path(value: Any) -> None:
-    if isinstance(value, str) and "://" in value:
-        path = value.split("://", 1)[1].split("?", 1)[0]
-        if _DOT_SEGMENT.search(path):
-            raise SafeModeError(f"safe mode: {value!r} holds a '.' or '..' path segment")

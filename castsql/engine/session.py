@@ -25,6 +25,7 @@ Example::
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
 import tempfile
 import weakref
@@ -36,12 +37,12 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine import audit
-from castsql.engine.duck import configure_s3, load_httpfs, new_connection
-from castsql.engine.guard import check_statement
+from castsql.engine import audit, names, policy
+from castsql.engine.duck import configure_s3, hide_credentials, load_httpfs, new_connection
+from castsql.engine.guard import check_statement, tokens
 from castsql.engine.pushdown import Analysis, analyze, duck_value
 from castsql.engine.rewrite import TimeTravel, referenced_names, rewrite, tokenize
-from castsql.engine.safety import SafeModeError, check_read_only, lock_down
+from castsql.engine.safety import SafeModeError, lock_down
 from castsql.engine.views import Views, ident
 from castsql.errors import CastSQLError, SchemaMismatch, StorageError, TableNotFound, VersionNotFound
 from castsql.format import TableLog
@@ -78,6 +79,12 @@ class Session:
     ) -> None:
         self.con = connection or new_connection(threads=threads)
         self._workdir = tempfile.mkdtemp(prefix="castsql-session-")
+        self._own_connection = connection is None
+        if self._own_connection:
+            # DuckDB's spill files go to the work directory, never to ./.tmp
+            # (which may lie in a table); SQL cannot move them (policy.py).
+            self.con.execute("SET temp_directory = ?", [f"{self._workdir}/duckdb-tmp"])
+        self._httpfs = False
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._workdir, True)
         self.views = Views(self.con, self._workdir)
         self.s3 = s3
@@ -102,6 +109,7 @@ class Session:
         """Enter safe mode (see :mod:`castsql.engine.safety`); there is no way back."""
         if not self._s3_ready:
             load_httpfs(self.con)  # extensions cannot be loaded once locked
+            self._httpfs = True
         self.views.lake  # noqa: B018 - attach DuckLake while that is still allowed
         temp = f"{self._workdir}/duckdb-tmp"
         lock_down(self.con, [*self.uris, self._workdir], temp)
@@ -121,8 +129,8 @@ class Session:
             raise SafeModeError(f"safe mode: cannot open {uri}; tables are fixed when a safe session starts")
         storage = open_storage(uri, s3=self.s3)
         if storage.root.startswith("s3://") and not self._s3_ready:
-            configure_s3(self.con, self.s3_config(storage))
-            self._s3_ready = True
+            configure_s3(self.con, self.s3_config(storage))  # credentials in the secret manager only
+            self._s3_ready = self._httpfs = True
         if _is_table(storage):
             found = {name or storage.root.rstrip("/").rsplit("/", 1)[-1]: storage}
         else:
@@ -214,7 +222,7 @@ class Session:
             snap = resolve(log, version, probe=True)
         except VersionNotFound as e:
             raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
-        return f"{disp}@v{version}", snap
+        return names.version_view(disp, version), snap
 
     def version_view(self, table: str, version: int) -> str:
         """Name of a view of ``table`` at ``version`` (created on first use)."""
@@ -243,7 +251,7 @@ class Session:
         if [t.word for t in tokenize(sql) if t.text != ";"] == ["SHOW", "TABLES"]:
             # The opened tables, not DuckDB's temp views (versions, pruned file sets).
             self.con.register(_TABLES_VIEW, pa.table({"name": pa.array(self.tables, pa.string())}))
-            return f"SELECT name FROM {_TABLES_VIEW} ORDER BY name"
+            return f"SELECT name FROM {ident(_TABLES_VIEW)} ORDER BY name"
         sql = audit.rewrite_audit_calls(self, sql)
         wanted: dict[str, tuple[str, Snapshot, str]] = {}  # view (lower) -> (view, snapshot, table)
 
@@ -351,7 +359,7 @@ class Session:
         small = len(dirty) <= _ANTIJOIN_FILES and sum(f.total_rows for f in dirty) <= _ANTIJOIN_POSITIONS
         name = None
         if pruned is not snap and small:
-            name = f"{view}#p{next(self._pruned_seq)}"
+            name = names.pruned_view(view, next(self._pruned_seq))
             self._create_view(name, pruned, table, within=preds)
         self._pruned[key] = name
         while len(self._pruned) > _PRUNED_VIEWS:
@@ -362,15 +370,48 @@ class Session:
 
     # ------------------------------------------------------------ queries
 
+    @property
+    def scope(self) -> policy.Scope:
+        """What SQL may not write to (every opened table and warehouse, the work
+        directory) and, in safe mode, the only URLs it may name."""
+        roots = [log.storage.root for log in self._logs.values()]
+        home = None
+        if self._own_connection:
+            home = self.con.execute("SELECT current_setting('home_directory')").fetchone()[0] or None
+        return policy.Scope(
+            tables=self.tables, protected=[*roots, *self.uris, self._workdir], readable=self.uris, home=home
+        )
+
     def _run(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> duckdb.DuckDBPyRelation | None:
         check_statement(sql, private_paths=(self._workdir,))
         prepared = self.prepare(sql)
         try:
-            if self.safe:
-                check_read_only(self.con, prepared)
+            policy.check(self.con, prepared, self.scope, safe=self.safe)
+            self._load_httpfs_for(prepared)
             return self.con.sql(prepared, params=params)
         except duckdb.Error as e:
-            raise QueryError(_one_line(e)) from None
+            raise QueryError(self._message(e)) from None
+
+    def _load_httpfs_for(self, sql: str) -> None:
+        """Load httpfs (from its pip package) before the first statement that
+        names a URL, its credential settings blanked: DuckDB's own auto-loading
+        is off, since it would leave AWS_* credentials in readable settings."""
+        if self._httpfs or not self._own_connection:
+            return
+        if any(t.kind == "string_const" and "://" in t.text for t in tokens(sql)):
+            load_httpfs(self.con)
+            hide_credentials(self.con)
+            self._httpfs = True
+
+    def _message(self, e: Exception) -> str:
+        """DuckDB's error in one line, in the user's terms: no internal name, and
+        a missing table answered with the tables there are."""
+        msg = _one_line(e)
+        m = _MISSING.match(msg)
+        if m:
+            known = ", ".join(self.tables) or "none"
+            return f"no table named {m.group(1)} (tables: {known})"
+        return msg
 
     def sql(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pa.Table:
         """Run ``query``; the result as an Arrow table (empty for statements without one).
@@ -384,7 +425,7 @@ class Session:
         try:
             return rel.to_arrow_table()
         except duckdb.Error as e:
-            raise QueryError(_one_line(e)) from None
+            raise QueryError(self._message(e)) from None
 
     def reader(
         self,
@@ -446,7 +487,7 @@ class Session:
         snap = self.snapshot(table, version)
         self.check_columns(table, snap, list(columns or []) + [p.column for p in preds])
         disp = self._display[table.lower()]
-        name = disp if version is None else f"{disp}@v{snap.version}"
+        name = disp if version is None else names.version_view(disp, snap.version)
         view = self._view_for(name, snap, tuple(preds), disp) if preds and snap.file_count > 1 else None
         if view is None:
             self._ensure_view(name, snap, disp)
@@ -478,7 +519,7 @@ class Session:
         self.close()
 
 
-_TABLES_VIEW = "__castsql_tables"
+_TABLES_VIEW = names.TABLES
 _SPELLED = {"date", "time", "time with time zone", "interval"}  # and every timestamp
 
 
@@ -517,8 +558,11 @@ def _replace_names(sql: str, edits: list[tuple[int, bool, str]], done: Counter[s
     return "".join(out) + sql[pos:], done
 
 
+_MISSING = re.compile(r"Catalog Error: Table with name (.+?) does not exist!")
+
+
 def _one_line(e: Exception) -> str:
-    msg = str(e).strip()
+    msg = names.user_spelling(str(e).strip())
     first = msg.splitlines()[0] if msg else type(e).__name__
     # DuckDB adds a "LINE n:" excerpt with a caret: keep it, it points at the error.
     extra = [ln for ln in msg.splitlines()[1:] if ln.strip()]

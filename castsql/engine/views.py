@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
+from castsql.engine import names
 from castsql.engine.lake import Lake
 from castsql.engine.physical import Group, Signatures, duck_type, projection
 from castsql.errors import SchemaMismatch
@@ -138,19 +139,19 @@ class Views:
                     # The DuckLake table holds the files as they are; the projection maps them.
                     scan = self.lake.scan(
                         (snap.table_uri, group.signature),
-                        name.split("@", 1)[0],
+                        names.table_of(name),
                         group.signature,
                         snap.version,
                         {f.uri: self.deleted(snap, f) for f in dirty},
                     )
                     branches.append(f"SELECT {proj} FROM {scan}")
                 elif dirty:
-                    branches.append(self._anti_join(f"{name}$del{next(self._seq)}", snap, proj, group, dirty, within))
+                    branches.append(self._anti_join(name, snap, proj, group, dirty, within))
             body = " UNION ALL ".join(branches)
         con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
 
     def _anti_join(
-        self, table: str, snap: Snapshot, proj: str, group: Group, files: list[ResolvedFile], within: Sequence
+        self, view: str, snap: Snapshot, proj: str, group: Group, files: list[ResolvedFile], within: Sequence
     ) -> str:
         """A few files with deletes (a file set pruned for a selective query),
         each scanned and anti-joined with its deleted positions, only those in
@@ -160,12 +161,13 @@ class Views:
         one of the file, and skips DuckLake's per-query cost
         (docs/PERFORMANCE.md, "Selective queries")."""
         branches = []
+        seq = next(self._seq)
         for i, f in enumerate(files):
             dead = self.deleted(snap, f)
             keep = self._row_groups(f.uri, group, snap, within)
             if keep is not None:
                 dead = dead & keep
-            name = f"{table}_{i}"
+            name = names.internal("del", seq, i, owner=view)  # owned by the view: dropped with it
             arr = np.frombuffer(dead.to_array(), dtype=np.uint32)
             runs = _runs(arr)
             if len(runs) <= _RANGE_RUNS:  # none, or whole row groups: a filter DuckDB applies while scanning
@@ -173,14 +175,15 @@ class Views:
                 where = f" WHERE NOT ({cut})" if runs else ""
                 branches.append(f"SELECT {proj} FROM read_parquet({sql_str(f.uri)}){where}")
                 continue
-            self.con.register(name + "$arrow", pa.table({"pos": pa.array(arr)}))
+            arrow = names.internal("arrow", seq, i, owner=view)
+            self.con.register(arrow, pa.table({"pos": pa.array(arr)}))
             try:
                 self.con.execute(
                     f"CREATE OR REPLACE TEMP TABLE {ident(name)} AS SELECT CAST(pos AS BIGINT) AS pos "
-                    f"FROM {ident(name + '$arrow')}"
+                    f"FROM {ident(arrow)}"
                 )
             finally:
-                self.con.unregister(name + "$arrow")
+                self.con.unregister(arrow)
             branches.append(
                 f"SELECT {proj} FROM (SELECT *, file_row_number AS {_POS} FROM read_parquet({sql_str(f.uri)})) p "
                 f"ANTI JOIN {ident(name)} d ON p.{_POS} = d.pos"
@@ -231,7 +234,7 @@ class Views:
             raise SchemaMismatch(f"version {snap.version}: {e}") from None
 
     def _empty(self, name: str, snap: Snapshot) -> str:
-        empty = f"{name}$empty"
+        empty = names.internal("empty", owner=name)
         self.con.register(empty, snap.schema.to_arrow().empty_table())
         return f"SELECT * FROM {ident(empty)}"
 
@@ -240,10 +243,11 @@ class Views:
         over files without deletes: no DuckLake table behind it)."""
         self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
         owned = self.con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE temporary AND starts_with(table_name, ?)", [name + "$del"]
+            "SELECT table_name FROM duckdb_tables() WHERE temporary AND starts_with(table_name, 'castsql/del/')"
         ).fetchall()
         for (table,) in owned:
-            self.con.execute(f"DROP TABLE IF EXISTS temp.{ident(table)}")
+            if table.split("/", 4)[-1] == name:  # castsql/del/<seq>/<i>/<view>
+                self.con.execute(f"DROP TABLE IF EXISTS temp.{ident(table)}")
 
     def _positional_body(self, name: str, snap: Snapshot, files: list[ResolvedFile]) -> str:
         if not files:
@@ -254,7 +258,7 @@ class Views:
             keys = pa.table(
                 {"file_index": pa.array(range(len(members)), pa.uint64()), "_file": [f.key for f in members]}
             )
-            files_view, deletes_view = f"{name}$files{n}", f"{name}$deletes{n}"
+            files_view, deletes_view = names.internal("files", n, owner=name), names.internal("deletes", n, owner=name)
             self.con.register(files_view, keys)
             self.con.register(deletes_view, _positions(self, snap, members))
             cols = ", ".join(f"p.{ident(c)}" for c in snap.schema.names)
