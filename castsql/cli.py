@@ -2,7 +2,8 @@
 
 castsql [URI] [-c SQL] [--mode MODE]      the SQL shell (castsql.shell)
 castsql demo [DIR]                        build the demo warehouse, open the shell on it
-castsql append URI --from FILE... [--primary-key COL] [--format parquet|csv|json]
+castsql append URI --from FILE... [--primary-key COL] [--format parquet|csv|json] [--merge-schema]
+              [--allow-duplicate-keys]
 castsql delete URI --where CONDITION [--engine spark|duckdb]
 castsql update URI --set "COL = EXPR" [--set ...] [--where CONDITION] [--engine spark|duckdb]
 castsql merge URI --from FILE... --on COL[,COL] [--delete-matched-when COND] [--no-update] [--no-insert]
@@ -11,6 +12,7 @@ castsql compact URI [--threshold 0.5]
 castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
 castsql restore URI (--version N | --timestamp T)   commit an older version's content as the newest
 castsql upgrade URI                       make a format version 1 table version 2
+castsql alter URI [--add-column NAME TYPE]... [--widen NAME TYPE]...   schema evolution, no Spark
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import sys
 
 # In the order ``castsql --help`` lists them.
-WRITER_COMMANDS = ("append", "delete", "update", "merge", "compact", "gc", "restore", "upgrade")
+WRITER_COMMANDS = ("append", "delete", "update", "merge", "compact", "gc", "restore", "upgrade", "alter")
 
 
 def main(argv: list[str] | None = None) -> int:

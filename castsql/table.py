@@ -256,15 +256,56 @@ class Table:
         if version is not None:
             self.version = version  # like deltalake's DeltaTable: the object reads what it wrote
 
-    def append(self, data: Any) -> Any:
-        """Append Arrow, pandas or polars ``data`` (the table's columns; types
-        that widen are cast) as one version; returns its manifest, or None when
-        ``data`` has no rows. This object then reads the new version.
+    def append(self, data: Any, *, merge_schema: bool = False, allow_duplicate_keys: bool = False) -> Any:
+        """Append Arrow, pandas or polars ``data`` (the table's columns; input
+        types every value of which the column's type holds exactly are cast, any
+        other is refused naming the column and both types) as one version;
+        returns its manifest, or None when ``data`` has no rows. This object then
+        reads the new version.
+
+        ``merge_schema=True``: columns the table lacks are added (nullable, at
+        the end) and columns whose input type is an allowed widening are
+        widened, in the same version. A table with a primary key refuses rows
+        whose key is NULL, repeated in ``data`` or already in the table, unless
+        ``allow_duplicate_keys=True``.
 
         >>> events.append(pa.table({"id": [10, 11], "kind": ["a", "b"]})).version   # doctest: +SKIP
         2
         """
-        m = self._writer().append(data)
+        m = self._writer().append(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
+        self._moved(m.version if m is not None else None)
+        return m
+
+    def add_columns(self, columns: dict[str, Any]) -> Any:
+        """Add nullable columns at the end (name -> type: ``"int64"``, ``"BIGINT"``,
+        ``"decimal128(10, 2)"`` or an Arrow type) as one version (operation
+        ``ALTER``, no file rewritten: older rows read NULL there); returns its
+        manifest.
+
+        >>> events.add_columns({"country": "string"}).version          # doctest: +SKIP
+        3
+        """
+        from castsql.format.evolution import alter
+
+        self._writer()  # refuses a pinned table
+        m = alter(self._session.log(self.name), add=columns)
+        self._moved(m.version if m is not None else None)
+        return m
+
+    def widen_columns(self, columns: dict[str, Any]) -> Any:
+        """Widen column types (name -> wider type) as one version, without
+        rewriting files: int8 → int16 → int32 → int64, float → double, decimal
+        precision up with the same scale, date32[day] → timestamp[us]. Anything
+        else (a rename, a drop, a narrowing) is refused naming the column and both
+        types. Returns the manifest, or None when the types already are those.
+
+        >>> events.widen_columns({"user_id": "int64"}).version            # doctest: +SKIP
+        4
+        """
+        from castsql.format.evolution import alter
+
+        self._writer()
+        m = alter(self._session.log(self.name), widen=columns)
         self._moved(m.version if m is not None else None)
         return m
 

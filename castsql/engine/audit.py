@@ -34,6 +34,7 @@ from castsql.snapshot import Snapshot, resolve
 
 if TYPE_CHECKING:
     from castsql.engine.session import Session
+    from castsql.format.schema import Schema
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -149,6 +150,7 @@ def changes(session: Session, table: str, start: int, end: int | None = None) ->
     except VersionNotFound as e:
         raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
     parts: list[str] = []
+    snap = resolve(log, end)
     for v in range(start + 1, end + 1):
         cur = resolve(log, v)  # raises VersionNotFound for a collected version
         prev = resolve(log, v - 1)
@@ -169,19 +171,20 @@ def changes(session: Session, table: str, start: int, end: int | None = None) ->
             }
         if not touched:
             continue
-        cols = ", ".join(ident(c) for c in cur.schema.names)
+        # Every row in the end version's columns and types (FORMAT.md §3.4): a
+        # column a version did not have yet is NULL, a since-widened one cast.
+        pcols, ccols = _as_schema(prev.schema, snap.schema), _as_schema(cur.schema, snap.schema)
         pv = _positional_view(session, prev, prev.resolved(sorted(touched)), names.internal("chg", v, "a", owner=disp))
         cv = _positional_view(session, cur, cur.resolved(sorted(touched)), names.internal("chg", v, "b", owner=disp))
         meta = f"{v}::BIGINT AS _commit_version, TIMESTAMPTZ '{ts}' AS _commit_timestamp"
         parts.append(
-            f"SELECT {cols}, 'insert' AS _change_type, {meta} FROM {ident(cv)} AS c "
+            f"SELECT {ccols}, 'insert' AS _change_type, {meta} FROM {ident(cv)} AS c "
             f"ANTI JOIN {ident(pv)} AS p ON c._file = p._file AND c._pos = p._pos"
         )
         parts.append(
-            f"SELECT {cols}, 'delete' AS _change_type, {meta} FROM {ident(pv)} AS p "
+            f"SELECT {pcols}, 'delete' AS _change_type, {meta} FROM {ident(pv)} AS p "
             f"ANTI JOIN {ident(cv)} AS c ON c._file = p._file AND c._pos = p._pos"
         )
-    snap = resolve(log, end)
     if not parts:
         empty = pa.schema(
             [
@@ -194,6 +197,17 @@ def changes(session: Session, table: str, start: int, end: int | None = None) ->
         return empty.empty_table()
     q = " UNION ALL ".join(parts) + " ORDER BY _commit_version, _change_type DESC"
     return session.con.sql(q).to_arrow_table()
+
+
+def _as_schema(have: Schema, want: Schema) -> str:
+    """Columns of a view of schema ``have`` as ``want``'s (a later schema of the same table)."""
+    from castsql.engine.physical import duck_type
+
+    out = []
+    for c in want.columns:
+        value = ident(c.name) if have.column(c.name) is not None else "NULL"
+        out.append(f"CAST({value} AS {duck_type(c.type)}) AS {ident(c.name)}")
+    return ", ".join(out)
 
 
 def _positional_view(session: Session, snap: Snapshot, files: list, name: str) -> str:

@@ -57,11 +57,14 @@ from castsql.engine.physical import duck_type
 from castsql.engine.views import ident, sql_str
 from castsql.errors import CastSQLError, SchemaMismatch
 from castsql.format import Manifest, TableLog, TombstoneRecord, write_data_files
+from castsql.format.change import Change
+from castsql.format.evolution import merged
 from castsql.format.manifest import json_stat
 from castsql.format.tombstone import KeyRangeDelete, serialize_tombstones
 from castsql.format.writer import conform
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot, resolve
 from castsql.write.commit import commit_dml, with_retries
+from castsql.write.keys import check_input_keys, refuse_existing
 from castsql.write.merge import (
     ACTION_COL,
     ACTION_DELETE,
@@ -136,19 +139,85 @@ class Writer:
 
     # ------------------------------------------------------------------ append
 
-    def append(self, data: Any) -> Manifest | None:
-        """Commit ``data`` as new rows, one version; None when it has no rows."""
+    def append(
+        self,
+        data: Any,
+        *,
+        merge_schema: bool = False,
+        allow_duplicate_keys: bool = False,
+        attempts: int = ATTEMPTS,
+    ) -> Manifest | None:
+        """Commit ``data`` as new rows, one version; None when it has no rows.
+
+        ``merge_schema``: columns the table lacks are added (nullable, at the
+        end) and columns whose input type is an allowed widening are widened,
+        in the same version (FORMAT.md §3.4). Unless ``allow_duplicate_keys``,
+        rows with a NULL primary key, one repeated in ``data`` or already in the
+        table are refused (:mod:`castsql.write.keys`)."""
         where = f"table {self.table}: append"
         t = as_arrow(data, where)
-        schema = self.log.latest().schema
+        head = self.log.latest()
+        schema, new_schema = head.schema, None
+        if merge_schema:
+            new_schema = merged(head.schema, t.schema, where, head.primary_key)
+            if new_schema == head.schema:
+                new_schema = None
+            else:
+                schema = new_schema
         try:
             t = conform(t, schema, where)
         except KeyError as e:
             raise SchemaMismatch(f"{where}: column {e} is missing from the data") from None
         if t.num_rows == 0:
             return None
+        pk = head.primary_key
+        check = pk is not None and not allow_duplicate_keys
+        if check:
+            check_input_keys(self.table, pk, t.column(pk))
         files = write_data_files(self.log.storage, t, schema)
-        return self.log.append(files, schema=schema)
+        summary = {
+            "added_files": len(files),
+            "added_rows": sum(f.total_rows for f in files),
+            "added_bytes": sum(f.size_bytes for f in files),
+        }
+        if not check:
+            return self.log.commit(Change("APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema,
+                                          summary=summary))  # fmt: skip
+        keys = t.column(pk).combine_chunks()
+        mm = pc.min_max(keys)
+        span = (pk, json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py()))
+
+        def run(_: int) -> Manifest:
+            snap = resolve(self.log)
+            found = self.existing_keys(snap, pk, keys)
+            if found:
+                raise refuse_existing(self.table, pk, found, snap.version)
+            change = Change(
+                "APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary,
+                read_version=snap.version, key_span=span,
+            )  # fmt: skip
+            return self.log.commit(change)
+
+        return with_retries(where, attempts, run)
+
+    def existing_keys(self, snap: Snapshot, pk: str, keys: pa.Array, limit: int = 1000) -> list[Any]:
+        """Up to ``limit`` of ``keys`` that live rows of ``snap`` hold. Only the
+        files whose key statistics overlap [min, max] of ``keys`` are opened
+        (key-range pruning), and only their key column is read."""
+        if len(keys) == 0 or snap.schema.column(pk) is None:
+            return []
+        mm = pc.min_max(keys)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        files = snap.prune([Predicate(pk, ">=", lo), Predicate(pk, "<=", hi)]).files
+        if not files:
+            return []
+        name = self._name("keys")
+        self.con.register(name, pa.table({pk: keys}))
+        try:
+            hits = self._key_scan(snap, files, [pk], None, name)
+        finally:
+            self.con.unregister(name)
+        return hits.column(pk).slice(0, limit).to_pylist()
 
     # ------------------------------------------------------------------ delete / update
 
@@ -521,7 +590,7 @@ class Writer:
         return name
 
     def _key_scan(
-        self, snap: Snapshot, files: list[ResolvedFile], keys: list[str], spec: MergeSpec, src_name: str
+        self, snap: Snapshot, files: list[ResolvedFile], keys: list[str], spec: MergeSpec | None, src_name: str
     ) -> pa.Table:
         """(keys…, file, position) of the live rows of ``files`` whose keys a source row has."""
         empty = {k: pa.array([], snap.schema.to_arrow().field(k).type) for k in keys}

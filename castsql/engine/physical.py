@@ -20,9 +20,16 @@ manifest column is an expression over the group's physical column:
   wider decimal, another timestamp unit): a ``CAST``;
 - an instant where the manifest says a naive timestamp, or the reverse: the
   UTC wall-clock time (``timezone('UTC', …)``), never the session's time zone;
+- a column the file lacks that the table added after it was written
+  (``added_in``, FORMAT.md §3.4): NULL;
 - anything else (``VARCHAR`` where the manifest says ``BIGINT``, a missing
-  column, a name matching two columns but for case): one error naming the
-  file, the column and both types.
+  column the table was created with, a name matching two columns but for
+  case): one error naming the file, the column and both types.
+
+Columns are matched by name, never by position: a version reads with its own
+schema, so time travel to a version before a column was added or widened
+shows the columns and types it had, and a widened column reads old files
+through the ``CAST`` above (``DATE`` to ``TIMESTAMP`` among them).
 
 Example::
 
@@ -109,6 +116,8 @@ def _widens(src: str, dst: str) -> bool:
     if src in _INTS and d:  # an integer into a decimal with room for all its digits
         digits = {8: 3, 16: 5, 32: 10, 64: 20, 128: 39}[_INTS[src][1]]
         return int(d[1]) - int(d[2]) >= digits
+    if src == "DATE" and dst == "TIMESTAMP":  # a widened column (FORMAT.md §3.4): midnight of the date
+        return True
     # Timestamp units: DuckDB reads seconds and milliseconds as microseconds; a
     # nanosecond column keeps the microseconds the manifest's type can hold.
     return src in _TIMESTAMPS and dst == "TIMESTAMP"
@@ -147,6 +156,10 @@ def projection(schema: Schema, signature: Signature, file: str) -> str:
             if len(candidates) > 1:
                 names = " and ".join(repr(n) for n, _ in candidates)
                 raise SchemaMismatch(f"{file}: columns {names} both match the manifest's column {c.name!r}")
+            if not candidates and c.added_in is not None:
+                # Written before the column was added (FORMAT.md §3.4): NULL there.
+                out.append(f"CAST(NULL AS {duck_type(c.type)}) AS {_ident(c.name)}")
+                continue
             if not candidates:
                 have = ", ".join(n for n, _ in signature)
                 raise SchemaMismatch(f"{file}: has no column {c.name!r} (it has {have})")

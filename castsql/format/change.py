@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from castsql.errors import CommitConflict, FormatError, ObjectNotFound
-from castsql.format import fold
+from castsql.format import evolution, fold
 from castsql.format.layout import to_table_key
 from castsql.format.manifest import ChangeLog, DataFile, Manifest, Totals
 from castsql.format.schema import Schema
@@ -59,6 +59,9 @@ class Change:
     remove_tombstones: tuple[str, ...] = ()  # table keys
     tombstone_targets: frozenset[str] = frozenset()  # table keys of the files new tombstones name
     schema: Schema | None = None  # schema of add_files, checked against the base
+    # Schema evolution (FORMAT.md §3.4): the schema this change gives the table,
+    # rebased on whatever schema the head has (columns it adds get added_in).
+    new_schema: Schema | None = None
     read_version: int | None = None  # the version a delete or a compaction was computed from
     read_tombstones: frozenset[str] | None = None  # that version's tombstone keys (compaction)
     # Update / merge (rules b and c): table keys of the files its tombstones name, which no
@@ -79,8 +82,12 @@ class Change:
             # landed since may have added rows the restored version lacks.
             raise RestoreRaced(f"{where}: version {base.version} landed after version {self.read_version} was read")
         root = log.storage.root
+        schema = base.schema
+        if self.new_schema is not None:
+            schema = evolution.rebase(base.schema, self.new_schema, base.version + 1, where)
         if self.schema is not None:
-            base.schema.check_compatible(self.schema, f"{where}: data files")
+            # Files written before a concurrent evolution still read (§3.4).
+            evolution.check_readable(self.schema, schema, f"{where}: data files")
         state = log.state(base)
         inline = state.inline_entries()
         inline_tombs = [to_table_key(t, root, what="tombstone") for t in base.tombstones]
@@ -99,7 +106,7 @@ class Change:
         if self.conflict_files or self.key_span is not None:
             self._check_dml(base, log, since, where)
         file_objects, files_inline, removed = fold.next_files(
-            log, base, base.schema, inline, added, set(self.remove_files), where
+            log, base, schema, inline, added, set(self.remove_files), where
         )
         delete_objects, tombs_inline = fold.next_deletes(
             log, base, inline_tombs, self.add_tombstones, set(self.remove_tombstones), where
@@ -120,7 +127,8 @@ class Change:
             totals=totals,
             change=ChangeLog(tuple(added), tuple(self.remove_files), self.add_tombstones, self.remove_tombstones),
             operation=self.operation,
-            summary=dict(self.summary),
+            summary={**self.summary, **evolution.describe(base.schema, schema)},
+            schema=schema,
         )
 
     def _changes_since(self, base: Manifest, log: TableLog) -> list[ChangeLog] | None:

@@ -92,6 +92,10 @@ def type_name(t: pa.DataType) -> str:
 class Column:
     name: str
     type: str
+    # The version that added the column to the table (schema evolution,
+    # FORMAT.md §3.4); None for a column the table was created with. Data files
+    # written before then lack it: readers read it as NULL there.
+    added_in: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +128,13 @@ class Schema:
         return cls(cols)
 
     def to_json(self) -> dict:
-        return {"columns": [{"name": c.name, "type": c.type} for c in self.columns]}
+        cols = []
+        for c in self.columns:
+            d: dict = {"name": c.name, "type": c.type}
+            if c.added_in is not None:
+                d["added_in"] = c.added_in
+            cols.append(d)
+        return {"columns": cols}
 
     @classmethod
     def from_json(cls, obj: object, where: str) -> Schema:
@@ -138,7 +148,10 @@ class Schema:
                 type_from_name(c["type"])
             except FormatError as e:
                 raise FormatError(f"{where}: column {c['name']!r}: {e}") from None
-            cols.append(Column(c["name"], c["type"]))
+            added = c.get("added_in")
+            if added is not None and (not isinstance(added, int) or isinstance(added, bool) or added < 1):
+                raise FormatError(f"{where}: column {c['name']!r}: 'added_in' must be a version number >= 1")
+            cols.append(Column(c["name"], c["type"], added))
         return cls(tuple(cols))
 
     def check_compatible(self, other: Schema, what: str) -> None:

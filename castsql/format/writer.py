@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from castsql.errors import SchemaMismatch
+from castsql.format.evolution import check_names, fits, refusal
 from castsql.format.layout import new_data_key
 from castsql.format.manifest import DataFile, json_stat
 from castsql.format.schema import Schema, json_ordered
@@ -48,15 +49,23 @@ def _batches(data: ArrowData) -> Iterator[pa.RecordBatch]:
 
 
 def conform(batch: pa.RecordBatch | pa.Table, schema: Schema, where: str) -> pa.Table:
-    """``batch`` with the table's column order and stored types, or SchemaMismatch."""
+    """``batch`` with the table's column order and stored types, or SchemaMismatch.
+
+    The one type rule of every writer (:func:`castsql.format.evolution.fits`):
+    an input column of the table's type, or of one every value of which the
+    table's type holds exactly (``int32`` into ``int64``, ``int32`` into
+    ``double``, ``float`` into ``double``…), is stored; anything else is refused,
+    naming the column and both types, before anything is written. Columns must
+    be the table's (by name, any order)."""
     target = schema.to_arrow()
-    got = Schema.from_arrow(batch.schema)
-    schema.check_compatible(got, where)
     table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    check_names(schema, table.column_names, where)
     cols = []
     for field in target:
         col = table.column(field.name)
         if col.type != field.type:
+            if not fits(col.type, field.type):
+                raise refusal(where, field.name, col.type, field.type)
             try:
                 col = col.cast(field.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:

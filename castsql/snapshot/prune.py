@@ -58,6 +58,10 @@ def _may_match(f: DataFile, preds: list[tuple[str, str, Any]]) -> bool:
         lo, hi = f.min.get(col), f.max.get(col)
         if lo is None or hi is None:
             continue
+        if isinstance(v, str) and len(v) > 10 and isinstance(lo, str) and len(lo) == 10:
+            # A date column widened to a timestamp (FORMAT.md §3.4): its old
+            # statistics are dates, i.e. midnight, in the timestamp's form.
+            lo, hi = lo + "T00:00:00.000000", (hi + "T00:00:00.000000" if len(hi) == 10 else hi)
         try:
             if (
                 (op in ("=", "==") and (v < lo or v > hi))

@@ -38,6 +38,8 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+import pyarrow as pa
+
 from castsql.errors import CastSQLError, require
 from castsql.format import Manifest, TableLog
 from castsql.spark.errors import job_errors
@@ -99,6 +101,12 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--from", dest="sources", nargs="+", required=True, metavar="FILE")
     a.add_argument("--format", choices=_FORMATS, help="input format (default: from the file name, else parquet)")
     a.add_argument("--primary-key", metavar="COL", help="primary key column (when the table is created)")
+    a.add_argument(
+        "--merge-schema", action="store_true", help="add the input's new columns and widen columns (FORMAT.md §3.4)"
+    )
+    a.add_argument(
+        "--allow-duplicate-keys", action="store_true", help="do not refuse rows whose primary key is already taken"
+    )
     d = sub.add_parser("delete", help="delete the rows matching a SQL condition (one tombstone, one version)")
     d.add_argument("uri")
     d.add_argument("--where", required=True, metavar="COND")
@@ -148,6 +156,10 @@ def _parser() -> argparse.ArgumentParser:
     at.add_argument("--timestamp", metavar="T", help="the newest version committed at or before T (UTC unless given)")
     u = sub.add_parser("upgrade", help="make a format version 1 table version 2 (one commit, no data change)")
     u.add_argument("uri")
+    al = sub.add_parser("alter", help="add nullable columns or widen column types (one version, no data rewritten)")
+    al.add_argument("uri")
+    al.add_argument("--add-column", nargs=2, action="append", default=[], metavar=("NAME", "TYPE"))
+    al.add_argument("--widen", nargs=2, action="append", default=[], metavar=("NAME", "TYPE"))
     return p
 
 
@@ -189,6 +201,18 @@ def _summary(verb: str, m: Manifest) -> str:
 
 
 def _run(args: Any) -> str:
+    if args.command == "alter":  # no Spark: a manifest commit
+        from castsql.format.evolution import alter
+
+        if not args.add_column and not args.widen:
+            raise UsageError("alter: give --add-column NAME TYPE or --widen NAME TYPE")
+        log = TableLog(open_storage(args.uri))
+        m = alter(log, add=dict(args.add_column), widen=dict(args.widen))
+        if m is None:
+            return f"alter: {log.uri} already has that schema; nothing committed"
+        changed = [f"added {c['name']} {c['type']}" for c in m.summary.get("added_columns", [])]
+        changed += [f"widened {c['name']} {c['from']} -> {c['to']}" for c in m.summary.get("widened_columns", [])]
+        return f"alter: committed version {m.version}; {', '.join(changed)}"
     if args.command == "upgrade":
         log = TableLog(open_storage(args.uri))
         m = log.upgrade()
@@ -267,7 +291,15 @@ def _spark_command(spark: Any, args: Any) -> str:
             reader = reader.option("header", "true").option("inferSchema", "true")
         with job_errors("append: reading the input"):
             df = _fit_to_table(args.uri, reader.load([os.path.abspath(s) for s in args.sources]))
-        return _summary("append", append(spark, args.uri, df, primary_key=args.primary_key))
+        m = append(
+            spark,
+            args.uri,
+            df,
+            primary_key=args.primary_key,
+            merge_schema=args.merge_schema,
+            allow_duplicate_keys=args.allow_duplicate_keys,
+        )
+        return _summary("append", m)
     if args.command == "delete":
         from castsql.spark.deleter import delete
 
@@ -410,12 +442,32 @@ def _fit_to_table(uri: str, df: Any) -> Any:
         schema = TableLog(open_storage(uri)).latest().schema
     except TableNotFound:
         return df
+    from castsql.format.evolution import fits
+
     types = {f.name.lower(): f for f in schema.to_arrow()}
     cols = []
-    for c in df.columns:
+    for field in df.schema.fields:
+        c = field.name
         f = types.get(c.lower())
-        cols.append(df[c] if f is None else df[c].cast(spark_type(f.type)).alias(f.name))
+        # Text (what CSV and JSON hold) is parsed into the column's type; any
+        # other input type only where the one type rule (FORMAT.md §3.4,
+        # castsql.format.evolution.fits) takes it losslessly. The rest is left
+        # as it is, for append's check to refuse naming both types.
+        src = _arrow_of(field.dataType)
+        if f is None or (src is not None and not pa.types.is_string(src) and not fits(src, f.type)):
+            cols.append(df[c])
+        else:
+            cols.append(df[c].cast(spark_type(f.type)).alias(f.name))
     return df.select(*cols)
+
+
+def _arrow_of(spark_type_: Any) -> Any:
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    try:
+        return to_arrow_type(spark_type_, timestamp_utc=True)
+    except Exception:
+        return None
 
 
 def _one_line(e: BaseException) -> str:

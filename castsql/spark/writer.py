@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 from castsql.errors import SchemaMismatch, TableNotFound
 from castsql.format import DataFile, Manifest, TableLog
+from castsql.format.change import Change
+from castsql.format.evolution import check_names, fits, merged, refusal
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.spark.errors import job_errors
 from castsql.spark.tasks import TableRef, write_task
@@ -45,6 +47,8 @@ def append(
     s3: S3Config | None = None,
     row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
     target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+    merge_schema: bool = False,
+    allow_duplicate_keys: bool = False,
 ) -> Manifest:
     """Append the rows of ``df`` to the table at ``uri`` as one new version.
 
@@ -71,13 +75,24 @@ def append(
         current = log.latest()
     except TableNotFound:
         current = None
+    new_schema = None
     if current is not None:
-        current.schema.check_compatible(schema, f"{storage.root}: appended data")
+        where = f"table {storage.root}: append"
         if primary_key is not None and primary_key != current.primary_key:
             raise SchemaMismatch(
                 f"{storage.root}: the table's primary key is {current.primary_key!r}, not {primary_key!r}"
             )
-        schema = current.schema  # the files take the table's column order and types
+        data = schema.to_arrow()
+        target = current.schema
+        if merge_schema:  # new columns added, allowed widenings made, in this version (FORMAT.md §3.4)
+            target = merged(current.schema, data, where, current.primary_key)
+            new_schema = target if target != current.schema else None
+        # The one type rule, on the driver: nothing is written for data that does not fit.
+        check_names(target, data.names, where)
+        for f in target.to_arrow():
+            if not fits(data.field(f.name).type, f.type):
+                raise refusal(where, f.name, data.field(f.name).type, f.type)
+        schema = target  # the files take the table's column order and types
     ref = TableRef(storage.root, getattr(storage, "config", None), schema.to_json())
     fn = functools.partial(write_task, ref, row_group_size, target_file_bytes)
     with job_errors(f"{storage.root}: append"):
@@ -91,4 +106,12 @@ def append(
             raise SchemaMismatch(f"{storage.root}: the table's primary key is {current.primary_key!r}")
     if not files:
         return current
-    return log.append(files, schema=schema)
+    summary = {
+        "added_files": len(files),
+        "added_rows": sum(f.total_rows for f in files),
+        "added_bytes": sum(f.size_bytes for f in files),
+    }
+    # NOT YET: primary-key uniqueness (castsql.write.keys) is checked by the
+    # embedded writer only; a Spark append does not check it yet (issue 19).
+    del allow_duplicate_keys
+    return log.commit(Change("APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary))

@@ -1,0 +1,291 @@
+"""Schema evolution (FORMAT.md §3.4): columns added and types widened, each a
+version of its own or inside an append; every version reads with its own
+schema through every reader path (SQL, Table.to_arrow with and without a
+pruning filter, time travel, table_changes across the change), on a local
+disk and on S3; refusals name the table, the column and both types and
+commit nothing; one type rule for the input of every writer."""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+import castsql
+from castsql.errors import SchemaMismatch
+from castsql.format import TableLog, write_data_files
+from castsql.format.evolution import fits, widens
+from castsql.storage import open_storage
+
+BASE = pa.schema(
+    [("id", pa.int64()), ("n", pa.int32()), ("d", pa.date32()), ("f", pa.float32()), ("p", pa.decimal128(5, 2))]
+)
+D = dt.date(2024, 1, 1)
+
+
+def batch(ids, extra=None, wide=False):
+    """Rows whose values derive from their id (so a model can predict them)."""
+    cols = {
+        "id": pa.array(ids, pa.int64()),
+        "n": pa.array([i * 10 for i in ids], pa.int64() if wide else pa.int32()),
+        "d": pa.array(
+            [dt.datetime(2024, 1, 1 + i % 28, 6) if wide else D + dt.timedelta(days=i % 28) for i in ids],
+            pa.timestamp("us") if wide else pa.date32(),
+        ),
+        "f": pa.array([i + 0.5 for i in ids], pa.float64() if wide else pa.float32()),
+        "p": pa.array([f"{i}.25" for i in ids], pa.string()).cast(pa.decimal128(9 if wide else 5, 2)),
+    }
+    for name, fn in (extra or {}).items():
+        cols[name] = fn(ids)
+    return pa.table(cols)
+
+
+@pytest.fixture
+def history(storage_root, s3_config):
+    """v0 create; v1 append; v2 add c; v3 append with c; v4 delete (a tombstone);
+    v5 widen n, d, f, p; v6 append with merge_schema adding e, wide values;
+    and the rows each version must read."""
+    st = open_storage(storage_root + "/evo", s3=s3_config)
+    TableLog.create(st, BASE, primary_key="id")
+    t = castsql.open(st.root, s3=s3_config)
+    assert t.append(batch(range(0, 10))).version == 1
+    m = t.add_columns({"c": "string"})
+    assert (m.version, m.operation, m.summary["added_columns"]) == (2, "ALTER", [{"name": "c", "type": "string"}])
+    assert t.append(batch(range(10, 15), {"c": lambda ids: [f"c{i}" for i in ids]})).version == 3
+    assert t.delete("id IN (3, 12)").version == 4
+    m = t.widen_columns({"n": "int64", "d": "timestamp[us]", "f": "double", "p": "decimal128(9, 2)"})
+    assert m.version == 5 and m.operation == "ALTER" and len(m.summary["widened_columns"]) == 4
+    m = t.append(
+        batch(range(15, 18), {"c": lambda ids: ["z"] * len(ids), "e": lambda ids: [True] * len(ids)}, wide=True),
+        merge_schema=True,
+    )
+    assert m.version == 6 and m.summary["added_columns"] == [{"name": "e", "type": "bool"}]
+    assert [c.added_in for c in m.schema.columns] == [None, None, None, None, None, 2, 6]
+    yield t
+    t.close()
+
+
+def expected(version: int) -> tuple[list[str], list[dict]]:
+    cols = ["id", "n", "d", "f", "p"] + (["c"] if version >= 2 else []) + (["e"] if version >= 6 else [])
+    ids = [*range(0, 10)] * (version >= 1) + [*range(10, 15)] * (version >= 3) + [*range(15, 18)] * (version >= 6)
+    if version >= 4:
+        ids = [i for i in ids if i not in (3, 12)]
+    from decimal import Decimal
+
+    rows = []
+    for i in ids:
+        wide_row = i >= 15
+        day = D + dt.timedelta(days=i % 28)
+        r = {
+            "id": i,
+            "n": i * 10,
+            "d": (dt.datetime(2024, 1, 1 + i % 28, 6) if wide_row else dt.datetime.combine(day, dt.time()))
+            if version >= 5
+            else day,
+            "f": i + 0.5,
+            "p": Decimal(f"{i}.25"),
+        }
+        if version >= 2:
+            r["c"] = f"c{i}" if 10 <= i < 15 else ("z" if wide_row else None)
+        if version >= 6:
+            r["e"] = True if wide_row else None
+        rows.append(r)
+    return cols, rows
+
+
+TYPES = {
+    4: ["int64", "int32", "date32[day]", "float", "decimal128(5, 2)", "string"],
+    5: ["int64", "int64", "timestamp[us]", "double", "decimal128(9, 2)", "string"],
+    6: ["int64", "int64", "timestamp[us]", "double", "decimal128(9, 2)", "string", "bool"],
+}
+
+
+def by_id(t: pa.Table) -> list[dict]:
+    return sorted(t.to_pylist(), key=lambda r: r["id"])
+
+
+def test_every_version_reads_with_its_own_schema(history):
+    t = history
+    session = t._session
+    for v in range(7):
+        cols, rows = expected(v)
+        at = t.at(version=v)
+        got = at.to_arrow()
+        assert got.column_names == cols, v
+        assert [str(x) for x in got.schema.types][: len(TYPES.get(v, TYPES[4]))] == TYPES.get(v, TYPES[4])[
+            : len(cols)
+        ], v
+        assert by_id(got) == rows, v
+        sql = session.sql(f"SELECT * FROM {t.name} AS OF VERSION {v}")
+        assert sql.column_names == cols and by_id(sql) == rows, v
+        assert at.schema.names == cols
+        # A pruning filter on a widened column: statistics of old files (dates,
+        # int32, float) compare in the new type.
+        if v >= 5:
+            flt = at.to_arrow(filter="d >= TIMESTAMP '2024-01-05 00:00:00' AND n >= 40 AND f > 3.9")
+            want = [r for r in rows if r["d"] >= dt.datetime(2024, 1, 5) and r["n"] >= 40 and r["f"] > 3.9]
+            assert by_id(flt) == want, v
+            exact = at.to_arrow(filter="d = TIMESTAMP '2024-01-05 00:00:00'")
+            assert [r["id"] for r in by_id(exact)] == [4]
+        if v >= 2:
+            assert at.to_arrow(["id"], filter="c IS NULL").num_rows == sum(r["c"] is None for r in rows)
+
+
+def test_table_changes_across_schema_changes(history):
+    t = history
+    for start in range(0, 6):
+        ch = t.changes(start, 6)
+        cols, _ = expected(6)
+        assert ch.column_names[: len(cols)] == cols  # the end version's columns and types
+        inserted = {r["id"]: r for r in ch.to_pylist() if r["_change_type"] == "insert"}
+        deleted = {r["id"] for r in ch.to_pylist() if r["_change_type"] == "delete"}
+        want_ins = {r["id"]: r for r in expected(6)[1]} | {3: None, 12: None}
+        want_ins = {
+            i: r
+            for i, r in want_ins.items()
+            if (i < 10 and start < 1) or (10 <= i < 15 and start < 3) or (i >= 15 and start < 6)
+        }
+        # rows inserted and deleted within the range show both
+        assert set(inserted) == set(want_ins), start
+        assert deleted == ({3, 12} if start < 4 else set())
+        for i, r in inserted.items():
+            if r is not None and i not in (3, 12):
+                assert r["c"] == (f"c{i}" if 10 <= i < 15 else ("z" if i >= 15 else None))
+                assert r["e"] == (True if i >= 15 else None)
+        if start < 4:  # ending before the widening: version 4's columns and types
+            mid = t.changes(start, 4)
+            assert mid.column_names[:6] == ["id", "n", "d", "f", "p", "c"]
+            assert mid.schema.field("n").type == pa.int32() and mid.schema.field("d").type == pa.date32()
+
+
+def test_refusals_name_column_and_types_and_commit_nothing(history):
+    t = history
+    v = t.at().version
+    cases = [
+        (lambda: t.widen_columns({"n": "int32"}), "column 'n' cannot change from int64 to int32"),
+        (lambda: t.widen_columns({"f": "float"}), "column 'f' cannot change from double to float"),
+        (lambda: t.widen_columns({"c": "int64"}), "column 'c' cannot change from string to int64"),
+        (lambda: t.widen_columns({"p": "decimal128(12, 3)"}), "from decimal128\\(9, 2\\) to decimal128\\(12, 3\\)"),
+        (lambda: t.widen_columns({"nope": "int64"}), "no column 'nope' to widen"),
+        (lambda: t.widen_columns({"id": "double"}), "column 'id' cannot change from int64 to double"),
+        (lambda: t.add_columns({"C": "string"}), "column 'C' already exists \\(as 'c'\\)"),
+        (lambda: t.add_columns({"x": "varchar(3"}), "column 'x': unknown type"),
+        (
+            lambda: t.append(batch([100], {"c": lambda i: ["q"], "e": lambda i: [1]}, wide=True)),
+            "column 'e' is int64 in the data, the table has bool",
+        ),
+        (
+            lambda: t.append(batch([100], {"c": lambda i: ["q"], "e": lambda i: [True], "z": lambda i: [1]}, True)),
+            "unknown columns \\['z'\\] \\(merge_schema=True",
+        ),
+        (
+            lambda: t.append(batch([100], {"c": lambda i: [1], "e": lambda i: [True]}, wide=True), merge_schema=True),
+            "column 'c' is int64 in the data, the table has string",
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(SchemaMismatch, match=message) as e:
+            call()
+        assert "\n" not in str(e.value)
+        assert t.at().version == v and t.at().to_arrow().num_rows == len(expected(6)[1])
+
+
+def test_an_append_planned_before_a_schema_change_still_commits(storage_root, s3_config):
+    st = open_storage(storage_root + "/race", s3=s3_config)
+    log = TableLog.create(st, pa.schema([("id", pa.int64()), ("n", pa.int32())]))
+    old = log.latest().schema
+    files = write_data_files(st, pa.table({"id": [1], "n": pa.array([7], pa.int32())}), old)
+    with castsql.open(st.root, s3=s3_config) as t:
+        t.add_columns({"x": "double"})
+        t.widen_columns({"n": "int64"})
+        m = log.append(files, schema=old)  # rebased on the evolved head
+        assert m.version == 3 and [c.name for c in m.schema.columns] == ["id", "n", "x"]
+        assert t.at().to_arrow().to_pylist() == [{"id": 1, "n": 7, "x": None}]
+
+
+def test_concurrent_alters_merge_or_fail_naming_the_column(tmp_path):
+    st = open_storage(str(tmp_path / "t"))
+    log = TableLog.create(st, pa.schema([("id", pa.int64())]))
+    from castsql.format.change import Change
+    from castsql.format.evolution import altered
+
+    base = log.latest().schema
+    a = altered(base, add={"x": "int64"}, where="a")
+    b = altered(base, add={"y": "string"}, where="b")
+    c = altered(base, add={"x": "string"}, where="c")
+    log.commit(Change("ALTER", new_schema=a))
+    m = log.commit(Change("ALTER", new_schema=b))  # planned on v0, lands on v1: both columns
+    assert [(col.name, col.added_in) for col in m.schema.columns] == [("id", None), ("x", 1), ("y", 2)]
+    with pytest.raises(SchemaMismatch, match="column 'x' is int64 in the table now, this change makes it string"):
+        log.commit(Change("ALTER", new_schema=c))
+    assert log.latest().version == 2
+
+
+def test_files_objects_written_before_a_widening_still_prune(tmp_path):
+    """More than 32 files fold into files objects typed by the old schema."""
+    st = open_storage(str(tmp_path / "many"))
+    TableLog.create(st, pa.schema([("id", pa.int64()), ("d", pa.date32()), ("n", pa.int16())]), primary_key="id")
+    with castsql.open(st.root) as t:
+        for i in range(40):
+            t.append(pa.table({"id": [i], "d": [D + dt.timedelta(days=i)], "n": pa.array([i], pa.int16())}))
+        assert t._session.log(t.name).latest().file_objects
+        t.widen_columns({"d": "timestamp[us]", "n": "int32"})
+        t.add_columns({"s": "string"})
+        got = t.to_arrow(["id", "d", "s"], filter="d >= TIMESTAMP '2024-01-31 00:00:00' AND n < 35")
+        assert [r["id"] for r in by_id(got)] == [30, 31, 32, 33, 34]
+        assert got.schema.field("d").type == pa.timestamp("us") and got.column("s").null_count == 5
+        assert t.to_arrow(filter="d = TIMESTAMP '2024-01-01 00:00:00'").column("id").to_pylist() == [0]
+        assert t.at(version=40).to_arrow().schema.field("d").type == pa.date32()
+
+
+def test_one_type_rule_for_input():
+    ok = [(pa.int32(), pa.int64()), (pa.int8(), pa.int16()), (pa.uint32(), pa.int64()), (pa.int32(), pa.float64()),
+          (pa.int16(), pa.float32()), (pa.float32(), pa.float64()), (pa.int32(), pa.decimal128(12, 2)),
+          (pa.decimal128(5, 2), pa.decimal128(9, 3)), (pa.date32(), pa.timestamp("us")), (pa.null(), pa.string()),
+          (pa.large_string(), pa.string()), (pa.timestamp("ms"), pa.timestamp("us"))]  # fmt: skip
+    bad = [(pa.int64(), pa.float64()), (pa.int64(), pa.int32()), (pa.float64(), pa.float32()),
+           (pa.string(), pa.int64()), (pa.int32(), pa.float32()), (pa.uint64(), pa.int64()),
+           (pa.int64(), pa.decimal128(10, 0)), (pa.decimal128(9, 3), pa.decimal128(9, 2)), (pa.float64(), pa.int64()),
+           (pa.date32(), pa.timestamp("us", "UTC")), (pa.int64(), pa.string()), (pa.bool_(), pa.int8())]  # fmt: skip
+    assert all(fits(s, d) for s, d in ok), [(s, d) for s, d in ok if not fits(s, d)]
+    assert not any(fits(s, d) for s, d in bad), [(s, d) for s, d in bad if fits(s, d)]
+    assert widens("int8", "int64") and widens("date32[day]", "timestamp[us]")
+    assert not widens("int64", "double") and not widens("timestamp[us]", "date32[day]")
+
+
+def test_writers_apply_the_type_rule(tmp_path):
+    st = open_storage(str(tmp_path / "types"))
+    TableLog.create(st, pa.schema([("id", pa.int64()), ("x", pa.float64())]))
+    with castsql.open(st.root) as t:
+        t.append(pa.table({"id": pa.array([1], pa.int32()), "x": pa.array([2], pa.int32())}))  # both lossless
+        assert t.to_arrow().to_pylist() == [{"id": 1, "x": 2.0}]
+        with pytest.raises(SchemaMismatch, match="column 'x' is int64 in the data, the table has double"):
+            t.append(pa.table({"id": [2], "x": [2**53 + 1]}))
+        with pytest.raises(SchemaMismatch, match="column 'x' is string in the data, the table has double"):
+            t.append(pa.table({"id": [2], "x": ["2.5"]}))
+        assert t.at().version == 1
+
+
+def test_cli_alter_without_spark(tmp_path):
+    st = open_storage(str(tmp_path / "cli"))
+    TableLog.create(st, pa.schema([("id", pa.int64()), ("n", pa.int32())]))
+    code = (
+        "import sys; from castsql.cli import main; rc = main(sys.argv[1:]); "
+        "assert 'pyspark' not in sys.modules, 'Spark imported'; sys.exit(rc)"
+    )
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+
+    r = run("alter", st.root, "--add-column", "country", "VARCHAR", "--widen", "n", "BIGINT")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "alter: committed version 1; added country string, widened n int32 -> int64"
+    r = run("alter", st.root, "--widen", "n", "int32")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert "column 'n' cannot change from int64 to int32" in r.stderr
+    r = run("alter", st.root)
+    assert r.returncode == 2
+    assert [c.name for c in TableLog(st).latest().schema.columns] == ["id", "n", "country"]
