@@ -210,6 +210,8 @@ REFUSED_EVERYWHERE = [
     ("SET home_directory = '/tmp'", "cannot be changed"),
     ("SET enabled_log_types = 'HTTP'", "cannot be changed"),
     ('SELECT * FROM "castsql/v/1/events"', "internal to CastSQL"),
+    ("CREATE OR REPLACE MACRO read_parquet(x) AS TABLE SELECT 42 AS id", "built-in function"),
+    ("CREATE TEMP MACRO now() AS 1", "built-in function"),
 ]
 
 

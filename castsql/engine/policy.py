@@ -273,9 +273,20 @@ def _targets(toks: list[Tok]) -> list[str]:
 
 
 def _write(con, query: str, toks: list[Tok], scope: Scope) -> None:
-    for name in _targets(toks):
+    targets = _targets(toks)
+    for name in targets:
         if scope.is_table(name):
             raise read_only(name)
+    head = {t.name for t in toks[:6] if t.kind == "keyword"}
+    if toks and toks[0].name == "create" and head & {"macro", "function"} and targets:
+        # A macro named like a built-in shadows it in CastSQL's own SQL too
+        # (CREATE MACRO read_parquet … would change what every table reads).
+        builtin = con.execute(
+            "SELECT count(*) FROM duckdb_functions() WHERE database_name = 'system' AND function_name = ?",
+            [targets[0]],
+        ).fetchone()[0]
+        if builtin:
+            raise ForbiddenStatement(f"{targets[0]} is a built-in function: a macro cannot replace it in CastSQL")
 
 
 def _copy(con, query: str, toks: list[Tok], scope: Scope) -> None:
