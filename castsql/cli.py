@@ -17,6 +17,8 @@ castsql alter URI [--add-column NAME TYPE]... [--widen NAME TYPE]...   schema ev
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 
 # In the order ``castsql --help`` lists them.
@@ -24,6 +26,7 @@ WRITER_COMMANDS = ("append", "delete", "update", "merge", "compact", "gc", "rest
 
 
 def main(argv: list[str] | None = None) -> int:
+    program = argv is None  # the castsql command itself, not a caller in Python (tests)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in WRITER_COMMANDS:
         from castsql.spark.cli import main as spark_main
@@ -35,7 +38,24 @@ def main(argv: list[str] | None = None) -> int:
         return demo_main(argv[1:])
     from castsql.shell.app import main as shell_main
 
-    return shell_main(argv)
+    status = shell_main(argv)
+    if program:
+        _exit(status)
+    return status
+
+
+def _exit(status: int) -> None:
+    """End the shell process now that its session is closed and its output
+    flushed, without interpreter finalization: that tears down objects while
+    native threads still run (DuckDB's schedulers, pyarrow's pools and jemalloc
+    thread, fsspec's event-loop thread), and a thread forced to exit inside C++
+    aborts the process ("terminate called without an active exception", rc 134,
+    now and then). Nothing is left for finalization to do: files are closed and
+    the session's work directory removed by ``Shell.close``."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader that went away, or a closed stream
+            stream.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":

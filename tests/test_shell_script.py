@@ -218,6 +218,34 @@ def test_csv_and_markdown_into_a_pipe_or_file_keep_the_bytes(
     assert out.read_text() == "v\x1b]0;t\x07,n\n\x1b[2J\x07,1\n"
 
 
+def test_the_command_always_exits_cleanly(shell_warehouse: str, shell_env: dict[str, str]) -> None:
+    """40 runs, two at a time, on a table with deletes: status 0 and the whole
+    answer every time (interpreter finalization with DuckDB's, pyarrow's and
+    fsspec's threads alive aborted a few runs in 70: rc 134, "terminate called
+    without an active exception")."""
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("castsql")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "castsql.cli"]
+    failures = []
+    for _ in range(20):
+        procs = [
+            subprocess.Popen(
+                [*cmd, shell_warehouse, "-c", "SELECT count(*) AS n FROM events"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=shell_env,
+            )
+            for _ in range(2)
+        ]
+        for p in procs:
+            out, err = p.communicate(timeout=60)
+            if (p.returncode, out, err) != (0, "n\n1896\n", ""):
+                failures.append((p.returncode, out, err[-300:]))
+    assert failures == []
+
+
 def test_app_modes_match_the_renderer() -> None:
     assert APP_MODES == MODES
 
