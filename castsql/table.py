@@ -340,11 +340,16 @@ class Table:
         *,
         source_alias: str = "source",
         target_alias: str = "target",
+        merge_schema: bool = False,
+        allow_duplicate_keys: bool = False,
     ) -> Any:
         """Merge ``source`` (Arrow, pandas or polars) into the table, with Delta
         Lake's semantics: ``on`` is the key column(s) (``"id"``, ``["id", "day"]``)
         or a predicate over ``target`` and ``source``; add clauses, then
         ``execute()`` commits one version and returns :class:`castsql.write.merge.MergeMetrics`.
+        ``merge_schema=True`` adds the source's new columns (and widens) in that
+        version; inserted rows with a NULL or repeated primary key are refused
+        unless ``allow_duplicate_keys=True``.
 
         >>> (events.merge(changes, on="id")                          # doctest: +SKIP
         ...     .when_matched_update_all()
@@ -357,7 +362,7 @@ class Table:
         writer = self._writer()
 
         def run(spec: Any, src: Any) -> Any:
-            metrics = writer.merge(spec, src)
+            metrics = writer.merge(spec, src, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
             self._moved(metrics.version)
             return metrics
 

@@ -289,3 +289,25 @@ def test_cli_alter_without_spark(tmp_path):
     r = run("alter", st.root)
     assert r.returncode == 2
     assert [c.name for c in TableLog(st).latest().schema.columns] == ["id", "n", "country"]
+
+
+def test_merge_with_merge_schema_adds_the_source_columns_in_one_version(storage_root, s3_config):
+    st = open_storage(storage_root + "/mrg", s3=s3_config)
+    TableLog.create(st, pa.schema([("id", pa.int64()), ("v", pa.int32())]), primary_key="id")
+    with castsql.open(st.root, s3=s3_config) as t:
+        t.append(pa.table({"id": [1, 2, 3], "v": pa.array([10, 20, 30], pa.int32())}))
+        src = pa.table({"id": [2, 4], "v": [200, 2**40], "note": ["upd", "new"]})
+        with pytest.raises(SchemaMismatch, match="column 'v' is int64 in the data, the table has int32"):
+            t.merge(src, on="id").when_matched_update_all().when_not_matched_insert_all().execute()
+        m = t.merge(src, on="id", merge_schema=True).when_matched_update_all().when_not_matched_insert_all().execute()
+        assert (m.version, m.num_target_rows_updated, m.num_target_rows_inserted) == (2, 1, 1)
+        man = TableLog(st).manifest(2)
+        assert man.operation == "MERGE" and man.summary["added_columns"] == [{"name": "note", "type": "string"}]
+        assert man.summary["widened_columns"] == [{"name": "v", "from": "int32", "to": "int64"}]
+        assert by_id(t.at().to_arrow()) == [
+            {"id": 1, "v": 10, "note": None},
+            {"id": 2, "v": 200, "note": "upd"},
+            {"id": 3, "v": 30, "note": None},
+            {"id": 4, "v": 2**40, "note": "new"},
+        ]
+        assert t.at(version=1).to_arrow().column_names == ["id", "v"]

@@ -58,8 +58,9 @@ from castsql.engine.views import ident, sql_str
 from castsql.errors import CastSQLError, SchemaMismatch
 from castsql.format import Manifest, TableLog, TombstoneRecord, write_data_files
 from castsql.format.change import Change
-from castsql.format.evolution import merged
+from castsql.format.evolution import fits, merged, rebase, refusal
 from castsql.format.manifest import json_stat
+from castsql.format.schema import type_from_name
 from castsql.format.tombstone import KeyRangeDelete, serialize_tombstones
 from castsql.format.writer import conform
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot, resolve
@@ -221,6 +222,20 @@ class Writer:
 
     # ------------------------------------------------------------------ delete / update
 
+    def _check_text(self, text: str, op: str) -> None:
+        """Refuse user SQL text that is not one expression, or that names what
+        no statement may (the session's internal catalog, dynamic SQL, …): it
+        runs on the session's connection, inside CastSQL's own statements, so
+        the barriers of :mod:`castsql.engine.guard` must hold for it too."""
+        from castsql.engine.guard import ForbiddenStatement, check_statement
+        from castsql.table import _check_one_condition
+
+        _check_one_condition(self.table, text)
+        try:
+            check_statement(f"SELECT ({text}\n)", private_paths=(self.session._workdir,))
+        except ForbiddenStatement as e:
+            raise WriteError(f"table {self.table}: {op}: {e}") from None
+
     def _condition(self, snap: Snapshot, where: str | None, op: str) -> tuple[str, list[Predicate]]:
         """The SQL condition (checked: one boolean expression over the table's
         columns) and the predicates that prune files by min/max."""
@@ -228,9 +243,7 @@ class Writer:
             return "TRUE", []
         if not isinstance(where, str) or not where.strip():
             raise WriteError(f'table {self.table}: {op}: the condition must be SQL text such as "id < 100"')
-        from castsql.table import _check_one_condition
-
-        _check_one_condition(self.table, where)
+        self._check_text(where, op)
         empty = self._name("empty")
         self.con.register(empty, snap.schema.to_arrow().empty_table())
         try:
@@ -307,6 +320,7 @@ class Writer:
                     )
                 if not isinstance(expr, str) or not expr.strip():
                     raise WriteError(f"table {self.table}: update: column {col!r}: expression must be SQL text")
+                self._check_text(expr, op)
             cond, preds = self._condition(snap, where, op)
             given = {c.lower(): e for c, e in set.items()}
             exprs = []
@@ -435,13 +449,38 @@ class Writer:
 
     # ------------------------------------------------------------------ merge
 
-    def merge(self, spec: MergeSpec, source: Any, *, attempts: int = ATTEMPTS) -> MergeMetrics:
+    def merge(
+        self,
+        spec: MergeSpec,
+        source: Any,
+        *,
+        attempts: int = ATTEMPTS,
+        merge_schema: bool = False,
+        allow_duplicate_keys: bool = False,
+    ) -> MergeMetrics:
         """Run ``spec`` with ``source`` (Arrow, pandas or polars) against the
-        newest version: one version, or none when nothing changes."""
+        newest version: one version, or none when nothing changes.
+
+        ``merge_schema``: the source's columns the table lacks are added (and
+        allowed widenings made) in the same version; older rows read NULL
+        there. Inserted rows whose primary key is NULL or repeated among the
+        inserts (or, when the merge is not on the key, already in the table)
+        are refused unless ``allow_duplicate_keys``."""
         where = f"table {self.table}: merge"
         src = as_arrow(source, where)
         snap0 = resolve(self.log)
-        validate(spec, self.table, snap0.schema.names, src.column_names)
+        self._merge_schema = merge_schema
+        self._allow_dupes = allow_duplicate_keys
+        target = self._evolve(snap0, src.schema, where).schema if merge_schema else snap0.schema
+        validate(spec, self.table, target.names, src.column_names)
+        for text in spec.texts():
+            self._check_text(text, "merge")
+        # The one type rule (castsql.format.evolution.fits) for the source's table columns.
+        types = {c.name.lower(): c for c in target.columns}
+        for f in src.schema:
+            col = types.get(f.name.lower())
+            if col is not None and not fits(f.type, type_from_name(col.type)):
+                raise refusal(where, col.name, f.type, type_from_name(col.type))
         src_name = self._name("source")
         self.con.register(src_name, src)
         tries = 0
@@ -458,8 +497,24 @@ class Writer:
         metrics.attempts = tries
         return metrics
 
+    def _evolve(self, snap: Snapshot, data: pa.Schema, where: str) -> Snapshot:
+        """``snap`` seen through the schema ``merge_schema`` gives it for input
+        ``data`` (itself when nothing changes): its files read with added columns
+        NULL and widened ones cast, as the committed version will read them."""
+        new = merged(snap.schema, data, where, snap.primary_key)
+        if new == snap.schema:
+            return snap
+        provisional = rebase(snap.schema, new, snap.version + 1, where)  # added_in set: files lack them
+        return Snapshot(snap.table_uri, snap.version, snap.manifest.evolve(schema=provisional), snap.files,
+                        snap.primary_key)  # fmt: skip
+
     def _merge_once(self, spec: MergeSpec, src: pa.Table, src_name: str, snap: Snapshot) -> MergeMetrics:
         where = f"table {self.table}: merge"
+        new_schema = None
+        if getattr(self, "_merge_schema", False):
+            evolved = self._evolve(snap, src.schema, where)
+            if evolved is not snap:
+                snap, new_schema = evolved, evolved.schema
         schema = snap.schema
         columns = schema.names
         fast = spec.keys is not None and not spec.of("not_matched_by_source")
@@ -517,6 +572,12 @@ class Writer:
         metrics.num_output_rows = new.num_rows
         if not records and new.num_rows == 0:
             return metrics
+        if inserted.num_rows and pk is not None and not getattr(self, "_allow_dupes", False):
+            check_input_keys(self.table, pk, inserted.column(pk), "merge")
+            if spec.keys is None or [k.lower() for k in spec.keys] != [pk.lower()]:
+                found = self.existing_keys(snap, pk, inserted.column(pk).combine_chunks())
+                if found:
+                    raise refuse_existing(self.table, pk, found, snap.version, "merge")
         files = write_data_files(self.log.storage, conform(new, schema, where), schema) if new.num_rows else []
         span = None
         if inserted.num_rows:
@@ -540,6 +601,8 @@ class Writer:
                 "source_rows": src.num_rows,
             },
             insert_key_span=span,
+            schema=schema if new_schema is not None else None,
+            new_schema=new_schema,
         )
         metrics.version = m.version
         metrics.num_target_files_added = len(files)

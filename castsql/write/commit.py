@@ -51,6 +51,7 @@ def commit_dml(
     summary: dict[str, Any] | None = None,
     insert_key_span: tuple[str | None, Any, Any] | None = None,
     schema: Schema | None = None,
+    new_schema: Schema | None = None,
 ) -> Manifest:
     """Write one tombstone file holding ``records`` (if any) and commit it with
     the data files ``files`` as one version planned from ``read_version``.
@@ -84,6 +85,7 @@ def commit_dml(
         conflict_files=frozenset(targets),
         key_span=insert_key_span,
         schema=schema,
+        new_schema=new_schema,  # schema evolution in the same version (FORMAT.md §3.4)
         read_version=read_version,
         summary=full,
     )

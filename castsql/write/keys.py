@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -55,11 +56,25 @@ def check_input_keys(table: str, pk: str, keys: pa.ChunkedArray | pa.Array, op: 
             "nothing was committed"
         )
     n = len(keys)
-    if n < 2 or pc.count_distinct(keys).as_py() == n:
+    if n < 2:
         return
-    counts = pa.table({"k": keys}).group_by("k", use_threads=False).aggregate([("k", "count")])
-    many = counts.filter(pc.greater(counts.column("k_count"), 1))
-    dupes = many.column("k").to_pylist()
+    arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    if pa.types.is_integer(arr.type):
+        # Vectorised in numpy: increasing keys (the usual append) cost one pass,
+        # others one sort; a hash count costs ~0.4 s per million keys.
+        k = arr.to_numpy(zero_copy_only=False)
+        if bool(np.all(k[1:] > k[:-1])):
+            return
+        k = np.sort(k)
+        same = k[1:] == k[:-1]
+        if not same.any():
+            return
+        dupes = np.unique(k[1:][same]).tolist()
+    else:
+        if pc.count_distinct(arr).as_py() == n:
+            return
+        counts = pa.table({"k": arr}).group_by("k", use_threads=False).aggregate([("k", "count")])
+        dupes = counts.filter(pc.greater(counts.column("k_count"), 1)).column("k").to_pylist()
     first = dupes[0]
     more = f" (and {len(dupes) - 1} more duplicated key{'s' * (len(dupes) > 2)}: " if len(dupes) > 1 else ""
     if more:
