@@ -33,6 +33,8 @@ _EXPORTS = {
     "merge": "castsql.spark.merge",
     "update": "castsql.spark.merge",
     "read": "castsql.spark.reader",
+    "register": "castsql.spark.session",
+    "register_views": "castsql.spark.session",
     "spark_session": "castsql.spark.session",
 }
 

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import functools
 import math
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyroaring import BitMap
 
+from castsql.errors import CastSQLError
 from castsql.format import Schema, TableLog
-from castsql.snapshot import Snapshot, resolve
+from castsql.snapshot import Snapshot
 from castsql.snapshot.footer import row_group_rows
 from castsql.snapshot.resolve import ResolvedFile
 from castsql.spark.tasks import FILE_COL, POS_COL, RG_COL, UNIT_COL, TableRef, Unit, read_task
@@ -112,21 +114,43 @@ def read(
     uri: str,
     version: int | None = None,
     *,
+    timestamp: str | datetime | None = None,
+    columns: list[str] | None = None,
     s3: S3Config | None = None,
     positions: bool = False,
 ) -> DataFrame:
     """The live rows of ``version`` (default: the latest) of the table at ``uri``.
 
-    The version is fixed when ``read`` is called: later commits do not change
-    the DataFrame. With ``positions`` two more columns, ``_castsql_file`` (the
-    data file's key in the table) and ``_castsql_pos`` (the row's position in
-    that file, as Spark's ``_metadata.row_index`` and DuckDB's
-    ``file_row_number`` count it), say where each row lives.
+    ``timestamp`` reads the newest version committed at or before it instead
+    (ISO-8601 text or a datetime; a time after the latest commit or before the
+    oldest kept version is an error naming both). ``columns`` reads only those
+    columns (in that order). The version is fixed when ``read`` is called:
+    later commits do not change the DataFrame. With ``positions`` two more
+    columns, ``_castsql_file`` (the data file's key in the table) and
+    ``_castsql_pos`` (the row's position in that file, as Spark's
+    ``_metadata.row_index`` and DuckDB's ``file_row_number`` count it), say
+    where each row lives.
+
+    Works with any SparkSession: local workers are pointed at this
+    interpreter (:func:`castsql.spark.session.prepare_workers`).
 
     Example::
 
         >>> read(spark, "s3://bucket/events", 2, positions=True).columns   # doctest: +SKIP
         ['id', 'ts', 'user', 'kind', 'amount', '_castsql_file', '_castsql_pos']
+        >>> read(spark, "/data/events", timestamp="2025-06-01T00:00:00Z", columns=["id"]).count()  # doctest: +SKIP
+        1204
     """
+    from castsql.spark.datasource import resolve_read
+    from castsql.spark.session import prepare_workers
+
+    prepare_workers(spark)
     log = TableLog(open_storage(uri, s3=s3))
-    return read_snapshot(spark, log, resolve(log, version), positions=positions)
+    snap = resolve_read(log, version, timestamp, log.storage.root)
+    if columns is not None:
+        if isinstance(columns, str):
+            raise CastSQLError(f"{log.storage.root}: columns must be a list of names, not {columns!r}")
+        for c in columns:
+            if snap.schema.column(c) is None:
+                raise CastSQLError(f"{log.storage.root}: no column {c!r} (columns: {', '.join(snap.schema.names)})")
+    return read_snapshot(spark, log, snap, positions=positions, columns=columns)

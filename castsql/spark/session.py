@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from castsql.storage import S3Config
+
 MASTER_ENV = "CASTSQL_SPARK_MASTER"
 DEFAULT_MASTER = "local[2]"
 
@@ -94,4 +96,111 @@ def spark_session(
     # Runtime settings of a session someone else started: make them ours.
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
+    register(spark)
     return spark
+
+
+# ---------------------------------------------------------------------- any session
+
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+def prepare_workers(spark: SparkSession) -> None:
+    """Make the Python workers of ``spark`` able to import castsql.
+
+    A session CastSQL did not start runs its workers with ``$PYSPARK_PYTHON``
+    or, unset, whatever ``python3`` is first on the PATH: often not the
+    interpreter castsql is installed in. For a local master (driver and
+    workers on this machine) the workers are pointed at this interpreter,
+    unless the user chose one (``PYSPARK_PYTHON`` or ``spark.pyspark.python``);
+    the package's parent directory is put on their ``PYTHONPATH`` too (for a
+    source checkout that is not installed). A cluster's executors need castsql
+    installed in their own Python (see docs/SPARK.md). Functions Spark has
+    already serialized keep their interpreter: call this before making them.
+    """
+    sc = spark.sparkContext
+    chosen = os.environ.get("PYSPARK_PYTHON") or sc.getConf().get("spark.pyspark.python", None)
+    if sc.master.startswith("local") and not chosen and sc.pythonExec != sys.executable:
+        sc.pythonExec = sys.executable
+    root = str(Path(__file__).resolve().parents[2])
+    paths = [p for p in sc.environment.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        sc.environment["PYTHONPATH"] = os.pathsep.join([*paths, root])
+
+
+def register(spark: SparkSession) -> SparkSession:
+    """Register the ``castsql`` data source in ``spark`` (any session; calling
+    it again is harmless) and return the session.
+
+    Afterwards ``spark.read.format("castsql").load(uri)`` (options
+    ``versionAsOf``, ``timestampAsOf``) and ``df.write.format("castsql")``
+    work, as does ``CREATE TEMPORARY VIEW v USING castsql OPTIONS (path '…')``.
+    It leaves ``spark.sql.python.filterPushdown.enabled`` as it is: results
+    are the same either way, and pushed filters prune nothing (PySpark 4.1.1
+    reuses one query's pruned partitions for the next query of the same
+    DataFrame; see :data:`castsql.spark.datasource.PRUNE_PUSHED_FILTERS`).
+
+    Example::
+
+        >>> register(spark).read.format("castsql").option("versionAsOf", 2).load("/data/events")  # doctest: +SKIP
+        DataFrame[id: bigint, ts: timestamp, user: string, kind: string, amount: double]
+    """
+    from castsql.spark.datasource import CastSQLDataSource
+
+    prepare_workers(spark)
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    if not manager.dataSourceExists(CastSQLDataSource.name()):
+        spark.dataSource.register(CastSQLDataSource)
+    return spark
+
+
+def register_views(
+    spark: SparkSession,
+    warehouse: str,
+    version: int | None = None,
+    *,
+    timestamp: str | None = None,
+    s3: S3Config | None = None,
+) -> list[str]:
+    """One temporary view per table of ``warehouse`` (a directory or prefix
+    of tables), named by its sub-directory, at ``version`` / ``timestamp``
+    (default: each table's latest version, fixed now). Returns the names.
+
+    Example::
+
+        >>> register_views(spark, "s3://bucket/wh")                    # doctest: +SKIP
+        ['events', 'users']
+        >>> spark.sql("SELECT count(*) FROM events").first()[0]       # doctest: +SKIP
+        1896
+    """
+    from castsql.errors import TableNotFound
+    from castsql.format.layout import POINTER_KEY, manifest_key
+    from castsql.storage import open_storage
+
+    register(spark)
+    storage = open_storage(warehouse, s3=s3)
+    names = []
+    for child in sorted(storage.list_dirs()):
+        sub = storage.child(child)
+        if not (sub.exists(POINTER_KEY) or sub.exists(manifest_key(0))):
+            continue
+        reader = spark.read.format("castsql")
+        for k, v in _s3_options(getattr(sub, "config", None) or s3).items():
+            reader = reader.option(k, v)
+        if version is not None:
+            reader = reader.option("versionAsOf", str(version))
+        if timestamp is not None:
+            reader = reader.option("timestampAsOf", timestamp)
+        reader.load(sub.root).createOrReplaceTempView(child)
+        names.append(child)
+    if not names:
+        raise TableNotFound(f"{storage.root}: no tables in this warehouse")
+    return names
+
+
+def _s3_options(cfg: S3Config | None) -> dict[str, str]:
+    if cfg is None:
+        return {}
+    out = {"s3.endpoint": cfg.endpoint_url, "s3.accessKeyId": cfg.key, "s3.secretAccessKey": cfg.secret}
+    out |= {"s3.sessionToken": cfg.session_token, "s3.region": cfg.region}
+    return {k: v for k, v in out.items() if v}

@@ -1,0 +1,643 @@
+"""``spark.read.format("castsql")`` and ``df.write.format("castsql")``: a
+Python data source (PySpark ≥ 4.0's ``pyspark.sql.datasource``).
+
+Register it once per session with :func:`castsql.spark.register`; then::
+
+    spark.read.format("castsql").option("versionAsOf", 3).load("s3://bucket/events")
+    spark.read.format("castsql").option("timestampAsOf", "2025-06-01T00:00:00Z").load(uri)
+    df.write.format("castsql").mode("append").option("primaryKey", "id").save(uri)
+
+Reading: the version is resolved when the DataFrame is made (``load``), so
+later commits do not change it. The version's live row groups are cut into
+input partitions of whole files or groups of row groups; the workers read
+them with :func:`castsql.spark.tasks.live_row_groups` (tombstones applied,
+fully deleted row groups never opened) and hand Spark Arrow batches. Filters
+pushed by Spark (``spark.sql.python.filterPushdown.enabled``) are left to
+Spark: see PRUNE_PUSHED_FILTERS for why PySpark 4.1.1 makes pruning by them
+unsafe.
+
+Writing: every task attempt writes its own data files (fresh names) and sends
+their manifest entries to the driver in its commit message; the driver's
+``commit`` puts exactly those entries in one new version. Files of failed or
+denied attempts are in no commit message and so in no version: they are
+orphans for :func:`castsql.spark.gc`.
+
+Nothing here runs on import of :mod:`castsql.spark`; this module imports
+pyspark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from castsql.errors import CastSQLError, CommitConflict
+from castsql.format import Schema, TableLog
+from castsql.format.manifest import json_stat, parse_time
+from castsql.snapshot import Predicate, Snapshot, resolve
+from castsql.snapshot.prune import may_match
+from castsql.spark.tasks import TableRef, Unit, _for_spark, live_row_groups, open_parquet
+from castsql.spark.types import spark_schema
+from castsql.storage import S3Config, Storage, open_storage
+
+NAME = "castsql"
+
+# Options (Spark hands them over case-insensitively).
+READ_OPTIONS = ("path", "versionAsOf", "timestampAsOf")
+WRITE_OPTIONS = ("path", "primaryKey", "rowGroupSize", "targetFileBytes", "queryId")
+S3_OPTIONS = {
+    "s3.endpoint": "endpoint_url",
+    "s3.accessKeyId": "key",
+    "s3.secretAccessKey": "secret",
+    "s3.sessionToken": "session_token",
+    "s3.region": "region",
+}
+# Set by Spark itself on some paths; never the user's typo.
+SPARK_OPTIONS = ("paths", "checkpointLocation", "queryName", "__partition_columns")
+KNOWN = {o.lower() for o in (*READ_OPTIONS, *WRITE_OPTIONS, *S3_OPTIONS, *SPARK_OPTIONS)}
+
+ROWS_PER_PARTITION = 500_000
+
+
+class BadOption(CastSQLError):
+    """An option of ``format("castsql")`` is unknown, missing or malformed."""
+
+
+# ---------------------------------------------------------------------- options
+
+
+def _get(options: Any, name: str) -> str | None:
+    for k, v in options.items():
+        if k.lower() == name.lower():
+            return v
+    return None
+
+
+def _check_known(options: Any) -> None:
+    for k in options:
+        if k.lower() not in KNOWN:
+            names = ", ".join((*READ_OPTIONS[1:], *WRITE_OPTIONS[1:4], *S3_OPTIONS))
+            raise BadOption(f"format('castsql'): unknown option {k!r} (known: {names})")
+
+
+def _path(options: Any) -> str:
+    path = _get(options, "path")
+    if not path:
+        raise BadOption("format('castsql'): no table path: use .load(uri) / .save(uri) or .option('path', uri)")
+    return path
+
+
+def _int_option(options: Any, name: str, minimum: int = 0) -> int | None:
+    raw = _get(options, name)
+    if raw is None:
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise BadOption(f"format('castsql'): option {name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise BadOption(f"format('castsql'): option {name} must be at least {minimum}, got {raw!r}")
+    return value
+
+
+def s3_config(options: Any) -> S3Config | None:
+    """S3 settings from the ``s3.*`` options, falling back to the AWS
+    environment variables; None when none is given (then storage reads the
+    environment of whichever process opens it)."""
+    given = {field: _get(options, opt) for opt, field in S3_OPTIONS.items()}
+    if all(v is None for v in given.values()):
+        return None
+    base = S3Config.from_env()
+    return S3Config(
+        endpoint_url=given["endpoint_url"] or base.endpoint_url,
+        key=given["key"] or base.key,
+        secret=given["secret"] or base.secret,
+        session_token=given["session_token"] or base.session_token,
+        region=given["region"] or base.region,
+        connect_timeout=base.connect_timeout,
+        read_timeout=base.read_timeout,
+        max_attempts=base.max_attempts,
+    )
+
+
+def version_at_time(log: TableLog, when: str | datetime) -> int:
+    """The newest version committed at or before ``when``, as Delta's
+    ``timestampAsOf``: a time after the latest commit or before the oldest
+    kept version is an error naming both times."""
+    if isinstance(when, str):
+        try:
+            t = parse_time(when.strip())
+        except ValueError:
+            raise BadOption(
+                f"timestampAsOf: {when!r} is not a timestamp (use ISO-8601, e.g. 2025-06-01T12:00:00Z)"
+            ) from None
+    else:
+        t = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    latest = log.latest()
+    if t > latest.created_at:
+        raise BadOption(
+            f"{log.storage.root}: timestampAsOf {_iso(t)} is after the latest version {latest.version} "
+            f"(committed at {_iso(latest.created_at)}); use a time at or before it"
+        )
+    versions = log.versions()
+    oldest = log.manifest(versions[0]) if versions else latest
+    if t < oldest.created_at:
+        raise BadOption(
+            f"{log.storage.root}: timestampAsOf {_iso(t)} is before the oldest kept version {oldest.version} "
+            f"(committed at {_iso(oldest.created_at)}); use a time at or after it"
+        )
+    return log.version_at(t)
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def resolve_read(log: TableLog, version: int | None, timestamp: str | datetime | None, where: str = "read") -> Snapshot:
+    """The snapshot of ``version`` or of ``timestamp`` (not both), else the latest."""
+    if version is not None and timestamp is not None:
+        raise BadOption(f"{where}: give versionAsOf or timestampAsOf, not both")
+    if timestamp is not None:
+        version = version_at_time(log, timestamp)
+    return resolve(log, version)
+
+
+# ---------------------------------------------------------------------- pushdown
+
+_OPS = {
+    EqualTo: "=",
+    EqualNullSafe: "=",
+    GreaterThan: ">",
+    GreaterThanOrEqual: ">=",
+    LessThan: "<",
+    LessThanOrEqual: "<=",
+}
+
+
+def _column(schema: Schema, attribute: tuple[str, ...]) -> Any:
+    if len(attribute) != 1:
+        return None
+    name = attribute[0]
+    col = schema.column(name)
+    if col is None:
+        col = next((c for c in schema.columns if c.name.lower() == name.lower()), None)
+    return col
+
+
+def _prunable(type_name: str, value: Any) -> Any:
+    """``value`` as a statistic of a column of ``type_name`` can be compared
+    with, or None when pruning on it could be wrong (floats: Spark orders NaN
+    above everything, statistics leave it out; decimals and booleans: JSON
+    statistics do not order them exactly)."""
+    t = type_name
+    if value is None or isinstance(value, bool | float | Decimal | bytes | bytearray):
+        return None
+    if t.startswith(("int", "uint")) and isinstance(value, int):
+        return value
+    if t in ("string", "large_string") and isinstance(value, str):
+        return value
+    if t.startswith("date") and isinstance(value, date) and not isinstance(value, datetime):
+        return value
+    if t.startswith("timestamp") and isinstance(value, datetime):
+        zoned = "tz=" in t
+        if zoned and value.tzinfo is None:
+            return None  # a wall-clock time in some zone: no instant to compare with
+        if not zoned and value.tzinfo is not None:
+            return None
+        return value.astimezone(UTC) if zoned else value
+    return None
+
+
+def predicates(schema: Schema, filters: Sequence[Filter]) -> list[Predicate]:
+    """The pruning predicates implied by Spark's pushed filters (a subset:
+    whatever cannot be used safely is left to Spark alone)."""
+    out: list[Predicate] = []
+    for f in filters:
+        col = _column(schema, f.attribute)
+        if col is None:
+            continue
+        if type(f) in _OPS:
+            v = _prunable(col.type, f.value)
+            if v is not None:
+                out.append(Predicate(col.name, _OPS[type(f)], v))
+        elif isinstance(f, In):
+            vals = [_prunable(col.type, v) for v in f.value]
+            if vals and all(v is not None for v in vals):
+                with contextlib.suppress(TypeError):
+                    out += [Predicate(col.name, ">=", min(vals)), Predicate(col.name, "<=", max(vals))]
+    return out
+
+
+@dataclass
+class _Stats:
+    min: dict[str, Any]
+    max: dict[str, Any]
+
+
+def row_group_may_match(pf: Any, rg: int, preds: list[Predicate], types: dict[str, str]) -> bool:
+    """Whether row group ``rg``'s footer statistics allow a row matching every predicate."""
+    md = pf.metadata.row_group(rg)
+    index = {md.column(i).path_in_schema: i for i in range(md.num_columns)}
+    lo: dict[str, Any] = {}
+    hi: dict[str, Any] = {}
+    for p in preds:
+        i = index.get(p.column)
+        if i is None or p.column in lo:
+            continue
+        st = md.column(i).statistics
+        if st is None or not st.has_min_max:
+            continue
+        a, b = json_stat(st.min), json_stat(st.max)
+        if a is not None and b is not None:
+            lo[p.column], hi[p.column] = a, b
+    return may_match(_Stats(lo, hi), preds, types)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- reading
+
+
+class CastSQLPartition(InputPartition):
+    """Units (a file's row groups, their deletes) read by one Spark task, as JSON."""
+
+    def __init__(self, units: list[str]) -> None:
+        super().__init__(units)
+        self.units = units
+
+
+def _rows(u: Unit) -> int:
+    return sum(n for _, _, n in u.row_groups)
+
+
+def plan_partitions(units: list[Unit], rows_per_partition: int = ROWS_PER_PARTITION) -> list[list[Unit]]:
+    """Row-group units grouped into partitions: consecutive row groups of a
+    file stay together (one unit) up to ``rows_per_partition`` live-or-not
+    rows; small files share a partition."""
+    merged: list[Unit] = []
+    for u in units:
+        last = merged[-1] if merged else None
+        rows = sum(n for _, _, n in u.row_groups)
+        if (
+            last is not None
+            and last.key == u.key
+            and sum(n for _, _, n in last.row_groups) + rows <= rows_per_partition
+        ):
+            last.row_groups.extend(u.row_groups)
+            last.deleted |= u.deleted
+        else:
+            merged.append(Unit(u.key, u.size, list(u.row_groups), u.deleted.copy(), list(u.ranges)))
+    parts: list[list[Unit]] = []
+    size = 0
+    for u in merged:
+        rows = sum(n for _, _, n in u.row_groups)
+        if parts and size + rows <= rows_per_partition:
+            parts[-1].append(u)
+            size += rows
+        else:
+            parts.append([u])
+            size = rows
+    return parts
+
+
+class CastSQLReader(DataSourceReader):
+    """Reads one pinned version; without filter pushdown (Spark refuses a
+    reader that implements ``pushFilters`` while the setting is off)."""
+
+    def __init__(self, ref: TableRef, version: int, columns: list[str]) -> None:
+        self.ref = ref
+        self.version = version
+        self.columns = columns
+        self.preds: list[Predicate] = []
+
+    def partitions(self) -> list[InputPartition]:
+        from castsql.spark.reader import row_group_units
+
+        storage = self.ref.storage()
+        log = TableLog(storage)
+        snap = resolve(log, self.version)
+        if self.preds:
+            snap = snap.prune(self.preds)
+        return [CastSQLPartition([u.to_json() for u in p]) for p in plan_partitions(row_group_units(log, snap))]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        storage = self.ref.storage()
+        types = {c.name: c.type for c in self.ref.schema.columns}
+        # An empty version has no partitions; Spark then reads one ``None``.
+        for s in partition.units if partition is not None else []:  # type: ignore[attr-defined]
+            unit = Unit.from_json(s)
+            if self.preds:
+                pf = open_parquet(storage, unit.key, unit.size)
+                unit.row_groups = [rg for rg in unit.row_groups if row_group_may_match(pf, rg[0], self.preds, types)]
+            for _, t, _ in live_row_groups(self.ref, unit, self.columns, storage):
+                if t.num_rows:
+                    yield from _for_spark(t).to_batches()
+
+
+# PySpark 4.1.1 keeps the partitions and read function planned for one
+# query's pushed filters (PythonDataSourceV2.setReadInfo) and reuses them for
+# the next query of the same DataFrame or view that has no filter to push
+# (``df.where("id = 7").count()`` then ``df.count()``): rows pruned for the
+# first query would be missing from the second. So pushed filters prune
+# nothing until Spark plans each query afresh; the machinery below is kept,
+# tested directly, and switched on here.
+PRUNE_PUSHED_FILTERS = False
+
+
+class CastSQLPushdownReader(CastSQLReader):
+    """A reader that takes Spark's pushed filters: they prune files (manifest
+    statistics) and row groups (footer statistics). All of them are handed
+    back to Spark, which still evaluates them on the rows: pruning is never
+    trusted for the answer. Used only with PRUNE_PUSHED_FILTERS (see there)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        self.preds = predicates(self.ref.schema, filters)
+        yield from filters
+
+
+def _pushdown_planning() -> bool:
+    """Whether Spark is asking for a reader in its filter-pushdown planner
+    (``pyspark.sql.worker.data_source_pushdown_filters``), which runs only
+    while the setting is on; the plain planner refuses a reader that
+    implements ``pushFilters``."""
+    import sys
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("data_source_pushdown_filters.py"):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+# ---------------------------------------------------------------------- writing
+
+
+@dataclass
+class FilesWritten(WriterCommitMessage):
+    """What one task attempt wrote: manifest entries as JSON."""
+
+    entries: list[str]
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """What every task of a write needs, decided on the driver when the write is planned."""
+
+    ref: TableRef
+    row_group_size: int
+    target_file_bytes: int
+    overwrite: bool
+    primary_key: str | None
+    exists: bool
+
+
+def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> WritePlan:
+    from castsql.errors import SchemaMismatch, TableNotFound
+    from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
+    from castsql.spark.types import schema_from_spark
+
+    _check_known(options)
+    uri = _path(options)
+    if _get(options, "versionAsOf") is not None or _get(options, "timestampAsOf") is not None:
+        raise BadOption("format('castsql'): versionAsOf and timestampAsOf are read options; a write adds a version")
+    pk = _get(options, "primaryKey") or None
+    rgs = _int_option(options, "rowGroupSize", 1) or DEFAULT_ROW_GROUP_SIZE
+    tfb = _int_option(options, "targetFileBytes", 1) or DEFAULT_TARGET_FILE_BYTES
+    storage = open_storage(uri, s3=s3_config(options))
+    schema = schema_from_spark(spark_struct)
+    if pk is not None and schema.column(pk) is None:
+        raise SchemaMismatch(f"{storage.root}: primaryKey {pk!r} is not a column of the data {schema.names}")
+    try:
+        current = TableLog(storage).latest()
+    except TableNotFound:
+        current = None
+    if current is not None:
+        _check_schema(storage.root, current.schema, schema)
+        if pk is not None and pk != current.primary_key:
+            raise SchemaMismatch(f"{storage.root}: the table's primary key is {current.primary_key!r}, not {pk!r}")
+        schema, pk = current.schema, current.primary_key
+    ref = TableRef(storage.root, getattr(storage, "config", None), schema.to_json(), pk)
+    return WritePlan(ref, rgs, tfb, overwrite, pk, current is not None)
+
+
+def _check_schema(root: str, table: Schema, data: Schema) -> None:
+    """The data's columns must be the table's, of the same types: one line naming the first difference."""
+    from castsql.errors import SchemaMismatch
+
+    have = {c.name: c.type for c in data.columns}
+    for c in table.columns:
+        if c.name not in have:
+            raise SchemaMismatch(f"{root}: the data has no column {c.name} ({c.type}) of the table")
+    for c in data.columns:
+        want = table.column(c.name)
+        if want is None:
+            raise SchemaMismatch(f"{root}: column {c.name} ({c.type}) is not in the table {table.names}")
+    table.check_compatible(data, f"{root}: written data")
+
+
+def write_attempt(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> FilesWritten:
+    """One task attempt: its batches into new data files (names of its own), their entries out."""
+    from castsql.format import write_data_files
+
+    files = write_data_files(
+        plan.ref.storage(),
+        batches,
+        plan.ref.schema,
+        row_group_size=plan.row_group_size,
+        target_file_bytes=plan.target_file_bytes,
+    )
+    return FilesWritten([json.dumps(f.to_json()) for f in files])
+
+
+def commit_files(
+    plan: WritePlan,
+    messages: Sequence[WriterCommitMessage | None],
+    summary: dict[str, Any] | None = None,
+) -> Any:
+    """The driver's commit: one version with exactly the files named in ``messages``
+    (an overwrite also removes every file and tombstone of the version it replaces)."""
+    from castsql.format import Change, DataFile
+    from castsql.format.change import DmlConflict
+
+    storage = plan.ref.storage()
+    files = tuple(
+        DataFile.from_json(json.loads(e), "castsql write task")
+        for m in messages
+        if isinstance(m, FilesWritten)
+        for e in m.entries
+    )
+    log = _open_or_create(storage, plan)
+    summary = dict(summary or {})
+    summary.update(
+        added_files=len(files),
+        added_rows=sum(f.total_rows for f in files),
+        added_bytes=sum(f.size_bytes for f in files),
+    )
+    if not plan.overwrite:
+        if not files and not summary.get("stream_query"):
+            return log.latest()
+        return log.commit(Change("APPEND", add_files=files, schema=plan.ref.schema, summary=summary))
+    last: Exception | None = None
+    for _ in range(5):
+        head = log.latest()
+        state = log.state(head)
+        old = [k for k in state.keys().to_pylist()]
+        tombs = state.tombstone_keys()
+        change = Change(
+            "OVERWRITE",
+            add_files=files,
+            remove_files=tuple(old),
+            remove_tombstones=tuple(tombs),
+            schema=plan.ref.schema,
+            read_version=head.version,
+            read_tombstones=frozenset(tombs),
+            # Any data file committed after head.version would survive the
+            # overwrite: conflict, and plan the removal again.
+            key_span=(None, None, None),
+            summary={**summary, "removed_files": len(old)},
+        )
+        try:
+            return log.commit(change)
+        except DmlConflict as e:
+            last = e
+        except CommitConflict as e:
+            if "tombstone" not in str(e):
+                raise
+            last = e
+    raise CommitConflict(
+        f"{storage.root}: overwrite lost to concurrent commits 5 times; nothing was committed"
+    ) from last
+
+
+def _open_or_create(storage: Storage, plan: WritePlan) -> TableLog:
+    from castsql.errors import SchemaMismatch
+
+    log = TableLog.create(storage, plan.ref.schema, primary_key=plan.primary_key, exist_ok=True)
+    latest = log.latest()
+    if not plan.exists:
+        # Created by someone else since planning: the same checks as at planning.
+        _check_schema(storage.root, latest.schema, plan.ref.schema)
+        if plan.primary_key is not None and latest.primary_key != plan.primary_key:
+            raise SchemaMismatch(f"{storage.root}: the table's primary key is {latest.primary_key!r}")
+    return log
+
+
+class CastSQLWriter(DataSourceArrowWriter):
+    def __init__(self, plan: WritePlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
+        return write_attempt(self.plan, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_files(self.plan, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # The files of the attempts are in no version; GC removes them after its grace period.
+        pass
+
+
+class CastSQLStreamWriter(DataSourceStreamArrowWriter):
+    """Each micro-batch one version, recorded with its query and batch id:
+    a batch already committed (a restart replaying it) is never committed again."""
+
+    def __init__(self, plan: WritePlan, query: str) -> None:
+        self.plan = plan
+        self.query = query
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> FilesWritten:
+        return write_attempt(self.plan, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        storage = self.plan.ref.storage()
+        log = _open_or_create(storage, self.plan)
+        if last_batch(log, self.query) >= batchId:
+            return  # committed before a restart: the replay's files stay orphans
+        commit_files(self.plan, messages, {"stream_query": self.query, "stream_batch": batchId})
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass
+
+
+def last_batch(log: TableLog, query: str) -> int:
+    """The highest micro-batch id of stream ``query`` committed to the table, or -1."""
+    for m in reversed(log.history()):
+        s = m.summary or {}
+        if s.get("stream_query") == query:
+            return int(s["stream_batch"])
+    return -1
+
+
+# ---------------------------------------------------------------------- the source
+
+
+class CastSQLDataSource(DataSource):
+    """``format("castsql")``: see the module's documentation."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._version: int | None = None
+        self._schema_json: dict[str, Any] | None = None
+
+    def _read_target(self) -> tuple[Storage, Snapshot]:
+        _check_known(self.options)
+        uri = _path(self.options)
+        storage = open_storage(uri, s3=s3_config(self.options))
+        version = _int_option(self.options, "versionAsOf")
+        snap = resolve_read(TableLog(storage), version, _get(self.options, "timestampAsOf"), f"{storage.root}")
+        return storage, snap
+
+    def schema(self) -> StructType:
+        # Called once, where the DataFrame is made: the version is pinned here
+        # (the instance is pickled with it to the planner).
+        _, snap = self._read_target()
+        self._version, self._schema_json = snap.version, snap.schema.to_json()
+        return spark_schema(snap.schema)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        if self._version is None:
+            self.schema()
+        storage = open_storage(_path(self.options), s3=s3_config(self.options))
+        log = TableLog(storage)
+        table_schema = Schema.from_json(self._schema_json, storage.root)  # type: ignore[arg-type]
+        names = [c.name for c in table_schema.columns]
+        wanted = [f.name for f in schema.fields]
+        columns = [n for n in names if n in wanted] if set(wanted) <= set(names) else names
+        snap_pk = log.manifest(self._version).primary_key  # type: ignore[arg-type]
+        ref = TableRef(storage.root, getattr(storage, "config", None), table_schema.to_json(), snap_pk)
+        cls = CastSQLPushdownReader if PRUNE_PUSHED_FILTERS and _pushdown_planning() else CastSQLReader
+        return cls(ref, self._version, columns)  # type: ignore[arg-type]
+
+    def writer(self, schema: StructType, overwrite: bool) -> CastSQLWriter:
+        return CastSQLWriter(_plan_write(self.options, schema, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> CastSQLStreamWriter:
+        query = _get(self.options, "queryId") or _get(self.options, "checkpointLocation") or _path(self.options)
+        return CastSQLStreamWriter(_plan_write(self.options, schema, overwrite), query)
