@@ -74,6 +74,12 @@ def test_update_without_where_touches_every_row(tmp_path):
         ({"set": {"val": "1"}, "where": "id + 1"}, "must be true or false for each row; 'id \\+ 1' is BIGINT"),
         ({"set": {"val": "1"}, "where": "1=1) OR (1=1"}, "filter must be one SQL condition"),
         ({"set": {}}, "set must name columns"),
+        # User text runs on the session's connection: the SQL barriers hold for it too.
+        ({"set": {"val": "1"}, "where": "id IN (SELECT * FROM query('SELECT 1'))"}, "query\\(\\) runs SQL text"),
+        (
+            {"set": {"val": "(SELECT count(*) FROM ducklake_snapshots('castsql_lake'))"}},
+            "DuckLake functions are not available",
+        ),
     ],
 )
 def test_bad_updates_are_one_line_and_commit_nothing(events, kwargs, message):
@@ -97,6 +103,16 @@ def test_delete_by_predicate_and_its_errors(events):
     with pytest.raises(WriteError, match="table events: delete: no condition"):
         t.delete(None)
     assert t.at().version == 7
+
+
+def test_merge_text_is_checked_like_sql(events):
+    t, _ = events
+    src = pa.table({"id": pa.array([1], pa.int64()), "val": [9.0]})
+    with pytest.raises(CastSQLError, match=r"table events: merge: .*query\(\) runs SQL text"):
+        t.merge(src, on="id").when_matched_update(
+            set={"val": "source.val"}, condition="EXISTS (SELECT * FROM query('SELECT 1'))"
+        ).execute()
+    assert t.at().version == 6
 
 
 def test_append_from_arrow_pandas_polars_and_bad_data(events):

@@ -116,16 +116,21 @@ class MergeSpec:
         every matched clause deletes (the row is deleted once)."""
         return all(c.kind == "matched_delete" for c in self.of("matched"))
 
+    def texts(self) -> list[str]:
+        """Every piece of user SQL the merge runs: the ``on`` predicate, the
+        clauses' conditions and their ``set`` expressions."""
+        texts = [c.condition for c in self.clauses if c.condition]
+        texts += [e for c in self.clauses if c.set for e in c.set.values()]
+        if isinstance(self.on, str):
+            texts.append(self.on)
+        return texts
+
     def target_columns_used(self, columns: Sequence[str]) -> list[str]:
         """The target columns the merge reads besides row identity: keys, every
         column a condition or expression may name (a conservative guess from
         the text) and the columns an update keeps. An engine reads only these,
         and only for matched rows, when no clause concerns unmatched target rows."""
-        texts = [c.condition or "" for c in self.clauses]
-        texts += [e for c in self.clauses if c.set for e in c.set.values()]
-        if isinstance(self.on, str):
-            texts.append(self.on)
-        text = "\n".join(texts)
+        text = "\n".join(self.texts())
         used = set(self.keys or ())
         for col in columns:
             if re.search(rf"(?<![\w$]){re.escape(col)}(?![\w$])", text, re.I):
