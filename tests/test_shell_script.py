@@ -75,14 +75,17 @@ def test_ctrl_c_cancels_a_script_with_status_130(shell_warehouse: str, shell_env
             "castsql.cli",
             shell_warehouse,
             "-c",
-            "SELECT count(*) FROM range(1000000000) a, range(1000000000) b",
+            "SELECT 42 AS started; SELECT count(*) FROM range(1000000000) a, range(1000000000) b",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=shell_env,
     )
-    time.sleep(1.5)  # started and deep in the cross join
+    # Past start-up (seconds on a loaded machine: a fixed sleep let the signal
+    # land during imports) and into the cross join.
+    assert p.stdout is not None and p.stdout.readline() == "started\n"
+    time.sleep(0.5)
     p.send_signal(signal.SIGINT)
     _out, err = p.communicate(timeout=10)
     assert p.returncode == 130
