@@ -62,7 +62,9 @@ def test_no_statement_reaches_the_internal_catalog(events, s3_config, safe):
                 s.sql(sql)
             assert isinstance(e.value, ForbiddenStatement), (sql, e.value)
             msg = str(e.value)
-            assert any(w in msg for w in ("not reachable", "internal catalog", "DuckLake", "cannot check", "ATTACH")), msg
+            assert any(w in msg for w in ("not reachable", "internal catalog", "DuckLake", "cannot check", "ATTACH")), (
+                msg
+            )
         assert _counts(s, events) == {v: len(ids) for v, ids in events.live.items()}
     assert _objects(events) == before
 
