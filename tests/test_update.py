@@ -141,3 +141,49 @@ def test_a_table_opened_at_an_old_version_refuses_writes(events):
         with pytest.raises(CastSQLError, match="table events is pinned at version 3; writes go to the newest version"):
             write()
     assert t.at().version == 6
+
+
+# ---------------------------------------------------------------------- crash
+
+_STEPS = ["data:before", "data:after", "tombstone:before", "tombstone:after", "manifest:before", "manifest:after"]
+
+
+@pytest.mark.parametrize(
+    ("op", "step"),
+    [("update", s) for s in _STEPS] + [("delete", s) for s in _STEPS if not s.startswith("data")],
+)
+def test_an_update_or_delete_killed_at_any_step_is_all_or_nothing(tmp_path, op, step):
+    """SIGKILL at each storage step of the write: before the manifest is
+    created nothing is visible (what was written is garbage); once it is, the
+    whole change is (FORMAT.md §6: the manifest put is the commit point)."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    st = open_storage(str(tmp_path / "kv"))
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string()), ("n", pa.int64())])
+    TableLog.create(st, schema, primary_key="id")
+    t = castsql.open(st.root)
+    t.append(pa.table({"id": list(range(20)), "v": ["old"] * 20, "n": list(range(20))}, schema=schema))
+    before = {r["id"]: r["n"] for r in t.to_arrow().to_pylist()}
+    t.close()
+    worker = str(Path(__file__).with_name("merge_worker.py"))
+    r = subprocess.run([sys.executable, worker, st.root, step, op], capture_output=True, text=True, timeout=120)
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+    committed = step == "manifest:after"
+    t = castsql.open(st.root)
+    got = t.to_arrow().to_pylist()
+    after = {r["id"]: r["n"] for r in got}
+    assert len(after) == len(got), "a key appears twice: the delete and the insert were split"
+    want = dict(before)
+    if committed and op == "update":
+        want[5] = -1
+    elif committed:
+        del want[5]
+    assert after == want
+    assert t.version == (2 if committed else 1)
+    # The next write commits normally on top; the crashed one's objects are garbage.
+    t.update(set={"n": "100"}, where="id = 6")
+    assert {r["id"]: r["n"] for r in t.to_arrow().to_pylist()}[6] == 100
+    t.close()
