@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -306,17 +307,22 @@ def check_entries(table: pa.Table, what: str) -> None:
     if rgr.null_count < len(rgr):
         refuse(pc.not_equal(pc.list_value_length(rgr), table.column("row_group_count")),
                "'row_group_rows' does not list row_group_count counts")  # fmt: skip
-        flat = pc.list_flatten(rgr)
-        if len(flat) and pc.min(flat).as_py() < 0:
-            refuse(pc.is_in(pa.array(range(len(rgr))), value_set=pc.list_parent_indices(rgr).filter(pc.less(flat, 0))),
-                   "'row_group_rows' holds a negative count")  # fmt: skip
-        sums = pa.table({"i": pc.list_parent_indices(rgr), "n": flat}).group_by("i").aggregate([("n", "sum")])
-        per_file = pa.nulls(len(rgr), pa.int64()).to_pylist()
-        for i, n in zip(sums.column("i").to_pylist(), sums.column("n_sum").to_pylist(), strict=True):
-            per_file[i] = n
+        # Per-file sums from the prefix sums of the flattened counts (no
+        # per-file Python work): counts are bounded first, so no sum overflows.
+        offsets = rgr.offsets.to_numpy()
+        counts = rgr.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+        offsets = offsets - offsets[0]
+        if len(counts) and (counts.min() < 0 or counts.max() > _MAX_COUNT):
+            bad = np.zeros(len(rgr), dtype=bool)
+            wrong = np.flatnonzero((counts < 0) | (counts > _MAX_COUNT))
+            bad[np.searchsorted(offsets, wrong, side="right") - 1] = True
+            refuse(pa.array(bad), "'row_group_rows' holds a negative or impossible count")
+        if len(offsets) > 1 and np.diff(offsets).max() > _MAX_GROUPS:
+            refuse(pc.greater(pc.list_value_length(rgr), _MAX_GROUPS), "'row_group_rows' lists too many row groups")
+        prefix = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+        sums = pa.array(prefix[offsets[1:]] - prefix[offsets[:-1]])
         total = table.column("total_rows").combine_chunks()
-        expected = pc.if_else(pc.is_null(rgr), total, pa.array(per_file, pa.int64()))
-        refuse(pc.not_equal(pc.fill_null(expected, 0), total), "'row_group_rows' do not add up to 'total_rows'")
+        refuse(pc.and_(pc.is_valid(rgr), pc.not_equal(sums, total)), "'row_group_rows' do not add up to 'total_rows'")
     if "min" in table.column_names and "max" in table.column_names:
         mins, maxs = table.column("min").combine_chunks(), table.column("max").combine_chunks()
         for i, fld in enumerate(mins.type):
@@ -345,6 +351,8 @@ def check_entries(table: pa.Table, what: str) -> None:
 
 
 _EXTRA_DEPTH = 64
+_MAX_COUNT = 1 << 48  # rows in one row group: far past any real file, and 2^15 of them cannot overflow an int64
+_MAX_GROUPS = 1 << 15
 
 
 def json_depth(value: Any) -> int:

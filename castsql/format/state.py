@@ -121,23 +121,27 @@ class VersionState:
         """Every part: one per files object, then the inline entries. Objects
         not yet cached are fetched and decoded in parallel (decoding Parquet
         releases the GIL; on S3 the requests overlap)."""
+        return [*self._objects(), self.inline]
+
+    def _objects(self) -> list[FilePart]:
         m = self.manifest
         refs = list(m.file_objects)
         if len(refs) > 1 and not all(self._log.has_part(r, m) for r in refs):
             with ThreadPoolExecutor(max_workers=min(16, len(refs))) as pool:
-                objects = list(pool.map(lambda r: self._log.part(r, m), refs))
-        else:
-            objects = [self._log.part(r, m) for r in refs]
-        return [*objects, self.inline]
+                return list(pool.map(lambda r: self._log.part(r, m), refs))
+        return [self._log.part(r, m) for r in refs]
 
-    def unique_parts(self) -> list[FilePart]:
-        """:attr:`parts`, checked to list no data file twice (once per state:
-        O(files) hashing, paid where every file is listed anyway)."""
-        parts = self.parts
-        if not self._unique:
-            check_unique(parts, self._where())
-            self._unique = True
-        return parts
+    def unique_objects(self) -> list[FilePart]:
+        """The parts of the files objects, checked (with the inline entries) to
+        list no data file twice: once per state, O(files) hashing, paid where
+        every file is listed anyway. The inline entries alone are checked when
+        they are read (:func:`inline_entries`), so a version-1 manifest costs
+        nothing more here."""
+        objects = self._objects()
+        if objects and not self._unique:
+            check_unique([*objects, self.inline], self._where())
+        self._unique = True
+        return objects
 
     def parts_holding(self, key: str) -> list[FilePart]:
         """The parts that may hold ``key`` (objects whose path bounds exclude it are not read)."""

@@ -171,8 +171,8 @@ class Snapshot:
             if self._files is None:
                 st = self._state
                 assert st is not None
-                parts = st.unique_parts()  # a file listed twice would be read twice
-                objects = [f for p in parts if p.ref is not None for f in files_from_arrow(p.table)]
+                # A file listed twice would be read twice: checked.
+                objects = [f for p in st.unique_objects() for f in files_from_arrow(p.table)]
                 self._files = self._materialize(objects + st.inline_entries())
             return self._files
 
