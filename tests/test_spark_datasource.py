@@ -1,0 +1,432 @@
+"""``format("castsql")``: Spark's own read and write idioms over CastSQL tables."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from tables import SCHEMA, build_events, rows
+
+import castsql
+from castsql.format import TableLog
+from castsql.spark import read, register
+from castsql.spark.session import PUSHDOWN_CONF
+from castsql.storage import open_storage
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def events_table(tmp_path_factory):
+    """tests/tables.py's events table (every tombstone kind), built once: tests only read it."""
+    uri = str(tmp_path_factory.mktemp("ds") / "events")
+    return uri, build_events(open_storage(uri))
+
+
+@pytest.fixture
+def pushdown(spark, request):
+    """Runs the test with filter pushdown on and off; restores it afterwards."""
+    before = spark.conf.get(PUSHDOWN_CONF)
+    spark.conf.set(PUSHDOWN_CONF, "true" if request.param else "false")
+    yield request.param
+    spark.conf.set(PUSHDOWN_CONF, before)
+
+
+def _engine(uri: str, **at) -> pa.Table:
+    return castsql.open(uri).at(**at).to_arrow()
+
+
+def _same(got: pa.Table, want: pa.Table, what: str) -> None:
+    got, want = got.sort_by("id"), want.sort_by("id")
+    assert got.num_rows == want.num_rows, f"{what}: {got.num_rows} rows, the engine has {want.num_rows}"
+    assert got.equals(want.cast(got.schema)), f"{what}: rows differ from the engine's"
+
+
+def _spark_error_text(e: BaseException) -> str:
+    return str(e)
+
+
+# ---------------------------------------------------------------------- read
+
+
+@pytest.mark.parametrize("pushdown", [True, False], indirect=True)
+def test_every_version_and_timestamp_equals_the_engine(spark, events_table, pushdown):
+    uri, ev = events_table
+    log = TableLog(open_storage(uri))
+    for m in log.history():
+        v = m.version
+        df = spark.read.format("castsql").option("versionAsOf", v).load(uri)
+        _same(df.toArrow(), _engine(uri, version=v), f"versionAsOf {v}")
+        assert sorted(df.select("id").toArrow()["id"].to_pylist()) == sorted(ev.live[v])
+        when = m.created_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        got = spark.read.format("castsql").option("timestampAsOf", when).load(uri).toArrow()
+        _same(got, _engine(uri, timestamp=m.created_at), f"timestampAsOf {when}")
+        assert got.num_rows == len(ev.live[v])
+        # The native reader answers the same.
+        _same(read(spark, uri, timestamp=m.created_at).toArrow(), got, f"castsql.spark.read at {when}")
+
+
+@pytest.mark.parametrize("pushdown", [True, False], indirect=True)
+def test_filters_give_the_engine_answer(spark, events_table, pushdown):
+    uri, _ = events_table
+    df = spark.read.format("castsql").load(uri)
+    t0 = "2025-01-01T20:00:00Z"  # id 1200 (ts = T0 + id minutes)
+    cases = {
+        "id >= 1500 AND id < 1700": lambda t: [1500 <= i < 1700 for i in t["id"].to_pylist()],
+        "id = 7 OR id = 2050": lambda t: [i in (7, 2050) for i in t["id"].to_pylist()],
+        "id IN (5, 6, 250, 1999, 2000)": lambda t: [i in (5, 6, 250, 1999, 2000) for i in t["id"].to_pylist()],
+        f"ts > TIMESTAMP '{t0}'": lambda t: [i > 1200 for i in t["id"].to_pylist()],
+        "grp = 'g3' AND id < 100": lambda t: [
+            g == "g3" and i < 100 for g, i in zip(t["grp"].to_pylist(), t["id"].to_pylist(), strict=True)
+        ],
+        "val > 900.0": lambda t: [v > 900.0 for v in t["val"].to_pylist()],
+    }  # fmt: skip
+    everything = _engine(uri)
+    for cond, keep in cases.items():
+        want = everything.filter(pa.array(keep(everything)))
+        _same(df.where(cond).toArrow(), want, cond)
+
+
+@pytest.mark.parametrize("pushdown", [True], indirect=True)
+def test_reusing_a_dataframe_or_view_after_a_filtered_query(spark, events_table, pushdown):
+    """PySpark 4.1.1 reuses the partitions planned for one query's pushed
+    filters in the next query of the same DataFrame without filters: they
+    must hold every live row."""
+    uri, ev = events_table
+    df = spark.read.format("castsql").option("versionAsOf", 5).load(uri)
+    assert df.where("id = 7").count() == 1
+    assert df.count() == len(ev.live[5])
+    df.createOrReplaceTempView("reused")
+    assert spark.sql("SELECT count(*) FROM reused WHERE id >= 2000").first()[0] == 0
+    assert spark.sql("SELECT count(*) FROM reused").first()[0] == len(ev.live[5])
+
+
+def test_pruning_machinery_skips_files_and_row_groups(tmp_path):
+    """The pruning the data source does once PRUNE_PUSHED_FILTERS is on (run
+    here in-process, as Spark's planner and workers would): files the
+    manifest rules out and row groups their footer rules out are never
+    opened, so a file made unreadable there does not matter."""
+    from pyspark.sql.datasource import GreaterThanOrEqual, IsNotNull, LessThan
+
+    from castsql.snapshot import resolve
+    from castsql.spark.datasource import CastSQLPushdownReader
+    from castsql.spark.reader import table_ref
+
+    uri = str(tmp_path / "events")
+    ev = build_events(open_storage(uri))
+    st = ev.log.storage
+    snap = resolve(ev.log)
+    first = next(f for f in snap.files if f.entry.min["id"] == 0)  # ids 0-999, row groups of 100
+    path = st.uri(first.key)
+    rg1 = pq.ParquetFile(path).metadata.row_group(1).column(0)  # ids 100-199
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    start = rg1.dictionary_page_offset or rg1.data_page_offset
+    data[start : start + 64] = b"\xff" * 64  # row group 1's first page header: garbage
+    os.chmod(path, 0o644)
+    with open(path, "wb") as f:
+        f.write(data)
+
+    def rows_read(*filters) -> list[int]:
+        reader = CastSQLPushdownReader(table_ref(ev.log, snap), 6, ["id", "grp", "val", "ts"])
+        assert list(reader.pushFilters(list(filters))) == list(filters)  # Spark still evaluates them all
+        parts = reader.partitions()
+        return sorted(i for p in parts for b in reader.read(p) for i in b.column(0).to_pylist())
+
+    got = rows_read(GreaterThanOrEqual(("id",), 1000))  # the damaged file is pruned by the manifest
+    assert got == sorted(i for i in ev.live[6] if i >= 1000)
+    got = rows_read(IsNotNull(("id",)), GreaterThanOrEqual(("id",), 300), LessThan(("id",), 400))
+    assert got == list(range(300, 400))  # row groups 0-2 and 4-9 pruned by their footer statistics
+    with pytest.raises(Exception):  # noqa: B017 - whatever pyarrow says about the garbage
+        rows_read(GreaterThanOrEqual(("id",), 150))
+
+
+def test_partitions_are_files_or_groups_of_row_groups(spark, tmp_path):
+    from castsql.format import write_data_files
+    from castsql.snapshot import resolve
+    from castsql.spark.datasource import plan_partitions
+    from castsql.spark.reader import row_group_units
+
+    uri = str(tmp_path / "t")
+    st = open_storage(uri)
+    log = TableLog.create(st, SCHEMA, primary_key="id")
+    for lo in range(0, 3000, 1000):
+        log.append(write_data_files(st, rows(lo, lo + 1000), row_group_size=100))
+    # A small table is one task (a Python task costs ~0.2 s here).
+    assert spark.read.format("castsql").load(uri).rdd.getNumPartitions() == 1
+    units = row_group_units(log, resolve(log))
+    assert len(units) == 30
+    parts = plan_partitions(units, rows_per_partition=1000)  # one file each
+    assert [[(u.key, len(u.row_groups)) for u in p] for p in parts] == [[(u.key, 10)] for u in units[::10]]
+    parts = plan_partitions(units, rows_per_partition=250)  # groups of two row groups
+    assert len(parts) == 15 and all(len(p) == 1 and len(p[0].row_groups) == 2 for p in parts)
+    assert len(plan_partitions(units, rows_per_partition=3000)) == 1  # small files share one
+
+
+def test_a_load_is_fixed_to_its_version(spark, tmp_path):
+    from castsql.format import write_data_files
+
+    uri = str(tmp_path / "events")
+    ev = build_events(open_storage(uri))
+    df = spark.read.format("castsql").load(uri)
+    ev.log.append(write_data_files(ev.log.storage, rows(5000, 5010)))
+    assert df.count() == len(ev.live[6])
+    assert spark.read.format("castsql").load(uri).count() == len(ev.live[6]) + 10
+
+
+def test_bad_options_are_one_line_errors(spark, events_table):
+    uri, _ = events_table
+    log = TableLog(open_storage(uri))
+    latest, oldest = log.latest(), log.manifest(0)
+
+    def err(**options) -> str:
+        r = spark.read.format("castsql")
+        for k, v in options.items():
+            r = r.option(k, v)
+        with pytest.raises(Exception) as e:
+            r.load(uri).count()
+        return _spark_error_text(e.value)
+
+    assert "option versionAsOf must be an integer, got 'two'" in err(versionAsOf="two")
+    assert "version 99 does not exist" in err(versionAsOf="99")
+    assert "give versionAsOf or timestampAsOf, not both" in err(versionAsOf="1", timestampAsOf="2025-01-01")
+    assert "timestampAsOf: 'yesterday' is not a timestamp" in err(timestampAsOf="yesterday")
+    assert "unknown option 'versionasoff'" in err(versionAsOff="1").lower()  # Spark lowercases the keys
+    late = (latest.created_at + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = err(timestampAsOf=late)
+    assert f"is after the latest version {latest.version}" in text and late[:19] in text
+    assert latest.created_at.strftime("%Y-%m-%dT%H:%M:%S") in text
+    text = err(timestampAsOf="2000-01-01T00:00:00Z")
+    assert "timestampAsOf 2000-01-01T00:00:00.000000Z is before the oldest kept version 0" in text
+    assert oldest.created_at.strftime("%Y-%m-%dT%H:%M:%S") in text
+    with pytest.raises(Exception, match="no table path"):
+        spark.read.format("castsql").load().count()
+    from castsql.errors import CastSQLError
+
+    with pytest.raises(CastSQLError, match=r"is after the latest version 6 \(committed at"):
+        read(spark, uri, timestamp=latest.created_at + timedelta(seconds=1))
+    with pytest.raises(CastSQLError, match="no column 'nope'"):
+        read(spark, uri, columns=["id", "nope"])
+
+
+def test_native_reader_columns(spark, events_table):
+    uri, _ = events_table
+    df = read(spark, uri, 5, columns=["ts", "id"])
+    assert df.columns == ["ts", "id"]
+    got = df.toArrow()
+    _same(got, _engine(uri, version=5).select(["ts", "id"]), "columns ts, id")
+
+
+def test_register_is_idempotent_and_sql_views_time_travel(spark, events_table, tmp_path):
+    uri, ev = events_table
+    assert register(register(spark)) is spark
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW ev3 USING castsql OPTIONS (path '{uri}', versionAsOf '3')")
+    assert spark.sql("SELECT count(*) FROM ev3").first()[0] == len(ev.live[3])
+    assert spark.sql("SELECT min(id) FROM ev3 WHERE id >= 200").first()[0] == 300  # row group 2 deleted at v3
+
+    from castsql.format import write_data_files
+    from castsql.spark import register_views
+
+    wh = tmp_path / "wh"
+    build_events(open_storage(str(wh / "events")))
+    st = open_storage(str(wh / "users"))
+    TableLog.create(st, SCHEMA).append(write_data_files(st, rows(0, 3)))
+    (wh / "not_a_table").mkdir()
+    assert register_views(spark, str(wh)) == ["events", "users"]
+    assert spark.sql("SELECT count(*) FROM events").first()[0] == len(ev.live[6])
+    assert spark.sql("SELECT count(*) FROM users").first()[0] == 3
+    assert register_views(spark, str(wh), version=1) == ["events", "users"]
+    assert spark.sql("SELECT count(*) FROM events").first()[0] == len(ev.live[1])
+
+
+def test_s3_table_through_options(spark, s3_root, s3_server):
+    cfg = s3_server.config
+    uri = s3_root + "/events"
+    ev = build_events(open_storage(uri, s3=cfg))
+    df = (
+        spark.read.format("castsql")
+        .option("s3.endpoint", cfg.endpoint_url)
+        .option("s3.accessKeyId", cfg.key)
+        .option("s3.secretAccessKey", cfg.secret)
+        .option("versionAsOf", 5)
+        .load(uri)
+    )
+    assert sorted(df.select("id").toArrow()["id"].to_pylist()) == sorted(ev.live[5])
+
+
+# ---------------------------------------------------------------------- any session
+
+
+USER_SESSION = textwrap.dedent(
+    """
+    import sys
+    from pyspark.sql import SparkSession
+    import castsql.spark as cs
+
+    uri = sys.argv[1]
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    print("native", cs.read(spark, uri, version=2).count())
+    cs.register(spark)
+    print("format", spark.read.format("castsql").option("versionAsOf", 3).load(uri).count())
+    spark.sql(f"CREATE TEMPORARY VIEW v USING castsql OPTIONS (path '{uri}', versionAsOf '4')")
+    print("view", spark.sql("SELECT count(*) FROM v").first()[0])
+    spark.stop()
+    """
+)
+
+
+def test_a_users_own_session_runs_castsql_in_its_workers(events_table, tmp_path):
+    """The user's ``SparkSession.builder.master("local[2]").getOrCreate()``,
+    with a PATH whose ``python3`` is not the venv's (no pyarrow, no castsql)."""
+    uri, ev = events_table
+    script = tmp_path / "user.py"
+    script.write_text(USER_SESSION)
+    venv_bin = os.path.dirname(sys.executable)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_", "VIRTUAL_ENV"))}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    env.pop("PYTHONPATH", None)
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    out = subprocess.run(
+        [sys.executable, str(script), uri], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [ln for ln in out.stdout.splitlines() if ln.split(" ")[0] in ("native", "format", "view")]
+    assert lines == [f"native {len(ev.live[2])}", f"format {len(ev.live[3])}", f"view {len(ev.live[4])}"]
+
+
+# ---------------------------------------------------------------------- write
+
+
+def test_append_creates_the_table_then_adds_one_version_per_write(spark, events_df, tmp_path):
+    uri = str(tmp_path / "events")
+    events_df(range(0, 500), partitions=2).write.format("castsql").mode("append").option("primaryKey", "id").save(uri)
+    log = TableLog(open_storage(uri))
+    assert [m.version for m in log.history()] == [0, 1]
+    m1 = log.latest()
+    assert m1.primary_key == "id" and m1.operation == "APPEND" and m1.summary["added_rows"] == 500
+    assert len(m1.data_files) == 2  # one per task
+    # Columns in another order are matched by name; the table keeps its order and primary key.
+    df = events_df(range(500, 700)).select("amount", "kind", "user", "ts", "id")
+    df.write.format("castsql").mode("append").save(uri)
+    assert [m.version for m in log.history()] == [0, 1, 2]
+    got = spark.read.format("castsql").load(uri).toArrow()
+    assert sorted(got["id"].to_pylist()) == list(range(700))
+    _same(got, _engine(uri), "after two appends")
+    assert got.column_names == ["id", "ts", "user", "kind", "amount"]
+
+
+def test_overwrite_is_one_version_of_exactly_the_new_rows(spark, events_df, tmp_path):
+    from castsql.spark import delete
+
+    uri = str(tmp_path / "events")
+    events_df(range(0, 300)).write.format("castsql").mode("append").option("primaryKey", "id").save(uri)
+    delete(spark, uri, "id < 10")
+    log = TableLog(open_storage(uri))
+    old = log.latest()
+    old_files = [f.path for f in old.data_files]
+    events_df(range(1000, 1050), partitions=2).write.format("castsql").mode("overwrite").save(uri)
+    m = log.latest()
+    assert m.version == old.version + 1 and m.operation == "OVERWRITE"
+    assert m.summary["removed_files"] == len(old_files) and not m.tombstones
+    assert sorted(spark.read.format("castsql").load(uri).toArrow()["id"].to_pylist()) == list(range(1000, 1050))
+    # The old files left the version, not the storage: time travel still reads them.
+    st = open_storage(uri)
+    assert all(st.exists(p) for p in old_files)
+    assert not set(old_files) & {f.path for f in m.data_files}
+    assert castsql.open(uri).at(version=old.version).to_arrow().num_rows == 290
+    # Overwriting a table that does not exist yet creates it.
+    new = str(tmp_path / "fresh")
+    events_df(range(5)).write.format("castsql").mode("overwrite").option("primaryKey", "id").save(new)
+    assert [m.version for m in TableLog(open_storage(new)).history()] == [0, 1]
+
+
+def test_write_refuses_data_that_does_not_fit_the_table(spark, events_df, tmp_path):
+    uri = str(tmp_path / "events")
+    events_df(range(10)).write.format("castsql").mode("append").option("primaryKey", "id").save(uri)
+    log = TableLog(open_storage(uri))
+    wrong = events_df(range(10, 20)).selectExpr("id", "ts", "user", "kind", "CAST(amount AS STRING) AS amount")
+
+    def err(df, mode="append", **options) -> str:
+        w = df.write.format("castsql").mode(mode)
+        for k, v in options.items():
+            w = w.option(k, v)
+        with pytest.raises(Exception) as e:
+            w.save(uri)
+        return str(e.value)
+
+    assert "column 'amount' has type string, the table has double" in err(wrong)
+    assert "the data has no column amount (double) of the table" in err(events_df(range(3)).drop("amount"))
+    assert "column extra (int32) is not in the table" in err(events_df(range(3)).selectExpr("*", "1 AS extra"))
+    assert "the table's primary key is 'id', not 'user'" in err(events_df(range(3)), primaryKey="user")
+    assert "option rowGroupSize must be an integer" in err(events_df(range(3)), rowGroupSize="many")
+    assert "versionAsOf and timestampAsOf are read options" in err(events_df(range(3)), versionAsOf="1")
+    with pytest.raises(Exception, match=r"TableAlreadyExists|already exists|ErrorIfExists|not supported"):
+        events_df(range(3)).write.format("castsql").mode("error").save(uri)
+    assert [m.version for m in log.history()] == [0, 1]  # nothing committed
+
+
+FLAKY_WRITE = textwrap.dedent(
+    """
+    import os, sys, time
+    from pyspark.sql import SparkSession, functions as F
+    import castsql.spark as cs
+
+    uri, marker = sys.argv[1], sys.argv[2]
+    spark = (SparkSession.builder.master("local[2,3]").config("spark.ui.enabled", "false")
+             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "1000").getOrCreate())
+    cs.register(spark)
+
+    def once(i):
+        # The first attempt of the task holding id 19999 (its last row) fails
+        # once its writer had time to write the rows before it as files.
+        if i == 19999 and not os.path.exists(marker):
+            open(marker, "w").close()
+            time.sleep(3)
+            raise RuntimeError("first attempt fails")
+        return i
+
+    ids = F.udf(once, "bigint")
+    df = spark.range(0, 20000, numPartitions=2).select(ids("id").alias("id"), (F.col("id") * 2).alias("v"))
+    (df.write.format("castsql").mode("append").option("primaryKey", "id")
+       .option("rowGroupSize", "1000").option("targetFileBytes", "1").save(uri))
+    spark.stop()
+    """
+)
+
+
+def test_a_task_attempt_that_fails_once_commits_one_version_without_duplicates(tmp_path):
+    from datetime import UTC, datetime
+
+    from castsql.snapshot import resolve
+    from castsql.spark import gc
+
+    uri = str(tmp_path / "t")
+    script = tmp_path / "flaky.py"
+    script.write_text(FLAKY_WRITE)
+    marker = tmp_path / "failed-once"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    out = subprocess.run(
+        [sys.executable, str(script), uri, str(marker)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert marker.exists()  # the first attempt did fail
+    log = TableLog(open_storage(uri))
+    assert [m.version for m in log.history()] == [0, 1]
+    ids = castsql.open(uri).to_arrow()["id"].to_pylist()
+    assert sorted(ids) == list(range(20000))  # every row once
+    # The failed attempt's files are in no version: GC removes them as never committed.
+    st = open_storage(uri)
+    committed = set(resolve(log).table().column("path").to_pylist())
+    stored = {i.key for i in st.list("data/")}
+    orphans = stored - committed
+    assert orphans, "the failed attempt wrote files before failing"
+    report = gc(uri, grace=timedelta(0), now=datetime.now(UTC) + timedelta(seconds=1))
+    assert set(report.removed_orphans) == orphans and not report.removed_data_files
+    assert sorted(castsql.open(uri).to_arrow()["id"].to_pylist()) == list(range(20000))
