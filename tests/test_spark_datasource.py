@@ -430,3 +430,34 @@ def test_a_task_attempt_that_fails_once_commits_one_version_without_duplicates(t
     report = gc(uri, grace=timedelta(0), now=datetime.now(UTC) + timedelta(seconds=1))
     assert set(report.removed_orphans) == orphans and not report.removed_data_files
     assert sorted(castsql.open(uri).to_arrow()["id"].to_pylist()) == list(range(20000))
+
+
+# ---------------------------------------------------------------------- streaming
+
+
+def test_stream_commits_each_micro_batch_once_across_restarts(spark, tmp_path):
+    src, uri, ck = tmp_path / "src", str(tmp_path / "t"), tmp_path / "ck"
+    src.mkdir()
+    for i in range(3):
+        pq.write_table(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64())}), src / f"f{i}.parquet")
+
+    def run() -> None:
+        stream = spark.readStream.schema("id bigint").option("maxFilesPerTrigger", 1).parquet(str(src))
+        w = stream.writeStream.format("castsql").option("checkpointLocation", str(ck)).option("primaryKey", "id")
+        w.trigger(availableNow=True).start(uri).awaitTermination()
+
+    def batches() -> list[tuple[int, int | None]]:
+        return [(m.version, m.summary.get("stream_batch")) for m in TableLog(open_storage(uri)).history()]
+
+    run()
+    assert batches() == [(0, None), (1, 0), (2, 1), (3, 2)]
+    # The table committed batch 2 but the checkpoint lost its record of it (a
+    # crash between the two): the restarted query replays batch 2.
+    (ck / "commits" / "2").unlink()
+    (ck / "commits" / ".2.crc").unlink()
+    run()
+    assert batches() == [(0, None), (1, 0), (2, 1), (3, 2)]
+    pq.write_table(pa.table({"id": pa.array(range(30, 35), pa.int64())}), src / "f3.parquet")
+    run()
+    assert batches()[-1] == (4, 3)
+    assert sorted(castsql.open(uri).to_arrow()["id"].to_pylist()) == list(range(35))
