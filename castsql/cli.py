@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         return demo_main(argv[1:])
     from castsql.shell.app import main as shell_main
 
-    status = shell_main(argv)
+    status = shell_main(argv, commands=("demo", *WRITER_COMMANDS))
     if program:
         _exit(status)
     return status

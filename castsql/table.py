@@ -112,22 +112,9 @@ def _at(session: Session, name: str, version: int | None, timestamp: str | datet
 
 
 def _check_one_condition(table: str, text: str) -> None:
-    """Refuse a filter that is not one condition: a ``;`` or a parenthesis
-    closed before it opens would end the ``WHERE (…)`` it is put in and let it
-    add rows (``1=1) UNION ALL SELECT …``)."""
-    from castsql.engine.rewrite import tokenize
+    from castsql.engine.guard import check_one_condition
 
-    depth = 0
-    for tok in tokenize(text):
-        if tok.kind == "string_const" or tok.text.startswith('"'):
-            continue  # a literal ($$…$$, E'…' too) or a quoted name: its parentheses are text
-        depth += tok.text.count("(") - tok.text.count(")")
-        if depth < 0 or ";" in tok.text:
-            break
-    else:
-        if depth == 0:
-            return
-    raise CastSQLError(f"table {table}: filter must be one SQL condition, got {text!r}")
+    check_one_condition(table, text)
 
 
 class Table:
@@ -285,7 +272,7 @@ class Table:
         >>> events.add_columns({"country": "string"}).version          # doctest: +SKIP
         3
         """
-        from castsql.format.evolution import alter
+        from castsql.format.change import alter
 
         self._writer()  # refuses a pinned table
         m = alter(self._session.log(self.name), add=columns)
@@ -302,7 +289,7 @@ class Table:
         >>> events.widen_columns({"user_id": "int64"}).version            # doctest: +SKIP
         4
         """
-        from castsql.format.evolution import alter
+        from castsql.format.change import alter
 
         self._writer()
         m = alter(self._session.log(self.name), widen=columns)

@@ -64,6 +64,7 @@ from castsql.format.schema import type_from_name
 from castsql.format.tombstone import KeyRangeDelete, serialize_tombstones
 from castsql.format.writer import conform
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot, resolve
+from castsql.write.arrow import as_arrow
 from castsql.write.commit import commit_dml, with_retries
 from castsql.write.keys import check_input_keys, refuse_existing
 from castsql.write.merge import (
@@ -92,24 +93,6 @@ class WriteError(CastSQLError):
 
 
 _q = ident
-
-
-def as_arrow(data: Any, where: str) -> pa.Table:
-    """Arrow, pandas, polars or anything with ``__arrow_c_stream__`` as one Arrow table."""
-    if isinstance(data, pa.Table):
-        return data
-    if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
-    if isinstance(data, pa.RecordBatchReader):
-        return data.read_all()
-    mod = type(data).__module__.split(".", 1)[0]
-    if mod == "pandas":
-        return pa.Table.from_pandas(data, preserve_index=False)
-    if mod == "polars":
-        return data.to_arrow()
-    if hasattr(data, "__arrow_c_stream__"):
-        return pa.table(data)
-    raise CastSQLError(f"{where}: expected Arrow, pandas or polars data, got {type(data).__name__}")
 
 
 def _one_line(e: Exception) -> str:
@@ -227,10 +210,9 @@ class Writer:
         no statement may (the session's internal catalog, dynamic SQL, …): it
         runs on the session's connection, inside CastSQL's own statements, so
         the barriers of :mod:`castsql.engine.guard` must hold for it too."""
-        from castsql.engine.guard import ForbiddenStatement, check_statement
-        from castsql.table import _check_one_condition
+        from castsql.engine.guard import ForbiddenStatement, check_one_condition, check_statement
 
-        _check_one_condition(self.table, text)
+        check_one_condition(self.table, text)
         try:
             check_statement(f"SELECT ({text}\n)", private_paths=(self.session._workdir,))
         except ForbiddenStatement as e:

@@ -211,3 +211,20 @@ def _check_checkpoint_target(args: list[Tok]) -> None:
             raise ForbiddenStatement(
                 f"CHECKPOINT of {db}: only the session's own in-memory database can be checkpointed"
             )
+
+
+def check_one_condition(table: str, text: str) -> None:
+    """Refuse a filter that is not one condition: a ``;`` or a parenthesis
+    closed before it opens would end the ``WHERE (…)`` it is put in and let it
+    add rows (``1=1) UNION ALL SELECT …``)."""
+    depth = 0
+    for tok in tokens(text):
+        if tok.kind == "string_const" or tok.text.startswith('"'):
+            continue  # a literal ($$…$$, E'…' too) or a quoted name: its parentheses are text
+        depth += tok.text.count("(") - tok.text.count(")")
+        if depth < 0 or ";" in tok.text:
+            break
+    else:
+        if depth == 0:
+            return
+    raise CastSQLError(f"table {table}: filter must be one SQL condition, got {text!r}")

@@ -33,7 +33,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 import re
@@ -46,7 +45,7 @@ import duckdb
 
 from castsql.engine import names
 from castsql.engine.guard import ATTACH_WHY, OWN_DATABASES, ForbiddenStatement, Tok, tokens
-from castsql.engine.safety import SafeModeError
+from castsql.engine.safety import SafeModeError, check_select
 
 ST = duckdb.StatementType
 
@@ -184,8 +183,6 @@ def _check_one(con: duckdb.DuckDBPyConnection, kind: Any, query: str, scope: Sco
         return
     if kind == ST.SELECT:
         if safe:
-            from castsql.engine.safety import check_select
-
             check_select(con, query, scope.readable)
         return
     handler = _HANDLERS.get(kind)
@@ -428,38 +425,3 @@ def _overlaps(a: tuple[str, str], b: tuple[str, str]) -> bool:
         return False
     x, y = a[1].rstrip("/") + "/", b[1].rstrip("/") + "/"
     return x.startswith(y) or y.startswith(x)
-
-
-def literal_urls(tree: Any) -> list[str]:
-    """Every string constant of a serialized statement that is a URL."""
-    out: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if node.get("class") == "CONSTANT":
-                v = (node.get("value") or {}).get("value")
-                if isinstance(v, str) and _URL.match(v):
-                    out.append(v)
-            elif node.get("type") == "BASE_TABLE":
-                for k in ("table_name", "schema_name", "catalog_name"):
-                    v = node.get(k)
-                    if isinstance(v, str) and _URL.match(v):
-                        out.append(v)
-            for v in node.values():
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(tree)
-    return out
-
-
-def serialized(con: duckdb.DuckDBPyConnection, query: str) -> dict | None:
-    """DuckDB's parse tree of a SELECT, as JSON; None when it cannot serialize it."""
-    try:
-        raw = con.execute("SELECT json_serialize_sql(?)", [query]).fetchone()
-        tree = json.loads(raw[0]) if raw else {}
-    except (duckdb.Error, ValueError):
-        return None
-    return None if tree.get("error", True) else tree

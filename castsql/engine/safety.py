@@ -27,6 +27,7 @@ its table root is refused in every mode (castsql.format.layout.to_table_key).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -60,8 +61,6 @@ def check_select(con: duckdb.DuckDBPyConnection, query: str, readable: Sequence[
     """SafeModeError unless every table function of ``query`` takes literal
     arguments and every URL literal in it names an object under ``readable``
     (``s3://bucket/prefix`` of the opened warehouses)."""
-    from castsql.engine.policy import literal_urls, serialized
-
     tree = serialized(con, query)
     if tree is None:
         # DuckDB cannot serialize it: let DuckDB report what is wrong with it (a
@@ -124,3 +123,41 @@ def _literal(expr: Any) -> bool:
 
 
 _DOT_SEGMENT = re.compile(r"(^|/)(\.|%2e){1,2}(/|$)", re.IGNORECASE)
+
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
+
+
+def literal_urls(tree: Any) -> list[str]:
+    """Every string constant of a serialized statement that is a URL."""
+    out: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("class") == "CONSTANT":
+                v = (node.get("value") or {}).get("value")
+                if isinstance(v, str) and _URL.match(v):
+                    out.append(v)
+            elif node.get("type") == "BASE_TABLE":
+                for k in ("table_name", "schema_name", "catalog_name"):
+                    v = node.get(k)
+                    if isinstance(v, str) and _URL.match(v):
+                        out.append(v)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(tree)
+    return out
+
+
+def serialized(con: duckdb.DuckDBPyConnection, query: str) -> dict | None:
+    """DuckDB's parse tree of a SELECT, as JSON; None when it cannot serialize it."""
+    try:
+        raw = con.execute("SELECT json_serialize_sql(?)", [query]).fetchone()
+        tree = json.loads(raw[0]) if raw else {}
+    except (duckdb.Error, ValueError):
+        return None
+    return None if tree.get("error", True) else tree

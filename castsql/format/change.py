@@ -27,17 +27,19 @@ nothing; the caller re-reads and recomputes (Spark's delete and compaction do so
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from castsql.errors import CommitConflict, FormatError, ObjectNotFound
+from castsql.errors import CommitConflict, FormatError, ObjectNotFound, SchemaMismatch
 from castsql.format import evolution, fold
 from castsql.format.layout import to_table_key
 from castsql.format.manifest import ChangeLog, DataFile, Manifest, Totals
 from castsql.format.schema import Schema
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from castsql.format.log import TableLog
 
 
@@ -212,3 +214,22 @@ def _overlaps(fmin: Any, fmax: Any, lo: Any, hi: Any) -> bool:
         return not (fmax < lo or hi < fmin)
     except TypeError:
         return True
+
+
+def alter(
+    log: TableLog,
+    *,
+    add: Mapping[str, str | pa.DataType] | None = None,
+    widen: Mapping[str, str | pa.DataType] | None = None,
+) -> Manifest | None:
+    """Commit a version whose schema adds ``add`` (name -> type, nullable, at
+    the end) and widens ``widen`` (name -> wider type): operation ``ALTER``, no
+    data file written or rewritten. None when the schema already is that."""
+    head = log.latest()
+    where = f"table {log.storage.root}: alter"
+    if not add and not widen:
+        raise SchemaMismatch(f"{where}: nothing to change (give columns to add or to widen)")
+    new = evolution.altered(head.schema, add=add, widen=widen, where=where, primary_key=head.primary_key)
+    if new == head.schema:
+        return None
+    return log.commit(Change("ALTER", new_schema=new))

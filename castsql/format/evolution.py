@@ -34,16 +34,11 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from castsql.errors import SchemaMismatch
 from castsql.format.schema import Column, Schema, normalize_type, type_from_name, type_name
-
-if TYPE_CHECKING:
-    from castsql.format.log import TableLog
-    from castsql.format.manifest import Manifest
 
 # The widenings a table's schema may make, as Delta 4.0 ("type widening") and
 # Iceberg ("type promotion") allow them; see the module docstring.
@@ -290,24 +285,3 @@ def describe(old: Schema, new: Schema) -> dict:
     if widened:
         out["widened_columns"] = widened
     return out
-
-
-def alter(
-    log: TableLog,
-    *,
-    add: Mapping[str, str | pa.DataType] | None = None,
-    widen: Mapping[str, str | pa.DataType] | None = None,
-) -> Manifest | None:
-    """Commit a version whose schema adds ``add`` (name -> type, nullable, at
-    the end) and widens ``widen`` (name -> wider type): operation ``ALTER``, no
-    data file written or rewritten. None when the schema already is that."""
-    from castsql.format.change import Change
-
-    head = log.latest()
-    where = f"table {log.storage.root}: alter"
-    if not add and not widen:
-        raise SchemaMismatch(f"{where}: nothing to change (give columns to add or to widen)")
-    new = altered(head.schema, add=add, widen=widen, where=where, primary_key=head.primary_key)
-    if new == head.schema:
-        return None
-    return log.commit(Change("ALTER", new_schema=new))

@@ -27,17 +27,18 @@ import argparse
 import contextlib
 import os
 import sys
+from collections.abc import Sequence
 
 MODES = ("box", "table", "csv", "json", "jsonlines", "markdown", "line")  # same as castsql.shell.render.MODES
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from castsql.cli import WRITER_COMMANDS
-
+def build_parser(commands: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The shell's arguments; ``commands`` are the program's other commands
+    (:mod:`castsql.cli` passes them: the shell does not import its caller)."""
     p = argparse.ArgumentParser(
         prog="castsql",
         description="SQL shell over CastSQL tables: time travel (t AS OF VERSION n) and audits (DESCRIBE HISTORY t).",
-        epilog=f"Other commands: castsql {' | '.join(('demo', *WRITER_COMMANDS))} (castsql COMMAND --help).",
+        epilog=f"Other commands: castsql {' | '.join(commands)} (castsql COMMAND --help)." if commands else None,
     )
     p.add_argument("uri", nargs="?", help="a table or a warehouse of tables: a local directory or s3://bucket/prefix")
     p.add_argument("-c", "--command", metavar="SQL", help="run SQL (statements and .commands) and exit")
@@ -56,9 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
-    """Run the shell with command-line arguments ``argv``; returns the exit status."""
-    args = build_parser().parse_args(argv)
+def main(argv: list[str], commands: Sequence[str] = ()) -> int:
+    """Run the shell with command-line arguments ``argv``; returns the exit status.
+    ``commands``: the program's other commands, listed by ``--help``."""
+    args = build_parser(commands).parse_args(argv)
     stdin_tty = sys.stdin is not None and sys.stdin.isatty()
     stdout_tty = sys.stdout.isatty()
     interactive = args.command is None and stdin_tty and stdout_tty

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from castsql.errors import CastSQLError
 from castsql.shell.catalog import Catalog
+from castsql.shell.errors import MAX_READ_DEPTH, Reported, ShellError
 from castsql.shell.render import MODES, RenderOptions, printable, write_result
 from castsql.shell.runner import Cancelled, Runner
 from castsql.shell.statements import QUIT_WORDS, Command, iter_commands
@@ -41,15 +42,7 @@ from castsql.storage.base import allow_waits, cancel_waits
 if TYPE_CHECKING:
     from castsql.engine import Session
 
-MAX_READ_DEPTH = 16  # .read inside .read: enough for real scripts, stops a file that reads itself
-
-
-class ShellError(CastSQLError):
-    """A mistake in a shell command (unknown meta-command, bad argument); the message is the hint."""
-
-
-class Reported(Exception):
-    """A failure whose message was already printed (an error inside ``.read``)."""
+__all__ = ["MAX_READ_DEPTH", "Reported", "Settings", "Shell", "ShellError", "one_line"]
 
 
 @dataclass

@@ -202,7 +202,7 @@ def _summary(verb: str, m: Manifest) -> str:
 
 def _run(args: Any) -> str:
     if args.command == "alter":  # no Spark: a manifest commit
-        from castsql.format.evolution import alter
+        from castsql.format.change import alter
 
         if not args.add_column and not args.widen:
             raise UsageError("alter: give --add-column NAME TYPE or --widen NAME TYPE")

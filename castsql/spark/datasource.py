@@ -333,7 +333,7 @@ class CastSQLReader(DataSourceReader):
         self.preds: list[Predicate] = []
 
     def partitions(self) -> list[InputPartition]:
-        from castsql.spark.reader import row_group_units
+        from castsql.spark.units import row_group_units
 
         storage = self.ref.storage()
         log = TableLog(storage)

@@ -23,54 +23,24 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyroaring import BitMap
 
 from castsql.errors import CastSQLError
 from castsql.format import Schema, TableLog
 from castsql.snapshot import Snapshot
-from castsql.snapshot.footer import row_group_rows
-from castsql.snapshot.resolve import ResolvedFile
 from castsql.spark.tasks import FILE_COL, POS_COL, RG_COL, UNIT_COL, TableRef, Unit, read_task
 from castsql.spark.types import spark_schema
+from castsql.spark.units import file_row_groups, file_unit, row_group_units
 from castsql.storage import S3Config, open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["FILE_COL", "POS_COL", "read"]
+__all__ = ["FILE_COL", "POS_COL", "file_row_groups", "file_unit", "read", "row_group_units"]
 
 
 def table_ref(log: TableLog, snap: Snapshot) -> TableRef:
     storage = log.storage
     return TableRef(storage.root, getattr(storage, "config", None), snap.schema.to_json(), snap.primary_key)
-
-
-def file_row_groups(log: TableLog, f: ResolvedFile) -> tuple[int, ...]:
-    """Rows per row group of a snapshot file (from the footer for seed manifests that do not list them)."""
-    if f.row_group_rows is None:
-        f.row_group_rows = row_group_rows(log.storage, f.key, f.entry.size_bytes)
-    return f.row_group_rows
-
-
-def row_group_units(log: TableLog, snap: Snapshot | None, files: list[ResolvedFile] | None = None) -> list[Unit]:
-    """One unit per row group that still has live rows, in snapshot order."""
-    units = []
-    for f in files if files is not None else snap.files:  # type: ignore[union-attr]
-        start = 0
-        for i, n in enumerate(file_row_groups(log, f)):
-            end = start + n
-            gone = f.deleted.range_cardinality(start, end) if f.deleted else 0
-            if n and gone < n:
-                dels = f.deleted & BitMap(range(start, end)) if gone else BitMap()
-                units.append(Unit(f.key, f.entry.size_bytes, [(i, start, n)], dels, list(f.key_ranges)))
-            start = end
-    return units
-
-
-def file_unit(log: TableLog, f: ResolvedFile, tag: str | None = None) -> Unit:
-    """One unit holding every row group of a file that still has live rows."""
-    rgs = [rg for u in row_group_units(log, None, [f]) for rg in u.row_groups]
-    return Unit(f.key, f.entry.size_bytes, rgs, BitMap(f.deleted), list(f.key_ranges), tag)
 
 
 ROWS_PER_TASK = 500_000

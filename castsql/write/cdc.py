@@ -107,7 +107,7 @@ def apply_cdc(
     """Apply one CDC ``batch`` (Arrow) to a :class:`castsql.Table` with the
     embedded engine: one version. With ``sequence``, a key changed several
     times in the batch takes its last change."""
-    from castsql.engine.dml import as_arrow
+    from castsql.write.arrow import as_arrow
 
     src = as_arrow(batch, f"table {table.name}: cdc batch")
     if sequence is not None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from castsql.shell.catalog import latest_versions
-from castsql.shell.core import MAX_READ_DEPTH, Reported, ShellError
+from castsql.shell.errors import MAX_READ_DEPTH, Reported, ShellError
 from castsql.shell.render import MODES
 from castsql.shell.special.registry import COMMANDS, lookup, meta_command
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from castsql.shell.core import ShellError
+from castsql.shell.errors import ShellError
 
 if TYPE_CHECKING:
     from castsql.shell.core import Shell

@@ -1,0 +1,224 @@
+"""No import circles in castsql/, in any layer, and layers import only downwards.
+
+The graph is built from the source (``ast``), not by importing it: every
+``import`` counts, at module level or inside a function (an import moved into
+a function to dodge a circle is still a circle: it only fails later, at a
+call). Imports under ``if TYPE_CHECKING:`` never run and are left out.
+
+Importing ``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py`` first, so
+those packages are edges too (except the importer's own packages, which are
+already running).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "castsql"
+
+# DESIGN.md §4: shell → engine → snapshot → format → storage; spark → format → storage.
+# A module may import its own layer, any layer below it, and the leaves (errors).
+LAYERS = {
+    "castsql.shell": {"castsql.engine", "castsql.snapshot", "castsql.format", "castsql.storage"},
+    "castsql.engine": {"castsql.snapshot", "castsql.format", "castsql.storage", "castsql.write"},
+    "castsql.write": {"castsql.snapshot", "castsql.format", "castsql.storage"},
+    "castsql.snapshot": {"castsql.format", "castsql.storage"},
+    "castsql.format": {"castsql.storage"},
+    "castsql.spark": {"castsql.snapshot", "castsql.format", "castsql.storage", "castsql.write"},
+    "castsql.storage": set(),
+}
+LEAVES = {"castsql.errors"}
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    line: int
+    where: str  # "module", "function" or "type-checking"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.Module) -> list[tuple[ast.Import | ast.ImportFrom, str]]:
+    """Every import statement with where it runs."""
+    found: list[tuple[ast.Import | ast.ImportFrom, str]] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                found.append((child, where))
+            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.body:
+                    visit_stmt(stmt, "type-checking")
+                for stmt in child.orelse:
+                    visit_stmt(stmt, where)
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                visit(child, "function" if where == "module" else where)
+            else:
+                visit(child, where)
+
+    def visit_stmt(stmt: ast.stmt, where: str) -> None:
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            found.append((stmt, where))
+        else:
+            visit(stmt, where)
+
+    visit(tree, "module")
+    return found
+
+
+def _ancestors(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def import_graph() -> list[Edge]:
+    modules = _modules()
+    edges: list[Edge] = []
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        own = {*_ancestors(name), name}
+        for node, where in _imports(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if not target.startswith("castsql"):
+                    continue
+                for t in [*_ancestors(target), target]:
+                    if t in modules and t not in own:
+                        edges.append(Edge(name, t, node.lineno, where))
+    return edges
+
+
+def cycles(edges: list[Edge]) -> list[list[Edge]]:
+    """One circle through each strongly connected component of the graph."""
+    graph: dict[str, dict[str, Edge]] = {}
+    for e in edges:
+        if e.where != "type-checking":
+            graph.setdefault(e.source, {}).setdefault(e.target, e)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    comps: list[set[str]] = []
+
+    def strong(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comps.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    out = []
+    for comp in comps:
+        start = min(comp)
+        # Shortest path back to start within the component (breadth first).
+        prev: dict[str, Edge] = {}
+        frontier = [start]
+        seen = {start}
+        found = None
+        while frontier and found is None:
+            nxt = []
+            for v in frontier:
+                for w, e in sorted(graph.get(v, {}).items()):
+                    if w not in comp:
+                        continue
+                    if w == start:
+                        found = e
+                        break
+                    if w not in seen:
+                        seen.add(w)
+                        prev[w] = e
+                        nxt.append(w)
+                if found:
+                    break
+            frontier = nxt
+        path = [found]
+        while path[0].source != start:
+            path.insert(0, prev[path[0].source])
+        out.append(path)
+    return out
+
+
+def _describe(cycle: list[Edge]) -> str:
+    return (
+        " → ".join(f"{e.source} (line {e.line}{', in a function' if e.where == 'function' else ''})" for e in cycle)
+        + f" → {cycle[0].source}"
+    )
+
+
+def test_no_import_cycles():
+    found = cycles(import_graph())
+    assert not found, "import circles in castsql/:\n" + "\n".join(_describe(c) for c in found)
+
+
+def test_layers_import_only_downwards():
+    wrong = []
+    for e in import_graph():
+        if e.where == "type-checking":
+            continue
+        src = next((layer for layer in LAYERS if e.source == layer or e.source.startswith(layer + ".")), None)
+        dst = next((layer for layer in LAYERS if e.target == layer or e.target.startswith(layer + ".")), None)
+        if src is None or dst is None or src == dst or e.target in LEAVES:
+            continue
+        if dst not in LAYERS[src]:
+            wrong.append(f"{e.source} (line {e.line}) imports {e.target}")
+    assert not wrong, "imports against the layers of DESIGN.md §4:\n" + "\n".join(wrong)
+
+
+def test_the_graph_sees_function_level_and_type_checking_imports(tmp_path):
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nimport a\nif TYPE_CHECKING:\n    import b\ndef f():\n    import c\n"
+    )
+    got = {(n.names[0].name, where) for n, where in _imports(tree) if isinstance(n, ast.Import)}
+    assert got == {("a", "module"), ("b", "type-checking"), ("c", "function")}
+
+
+def test_a_cycle_is_named():
+    edges = [Edge("x.a", "x.b", 1, "module"), Edge("x.b", "x.a", 7, "function"), Edge("x.b", "x.c", 2, "module")]
+    (cycle,) = cycles(edges)
+    assert _describe(cycle) == "x.a (line 1) → x.b (line 7, in a function) → x.a"
