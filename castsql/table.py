@@ -308,15 +308,20 @@ class Table:
         self._moved(m.version if m is not None else None)
         return m
 
-    def update(self, set: dict[str, str], where: str | None = None) -> Any:
+    def update(self, set: dict[str, str], where: str | None = None, *, merge_schema: bool = False) -> Any:
         """Set columns to SQL expressions over the row, where ``where`` holds
         (every row without it): the old rows tombstoned and the new ones
         appended in one version; None when no row matches.
 
+        ``merge_schema=True``: a ``set`` column the table lacks is added (of the
+        expression's type: ``CAST(… AS BIGINT)`` to choose it; rows not updated
+        read NULL) and a column whose expression's type is an allowed widening
+        is widened, in the same version.
+
         >>> events.update(set={"amount": "amount * 2"}, where="kind = 'x'").summary["updated_rows"]  # doctest: +SKIP
         40
         """
-        m = self._writer().update(set, where)
+        m = self._writer().update(set, where, merge_schema=merge_schema)
         self._moved(m.version if m is not None else None)
         return m
 

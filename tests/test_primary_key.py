@@ -71,22 +71,51 @@ def test_allow_duplicate_keys_writes_them(table):
 def test_only_candidate_files_are_read(table, monkeypatch):
     """Keys above every file's max open no data file at all; keys inside one
     file's range open that file only."""
-    from castsql.engine.dml import Writer
+    from castsql.write import keys
 
     seen = []
-    real = Writer._key_scan
+    real = keys._file_hits
 
-    def spy(self, snap, files, keys, spec, src):
-        seen.append(sorted(f.entry.min["id"] for f in files))
-        return real(self, snap, files, keys, spec, src)
+    def spy(storage, f, *args):
+        seen.append(f.entry.min["id"])
+        return real(storage, f, *args)
 
-    monkeypatch.setattr(Writer, "_key_scan", spy)
+    monkeypatch.setattr(keys, "_file_hits", spy)
     t = table
     t.append(rows(range(1000, 1010)))  # above every file: none is opened
     assert seen == []
     with pytest.raises(DuplicateKey, match="\\(id = 15, id = 16\\)"):
         t.append(rows([15, 16, 25]))  # 25 was deleted; keys [15, 25] overlap two files
-    assert seen == [[10, 20]]
+    assert sorted(seen) == [10, 20]
+
+
+def test_row_groups_without_an_input_key_are_not_read(tmp_path, monkeypatch):
+    """Inside a candidate file, row groups whose footer min/max hold no input
+    key are skipped; a key deleted by position or by key range is free again."""
+    import pyarrow.parquet as pq
+
+    from castsql.format import write_data_files
+    from castsql.snapshot import resolve
+    from castsql.write.keys import existing_keys
+
+    st = open_storage(str(tmp_path / "rg"))
+    log = TableLog.create(st, SCHEMA, primary_key="id")
+    log.append(write_data_files(st, rows(range(0, 1000, 2)), log.latest().schema, row_group_size=100))
+    reads = []
+    real = pq.ParquetFile.read_row_group
+
+    def spy(self, i, *a, **k):
+        reads.append(i)
+        return real(self, i, *a, **k)
+
+    with castsql.open(st.root) as t:
+        t.delete("id IN (10, 600)")
+        monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+        got = existing_keys(st, resolve(log), "id", pa.array([10, 11, 12, 601, 602, 999], pa.int64()))
+    assert sorted(got) == [12, 602]
+    # groups hold [0, 198], [200, 398] …: 10, 11, 12 fall in group 0 and 601, 602
+    # in group 3; 999 is above the file's max 998, so nothing else is read
+    assert sorted(reads) == [0, 3]
 
 
 def test_pruned_check_refuses_inside_one_file(table):

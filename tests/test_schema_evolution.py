@@ -311,3 +311,27 @@ def test_merge_with_merge_schema_adds_the_source_columns_in_one_version(storage_
             {"id": 4, "v": 2**40, "note": "new"},
         ]
         assert t.at(version=1).to_arrow().column_names == ["id", "v"]
+
+
+def test_update_with_merge_schema_adds_and_widens_in_one_version(storage_root, s3_config):
+    st = open_storage(storage_root + "/upd", s3=s3_config)
+    TableLog.create(st, pa.schema([("id", pa.int64()), ("v", pa.int32())]), primary_key="id")
+    with castsql.open(st.root, s3=s3_config) as t:
+        t.append(pa.table({"id": [1, 2, 3], "v": pa.array([10, 20, 30], pa.int32())}))
+        with pytest.raises(castsql.CastSQLError, match=r"column 'note' does not exist .*merge_schema=True adds it"):
+            t.update(set={"note": "'x'"}, where="id = 2")
+        assert t.at().version == 1
+        m = t.update(set={"note": "'big'", "v": "CAST(v AS BIGINT) * 1000000000"}, where="id >= 2", merge_schema=True)
+        assert (m.version, m.operation, m.summary["updated_rows"]) == (2, "UPDATE", 2)
+        assert m.summary["added_columns"] == [{"name": "note", "type": "string"}]
+        assert m.summary["widened_columns"] == [{"name": "v", "from": "int32", "to": "int64"}]
+        assert m.schema.column("note").added_in == 2
+        assert by_id(t.at().to_arrow()) == [
+            {"id": 1, "v": 10, "note": None},
+            {"id": 2, "v": 20_000_000_000, "note": "big"},
+            {"id": 3, "v": 30_000_000_000, "note": "big"},
+        ]
+        assert t.at(version=1).to_arrow().column_names == ["id", "v"]
+        with pytest.raises(SchemaMismatch, match="new column 'gone' holds only nulls"):
+            t.update(set={"gone": "NULL"}, merge_schema=True)
+        assert t.update(set={"v": "v + 1"}, where="id = 1", merge_schema=True).summary.get("added_columns") is None

@@ -58,15 +58,15 @@ from castsql.engine.views import ident, sql_str
 from castsql.errors import CastSQLError, SchemaMismatch
 from castsql.format import Manifest, TableLog, TombstoneRecord, write_data_files
 from castsql.format.change import Change
-from castsql.format.evolution import fits, merged, rebase, refusal
+from castsql.format.evolution import fits, merged, rebase, refusal, widens
 from castsql.format.manifest import json_stat
-from castsql.format.schema import type_from_name
+from castsql.format.schema import normalize_type, type_from_name, type_name
 from castsql.format.tombstone import KeyRangeDelete, serialize_tombstones
 from castsql.format.writer import conform
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot, resolve
 from castsql.write.arrow import as_arrow
 from castsql.write.commit import commit_dml, with_retries
-from castsql.write.keys import check_input_keys, refuse_existing
+from castsql.write.keys import check_input_keys, existing_keys, refuse_existing
 from castsql.write.merge import (
     ACTION_COL,
     ACTION_DELETE,
@@ -185,23 +185,11 @@ class Writer:
         return with_retries(where, attempts, run)
 
     def existing_keys(self, snap: Snapshot, pk: str, keys: pa.Array, limit: int = 1000) -> list[Any]:
-        """Up to ``limit`` of ``keys`` that live rows of ``snap`` hold. Only the
-        files whose key statistics overlap [min, max] of ``keys`` are opened
-        (key-range pruning), and only their key column is read."""
-        if len(keys) == 0 or snap.schema.column(pk) is None:
-            return []
-        mm = pc.min_max(keys)
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        files = snap.prune([Predicate(pk, ">=", lo), Predicate(pk, "<=", hi)]).files
-        if not files:
-            return []
-        name = self._name("keys")
-        self.con.register(name, pa.table({pk: keys}))
-        try:
-            hits = self._key_scan(snap, files, [pk], None, name)
-        finally:
-            self.con.unregister(name)
-        return hits.column(pk).slice(0, limit).to_pylist()
+        """Up to ``limit`` of ``keys`` that live rows of ``snap`` hold
+        (:func:`castsql.write.keys.existing_keys`, which Spark's append uses too:
+        key-range pruned, row groups skipped by their footer statistics, only
+        the key column read)."""
+        return existing_keys(self.log.storage, snap, pk, keys, limit)
 
     # ------------------------------------------------------------------ delete / update
 
@@ -283,22 +271,39 @@ class Writer:
 
         return with_retries(f"table {self.table}: {op}", attempts, run)
 
-    def update(self, set: Mapping[str, str], where: str | None = None, *, attempts: int = ATTEMPTS) -> Manifest | None:
+    def update(
+        self,
+        set: Mapping[str, str],
+        where: str | None = None,
+        *,
+        merge_schema: bool = False,
+        attempts: int = ATTEMPTS,
+    ) -> Manifest | None:
         """Set columns (SQL expressions over the row) of the live rows where
         ``where`` holds (every row without it): the old rows tombstoned, the
-        new ones appended, one version; None when no row matches."""
+        new ones appended, one version; None when no row matches.
+
+        ``merge_schema``: a ``set`` column the table lacks is added (nullable,
+        at the end, of its expression's type; rows not updated read NULL), and
+        a column whose expression's type is an allowed widening of it is
+        widened, in the same version (FORMAT.md §3.4)."""
         op = "update"
         if not isinstance(set, Mapping) or not set:
             raise WriteError(f"table {self.table}: update: set must name columns, e.g. set={{'v': 'v * 2'}}")
 
         def run(_: int) -> Manifest | None:
             snap = resolve(self.log)
+            new_schema = None
+            if merge_schema:
+                evolved = self._evolve_for_set(snap, set, op)
+                if evolved is not snap:
+                    snap, new_schema = evolved, evolved.schema
             names = {c.lower(): c for c in snap.schema.names}
             for col, expr in set.items():
                 if not isinstance(col, str) or col.lower() not in names:
                     raise WriteError(
                         f"table {self.table}: update: column {col!r} does not exist "
-                        f"(columns: {', '.join(snap.schema.names)})"
+                        f"(columns: {', '.join(snap.schema.names)}; merge_schema=True adds it)"
                     )
                 if not isinstance(expr, str) or not expr.strip():
                     raise WriteError(f"table {self.table}: update: column {col!r}: expression must be SQL text")
@@ -326,9 +331,45 @@ class Writer:
             return commit_dml(
                 self.log, operation="UPDATE", read_version=snap.version, records=records, files=files,
                 summary={"updated_rows": n, "deleted_rows": n},
+                schema=snap.schema if new_schema is not None else None, new_schema=new_schema,
             )  # fmt: skip
 
         return with_retries(f"table {self.table}: {op}", attempts, run)
+
+    def _evolve_for_set(self, snap: Snapshot, set: Mapping[str, str], op: str) -> Snapshot:
+        """``snap`` seen through the schema an update with ``merge_schema`` gives
+        it: ``set`` columns it lacks added with their expression's type, columns
+        whose expression's type widens them widened (itself when nothing changes)."""
+        where = f"table {self.table}: {op}"
+        have = {c.name.lower(): c for c in snap.schema.columns}
+        empty = self._name("nulls")  # one row of NULLs: typeof() tells a bare NULL from a typed one
+        self.con.register(empty, pa.table({f.name: pa.nulls(1, f.type) for f in snap.schema.to_arrow()}))
+        fields = []
+        try:
+            for col, expr in set.items():
+                if not isinstance(col, str) or not isinstance(expr, str) or not expr.strip():
+                    continue  # the update's own checks name it
+                self._check_text(expr, op)
+                try:
+                    got = self.con.sql(
+                        f"SELECT ({expr}\n) AS v, typeof(({expr}\n)) AS t FROM {ident(empty)}"
+                    ).to_arrow_table()
+                    t = pa.null() if got.column("t")[0].as_py() == '"NULL"' else got.schema[0].type
+                except duckdb.Error as e:
+                    raise WriteError(f"{where}: column {col!r} = {expr!r}: {_explain(e)}") from None
+                c = have.get(col.lower())
+                if c is None:
+                    fields.append(pa.field(col, t))
+                    continue
+                try:
+                    wider = type_name(normalize_type(t))
+                except Exception:
+                    continue
+                if wider != c.type and widens(c.type, wider):
+                    fields.append(pa.field(c.name, t))
+        finally:
+            self.con.unregister(empty)
+        return self._evolve(snap, pa.schema(fields), where) if fields else snap
 
     def _check_exprs(self, snap: Snapshot, set: Mapping[str, str], op: str) -> None:
         """Bind each ``set`` expression against the table's columns and cast it

@@ -290,7 +290,8 @@ def _spark_command(spark: Any, args: Any) -> str:
         if fmt == "csv":
             reader = reader.option("header", "true").option("inferSchema", "true")
         with job_errors("append: reading the input"):
-            df = _fit_to_table(args.uri, reader.load([os.path.abspath(s) for s in args.sources]))
+            df = reader.load([os.path.abspath(s) for s in args.sources])
+        df = _fit_to_table(args.uri, df, fmt)
         m = append(
             spark,
             args.uri,
@@ -318,7 +319,8 @@ def _spark_command(spark: Any, args: Any) -> str:
         if fmt == "csv":
             reader = reader.option("header", "true").option("inferSchema", "true")
         with job_errors("merge: reading the input"):
-            df = _fit_to_table(args.uri, reader.load([os.path.abspath(s) for s in args.sources]))
+            df = reader.load([os.path.abspath(s) for s in args.sources])
+        df = _fit_to_table(args.uri, df, fmt)
         return _merge_summary(args.uri, _clauses(merge(spark, args.uri, df, on=args.on), args).execute())
     from castsql.spark.compactor import compact
 
@@ -427,13 +429,16 @@ def _is_analysis_error(e: BaseException) -> bool:
     return isinstance(e, AnalysisException)
 
 
-def _fit_to_table(uri: str, df: Any) -> Any:
+def _fit_to_table(uri: str, df: Any, fmt: str | None = None) -> Any:
     """Cast the columns of an input file that the table has to the table's types.
 
     CSV and JSON carry no schema: Spark infers INT for small numbers and
     STRING for times. Columns are matched by name (any case) and the others
     kept as they are (a merge's change-type column); missing or extra columns
-    are left for append's schema check to report.
+    are left for append's schema check to report. Text parsed into a column's
+    type is checked first (one Spark job over those columns): a value that
+    does not parse is refused naming the file, its line, the column and both
+    types (:func:`_refuse_bad_text`), before anything is written.
     """
     from castsql.errors import TableNotFound
     from castsql.spark.types import spark_type
@@ -442,10 +447,11 @@ def _fit_to_table(uri: str, df: Any) -> Any:
         schema = TableLog(open_storage(uri)).latest().schema
     except TableNotFound:
         return df
+
     from castsql.format.evolution import fits
 
     types = {f.name.lower(): f for f in schema.to_arrow()}
-    cols = []
+    cols, parsed = [], []
     for field in df.schema.fields:
         c = field.name
         f = types.get(c.lower())
@@ -456,9 +462,89 @@ def _fit_to_table(uri: str, df: Any) -> Any:
         src = _arrow_of(field.dataType)
         if f is None or (src is not None and not pa.types.is_string(src) and not fits(src, f.type)):
             cols.append(df[c])
+        elif src is not None and pa.types.is_string(src) and not pa.types.is_string(f.type):
+            want = spark_type(f.type)
+            cols.append(df[c].try_cast(want).alias(f.name))
+            parsed.append((c, f, want))
         else:
             cols.append(df[c].cast(spark_type(f.type)).alias(f.name))
+    if parsed:
+        _refuse_bad_text(df, parsed, fmt)
     return df.select(*cols)
+
+
+def _refuse_bad_text(df: Any, parsed: list[tuple[str, Any, Any]], fmt: str | None) -> None:
+    """SchemaMismatch naming file, line, column and both types for the first
+    input text that does not parse as its table column's type."""
+    from pyspark.sql import functions as F
+
+    from castsql.errors import SchemaMismatch
+
+    conds = [df[c].isNotNull() & df[c].try_cast(want).isNull() for c, _, want in parsed]
+    bad = conds[0]
+    for cond in conds[1:]:
+        bad = bad | cond
+    with job_errors("reading the input"):
+        flags = [cond.alias(f"_bad{i}") for i, cond in enumerate(conds)]
+        rows = df.where(bad).select(F.input_file_name().alias("_file"), *flags, *[df[c] for c, _, _ in parsed])
+        rows = rows.limit(1).collect()
+    if not rows:
+        return
+    row = rows[0]
+    for i, (c, f, _) in enumerate(parsed):
+        if not row[f"_bad{i}"]:
+            continue
+        value = row[c]
+        path = _local_path(row["_file"])
+        line = _line_of(path, c, value, fmt)
+        at = f"{path}" + (f" line {line}" if line is not None else "")
+        raise SchemaMismatch(
+            f"{at}: column {f.name!r}: {value!r} (string in the file) is not a {f.type} value, the table's type; "
+            "nothing was written"
+        )
+
+
+def _local_path(uri: str) -> str:
+    from urllib.parse import unquote, urlparse
+
+    u = urlparse(uri)
+    return unquote(u.path) if u.scheme in ("file", "") else uri
+
+
+def _line_of(path: str, column: str, value: str, fmt: str | None) -> int | None:
+    """The 1-based line of ``path`` where the first record whose ``column`` is
+    ``value`` starts (CSV with a header, or JSON lines); None if not found."""
+    import csv
+    import json
+
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            if fmt == "json":
+                for n, text in enumerate(fh, 1):
+                    try:
+                        rec = json.loads(text)
+                    except ValueError:
+                        continue
+                    got = {k.lower(): v for k, v in rec.items()}.get(column.lower()) if isinstance(rec, dict) else None
+                    if got is not None and str(got) == value:
+                        return n
+                return None
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            if header is None:
+                return None
+            names = [h.strip().lower() for h in header]
+            if column.lower() not in names:
+                return None
+            i = names.index(column.lower())
+            start = reader.line_num + 1
+            for rec in reader:
+                if i < len(rec) and rec[i] == value:
+                    return start
+                start = reader.line_num + 1
+    except OSError:
+        return None
+    return None
 
 
 def _arrow_of(spark_type_: Any) -> Any:

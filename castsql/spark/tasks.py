@@ -22,8 +22,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyroaring import BitMap
 
+from castsql.errors import SchemaMismatch
 from castsql.format import Schema, write_data_files
+from castsql.format.evolution import fits
 from castsql.format.manifest import parse_time
+from castsql.format.schema import type_from_name
 from castsql.spark.types import arrow_for_spark
 from castsql.storage import S3Config, Storage, open_storage
 from castsql.storage.ranged import open_ranged
@@ -105,6 +108,40 @@ def _range_scalar(v: Any, t: pa.DataType) -> pa.Scalar:
     return pa.scalar(v)
 
 
+def conform_read(t: pa.Table, schema: Schema, columns: list[str], where: str) -> pa.Table:
+    """A row group as read from a data file, in the version's schema (FORMAT.md
+    §3.4): columns matched by name, a column the table added after the file
+    was written is NULL, a narrower type (an allowed widening: int32 read as
+    int64, date as timestamp, …) is converted; anything else is an error naming
+    the file, the column and both types."""
+    cols, fields = [], []
+    for name in columns:
+        c = schema.column(name)
+        want = type_from_name(c.type) if c is not None else None
+        if name not in t.column_names:
+            if c is None or c.added_in is None:
+                raise SchemaMismatch(f"{where}: has no column {name!r} (it has {', '.join(t.column_names)})")
+            cols.append(pa.nulls(t.num_rows, want))
+        else:
+            col = t.column(name)
+            if want is not None and col.type != want:
+                if not widens_physical(col.type, want):
+                    raise SchemaMismatch(f"{where}: column {name!r} is {col.type} in the file, the table has {want}")
+                col = col.cast(want, safe=not pa.types.is_timestamp(want))
+            cols.append(col)
+        fields.append(pa.field(name, cols[-1].type))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def widens_physical(src: pa.DataType, dst: pa.DataType) -> bool:
+    """May a data file's column of type ``src`` be read as the table's ``dst``?
+    The type rule (lossless: :func:`castsql.format.evolution.fits`, which also
+    takes other spellings of the same type, such as large strings), or another
+    timestamp unit or zone (read as the UTC wall-clock time in microseconds,
+    as the embedded engine reads it)."""
+    return fits(src, dst) or (pa.types.is_timestamp(src) and pa.types.is_timestamp(dst))
+
+
 def live_row_groups(
     ref: TableRef, unit: Unit, columns: list[str] | None = None, storage: Storage | None = None
 ) -> Iterator[tuple[int, pa.Table, np.ndarray]]:
@@ -115,9 +152,15 @@ def live_row_groups(
     read_cols = columns
     if unit.ranges and columns is not None and pk not in columns:
         read_cols = [*columns, pk]
+    schema = ref.schema
+    wanted = read_cols if read_cols is not None else schema.names
+    present = set(pf.schema_arrow.names)
+    # Schema evolution (FORMAT.md §3.4): the file may predate an added column
+    # (read as NULL) or hold a narrower type (converted to the version's).
+    physical = [c for c in wanted if c in present]
     deleted = np.frombuffer(unit.deleted.to_array(), dtype=np.uint32) if unit.deleted else None
     for rg, start, rows in unit.row_groups:
-        t = pf.read_row_group(rg, columns=read_cols)
+        t = conform_read(pf.read_row_group(rg, columns=physical), schema, wanted, storage.uri(unit.key))
         if t.num_rows != rows:
             raise ValueError(f"{storage.uri(unit.key)}: row group {rg} holds {t.num_rows} rows, expected {rows}")
         keep = np.ones(rows, dtype=bool)

@@ -20,22 +20,33 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from typing import TYPE_CHECKING
 
-from castsql.errors import SchemaMismatch, TableNotFound
-from castsql.format import DataFile, Manifest, TableLog
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from castsql.errors import CommitConflict, SchemaMismatch, TableNotFound
+from castsql.format import DataFile, Manifest, Schema, TableLog
 from castsql.format.change import Change
 from castsql.format.evolution import check_names, fits, merged, refusal
+from castsql.format.layout import to_table_key
+from castsql.format.manifest import json_stat
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
+from castsql.snapshot import resolve
 from castsql.spark.errors import job_errors
 from castsql.spark.tasks import TableRef, write_task
 from castsql.spark.types import schema_from_spark
 from castsql.storage import S3Config, open_storage
+from castsql.write.commit import with_retries
+from castsql.write.keys import DuplicateKey, check_input_keys, existing_keys, refuse_existing
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+ATTEMPTS = 5  # key checks made before concurrent appends of overlapping keys give up (FORMAT.md §7)
 
 
 def append(
@@ -55,7 +66,17 @@ def append(
     The table is created (schema from ``df``, ``primary_key``) if there is
     none. Returns the committed manifest; an empty ``df`` commits nothing and
     returns the latest manifest. Raises SchemaMismatch before writing anything
-    if ``df`` does not fit the table.
+    if ``df`` does not fit the table (the one type rule,
+    :func:`castsql.format.evolution.fits`). ``merge_schema=True`` adds the
+    DataFrame's new columns (nullable, at the end) and makes allowed
+    widenings, in the same version (FORMAT.md §3.4).
+
+    A table with a primary key refuses rows whose key is NULL, repeated in
+    ``df`` or already live in the table (:class:`castsql.write.keys.DuplicateKey`,
+    naming the first keys; nothing committed, the written files removed),
+    unless ``allow_duplicate_keys=True``. The keys are read back from the new
+    files on the driver; only table files whose key statistics overlap them,
+    and in them only the row groups that may hold one, are read.
 
     Example::
 
@@ -111,7 +132,63 @@ def append(
         "added_rows": sum(f.total_rows for f in files),
         "added_bytes": sum(f.size_bytes for f in files),
     }
-    # NOT YET: primary-key uniqueness (castsql.write.keys) is checked by the
-    # embedded writer only; a Spark append does not check it yet (issue 19).
-    del allow_duplicate_keys
-    return log.commit(Change("APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary))
+    pk = current.primary_key
+    if pk is None or allow_duplicate_keys:
+        return log.commit(
+            Change("APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary)
+        )
+    try:
+        return _commit_unique(log, files, schema, new_schema, summary, pk)
+    except (DuplicateKey, CommitConflict):
+        _discard(log, files)  # never committed: nobody can reference them
+        raise
+
+
+def _commit_unique(
+    log: TableLog, files: list[DataFile], schema: Schema, new_schema: Schema | None, summary: dict, pk: str
+) -> Manifest:
+    """Commit ``files`` unless their keys are NULL, repeated or already live
+    (:mod:`castsql.write.keys`, the embedded writer's rule and messages). The
+    keys are read back from the files just written (the key column only, on
+    the driver), so the check sees exactly the rows that would be committed;
+    only table files whose key statistics overlap them are read."""
+    table = log.storage.root
+    keys = _written_keys(log, files, pk, schema)
+    check_input_keys(table, pk, keys)
+    mm = pc.min_max(keys)
+    span = (pk, json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py()))
+
+    def run(_: int) -> Manifest:
+        snap = resolve(log)
+        found = existing_keys(log.storage, snap, pk, keys)
+        if found:
+            raise refuse_existing(table, pk, found, snap.version)
+        change = Change(
+            "APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary,
+            read_version=snap.version, key_span=span,
+        )  # fmt: skip
+        return log.commit(change)
+
+    return with_retries(f"table {table}: append", ATTEMPTS, run)
+
+
+def _written_keys(log: TableLog, files: list[DataFile], pk: str, schema: Schema) -> pa.Array:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from castsql.spark.tasks import open_parquet
+
+    def one(f: DataFile) -> pa.ChunkedArray:
+        key = to_table_key(f.path, log.storage.root, what="data file")
+        return open_parquet(log.storage, key, f.size_bytes).read(columns=[pk]).column(0)
+
+    with ThreadPoolExecutor(min(8, len(files))) as pool:
+        parts = list(pool.map(one, files))
+    want = schema.to_arrow().field(pk).type
+    return pa.chunked_array([c for p in parts for c in p.chunks], want).combine_chunks()
+
+
+def _discard(log: TableLog, files: list[DataFile]) -> None:
+    """Remove data files of a refused append (best effort: what stays is GC's garbage)."""
+    for f in files:
+        with contextlib.suppress(Exception):  # garbage collection removes it later
+            log.storage.delete(to_table_key(f.path, log.storage.root, what="data file"))

@@ -8,11 +8,15 @@ table already holds in a live row; the refusal names the first offending keys
 and nothing is committed. ``allow_duplicate_keys=True``
 (``--allow-duplicate-keys``) skips the check.
 
-What needs no engine is here (NULLs, duplicates within the input, the
-message); finding keys the table holds is the engine's job
-(:meth:`castsql.engine.dml.Writer.existing_keys`): only the files whose key
-statistics overlap the input's [min, max] are opened, and only their key
-column is read.
+Every writer (the embedded one, Spark's append, merges' inserts) calls the
+same two functions: :func:`check_input_keys` (NULLs, repeats within the
+input) and :func:`existing_keys` (keys live rows of the table hold), and
+refuses with the same :class:`DuplicateKey` messages. ``existing_keys`` reads
+as little as it can: only the files whose key statistics overlap the input's
+[min, max] (key-range pruning on the manifest), in them only the row groups
+whose footer min/max hold an input key, and only their key column, with
+pyarrow; membership is a sorted search in numpy (integer keys) or
+``pyarrow.compute.is_in``. Tombstoned rows do not count.
 
 Example::
 
@@ -26,13 +30,18 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from castsql.errors import CastSQLError
+
+if TYPE_CHECKING:
+    from castsql.snapshot import ResolvedFile, Snapshot
+    from castsql.storage import Storage
 
 SHOWN = 5  # offending keys a refusal names
 _ALLOW = "allow_duplicate_keys=True / --allow-duplicate-keys writes them anyway"
@@ -92,3 +101,155 @@ def refuse_existing(table: str, pk: str, found: Sequence[Any], version: int, op:
         f"table {table}: {op}: {len(found)} key(s) are already in the table at version {version} ({shown}); "
         f"a primary key must be unique ({_ALLOW}); nothing was committed"
     )
+
+
+def existing_keys(
+    storage: Storage, snap: Snapshot, pk: str, keys: pa.Array | pa.ChunkedArray, limit: int = 1000
+) -> list:
+    """Up to ``limit`` of ``keys`` (no NULL among them) that live rows of
+    ``snap`` hold, read with pyarrow from the table's ``storage``: only files
+    whose key statistics overlap [min, max] of ``keys``, only their row groups
+    whose footer statistics hold an input key, only the key column."""
+    from castsql.format.schema import type_from_name
+    from castsql.snapshot import Predicate
+
+    col = snap.schema.column(pk)
+    if len(keys) == 0 or col is None:
+        return []
+    arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    want = type_from_name(col.type)
+    if arr.type != want:
+        arr = arr.cast(want)
+    mm = pc.min_max(arr)
+    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+    files = snap.prune([Predicate(pk, ">=", lo), Predicate(pk, "<=", hi)]).files
+    if not files:
+        return []
+    integer = pa.types.is_integer(want)
+    if integer:
+        sk = arr.to_numpy(zero_copy_only=False)
+        if not bool(np.all(sk[1:] > sk[:-1])):
+            sk = np.unique(sk)
+        probe: Any = sk
+    else:
+        probe = pc.unique(arr)
+
+    def one(f: ResolvedFile) -> list:
+        return _file_hits(storage, f, pk, want, probe, lo, hi, integer)
+
+    found: list = []
+    workers = min(8, len(files))
+    if workers <= 1:
+        parts = map(one, files)
+    else:
+        pool = ThreadPoolExecutor(workers)
+        parts = pool.map(one, files)
+    try:
+        for part in parts:
+            found += part
+            if len(found) >= limit:
+                break
+    finally:
+        if workers > 1:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return found[:limit]
+
+
+def _open(storage: Storage, f: ResolvedFile) -> Any:
+    import pyarrow.parquet as pq
+
+    from castsql.storage.ranged import open_ranged
+
+    if "://" not in f.uri:
+        return pq.ParquetFile(f.uri)
+    return pq.ParquetFile(open_ranged(storage, f.key, f.entry.size_bytes, buffer_size=1024 * 1024))
+
+
+def _file_hits(
+    storage: Storage, f: ResolvedFile, pk: str, want: pa.DataType, probe: Any, lo: Any, hi: Any, integer: bool
+) -> list:
+    """The input keys live rows of data file ``f`` hold."""
+    pf = _open(storage, f)
+    md = pf.metadata
+    names = pf.schema_arrow.names
+    if pk not in names:
+        return []
+    ci = names.index(pk)  # flat schemas: the Parquet column index is the field's
+    starts, start = [], 0
+    for i in range(md.num_row_groups):
+        starts.append(start)
+        start += md.row_group(i).num_rows
+    rgs = []
+    for i in range(md.num_row_groups):
+        n = md.row_group(i).num_rows
+        if n == 0 or (f.deleted and f.deleted.range_cardinality(starts[i], starts[i] + n) == n):
+            continue
+        st = md.row_group(i).column(ci).statistics if ci < md.num_columns else None
+        if st is not None and st.has_min_max:
+            a, b = st.min, st.max
+            try:
+                if integer:
+                    j = int(np.searchsorted(probe, a, "left"))
+                    if j >= len(probe) or probe[j] > b:
+                        continue  # no input key in [a, b]
+                elif b < lo or a > hi:
+                    continue
+            except TypeError:  # statistics of another physical kind: read the row group
+                pass
+        rgs.append(i)
+    hits: list = []
+    for i in rgs:
+        col = pf.read_row_group(i, columns=[pk]).column(0).combine_chunks()
+        if col.type != want:
+            col = col.cast(want)
+        if integer:
+            k = col.to_numpy(zero_copy_only=False) if col.null_count == 0 else None
+            if k is None:
+                k = pc.fill_null(col, probe[0] if len(probe) else 0).to_numpy(zero_copy_only=False)
+                valid = col.is_valid().to_numpy(zero_copy_only=False)
+            else:
+                valid = None
+            # The input keys within this row group's range, searched in its keys.
+            sub = probe[int(np.searchsorted(probe, k.min(), "left")) : int(np.searchsorted(probe, k.max(), "right"))]
+            if len(sub) == 0:
+                continue
+            if len(k) > 1 and bool(np.all(k[1:] > k[:-1])):  # strictly increasing (the usual file)
+                j = np.searchsorted(k, sub)
+                j[j >= len(k)] = len(k) - 1
+                pos = j[k[j] == sub]
+            else:
+                j = np.searchsorted(sub, k)
+                j[j >= len(sub)] = len(sub) - 1
+                pos = np.flatnonzero(sub[j] == k)
+            if valid is not None:
+                pos = pos[valid[pos]]
+        else:
+            pos = np.flatnonzero(pc.fill_null(pc.is_in(col, value_set=probe), False).to_numpy(zero_copy_only=False))
+        if len(pos) == 0:
+            continue
+        pos = np.sort(pos)
+        got = col.take(pa.array(pos))
+        keep = np.ones(len(pos), dtype=bool)
+        if f.deleted:
+            base = starts[i]
+            keep &= np.array([base + int(p) not in f.deleted for p in pos], dtype=bool)
+        for ra, rb in f.key_ranges:
+            ka, kb = _bound(ra, want), _bound(rb, want)
+            inside = pc.and_(pc.greater_equal(got, ka), pc.less_equal(got, kb))
+            keep &= ~pc.fill_null(inside, False).to_numpy(zero_copy_only=False)
+        hits += got.filter(pa.array(keep)).to_pylist()
+    return hits
+
+
+def _bound(v: Any, t: pa.DataType) -> pa.Scalar:
+    """A key-range bound (JSON: a number, or ISO text for times and dates) as a scalar of type ``t``."""
+    from datetime import date
+
+    from castsql.format.manifest import parse_time
+
+    if pa.types.is_timestamp(t) and isinstance(v, str):
+        when = parse_time(v)
+        return pa.scalar(when if t.tz else when.replace(tzinfo=None), type=t)
+    if pa.types.is_date(t) and isinstance(v, str):
+        return pa.scalar(date.fromisoformat(v), type=t)
+    return pa.scalar(v, type=t)

@@ -1,0 +1,173 @@
+"""Spark on evolved tables (FORMAT.md §3.4) and Spark's primary-key check.
+
+One history, local and S3: a table created with an int32 key, a date, a
+float; widened (int64, timestamp, double) and given a column by ALTER
+versions; then a Spark append with ``merge_schema=True`` adding another
+column; a Spark delete on a widened column; a compaction rewriting the old
+file; ``castsql restore`` to the first version. At every version the Spark
+reader equals the embedded engine. Then the key check of Spark's append."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import castsql
+from castsql.engine.session import Session
+from castsql.format import TableLog
+from castsql.format.layout import DATA_DIR
+from castsql.spark import append, read
+from castsql.storage import open_storage
+from castsql.write.keys import DuplicateKey
+
+pytestmark = pytest.mark.spark
+
+V1 = pa.schema([("id", pa.int32()), ("d", pa.date32()), ("x", pa.float32()), ("v", pa.string())])
+
+
+def v1_rows(ids):
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int32()),
+            "d": pa.array([date(2024, 1, 1 + i % 28) for i in ids], pa.date32()),
+            "x": pa.array([i / 4 for i in ids], pa.float32()),
+            "v": [f"v{i}" for i in ids],
+        }
+    )
+
+
+def engine_rows(uri, s3, version):
+    name = uri.rstrip("/").rsplit("/", 1)[-1]
+    with Session(uri, s3=s3) as s:
+        return s.sql(f"SELECT * FROM {name} AS OF VERSION {version} ORDER BY id")
+
+
+def spark_rows(spark, uri, s3, version):
+    return read(spark, uri, version, s3=s3).toArrow().sort_by("id")
+
+
+def same(spark, uri, s3, version):
+    """Spark and the engine read ``version`` alike: names, values (types as Spark has them)."""
+    got, want = spark_rows(spark, uri, s3, version), engine_rows(uri, s3, version)
+    assert got.column_names == want.column_names, f"v{version}"
+    assert got.to_pylist() == want.to_pylist(), f"v{version}: spark reader differs from the engine"
+    return got
+
+
+def test_spark_on_an_evolved_table(spark, storage_root, s3_config, capsys):
+    from castsql.spark import compact, delete
+    from castsql.spark.cli import main
+
+    uri = storage_root + "/evo"
+    st = open_storage(uri, s3=s3_config)
+    TableLog.create(st, V1, primary_key="id")
+    with castsql.open(uri, s3=s3_config) as t:
+        t.append(v1_rows(range(10)))  # v1
+        t.widen_columns({"id": "int64", "d": "timestamp[us]", "x": "double"})  # v2
+        t.add_columns({"note": "string"})  # v3
+    df = spark.createDataFrame(
+        [(i, datetime(2024, 2, 1, i), i / 2, f"v{i}", f"n{i}", i * 10) for i in range(10, 20)],
+        "id long, d timestamp_ntz, x double, v string, note string, extra long",
+    ).coalesce(1)
+    m4 = append(spark, uri, df, s3=s3_config, merge_schema=True)  # v4
+    assert m4.version == 4 and m4.summary["added_columns"] == [{"name": "extra", "type": "int64"}]
+    assert m4.schema.column("extra").added_in == 4
+
+    v1 = same(spark, uri, s3_config, 1)
+    assert v1.schema.field("id").type == pa.int32() and v1.schema.field("d").type == pa.date32()
+    assert v1.column_names == ["id", "d", "x", "v"]
+    v2 = same(spark, uri, s3_config, 2)
+    assert v2.schema.field("id").type == pa.int64() and v2.schema.field("d").type == pa.timestamp("us")
+    assert v2.column("d")[3].as_py() == datetime(2024, 1, 4) and v2.column("x")[1].as_py() == 0.25
+    assert same(spark, uri, s3_config, 3).column("note").null_count == 10
+    v4 = same(spark, uri, s3_config, 4)
+    assert v4.column_names == ["id", "d", "x", "v", "note", "extra"] and v4.num_rows == 20
+    assert v4.column("extra").to_pylist() == [None] * 10 + [i * 10 for i in range(10, 20)]
+
+    # A delete whose condition reads a widened column and an added one.
+    m5 = delete(spark, uri, "d < TIMESTAMP_NTZ'2024-01-04 00:00:00' AND extra IS NULL", s3=s3_config)
+    assert m5.summary["deleted_rows"] == 3
+    assert same(spark, uri, s3_config, 5).column("id").to_pylist() == list(range(3, 20))
+
+    # Compaction rewrites the old file (int32, date, float, no note or extra) in the head's schema.
+    m6 = compact(spark, uri, threshold=0.2, s3=s3_config)
+    assert m6.summary["removed_files"] == 1 and m6.schema == m4.schema
+    after = same(spark, uri, s3_config, 6)
+    assert after.to_pylist() == same(spark, uri, s3_config, 5).to_pylist()
+    new = [f for f in m6.data_files if f.path not in {g.path for g in m4.data_files}]
+    [key] = [f.path for f in new]
+    pf = pq.ParquetFile(pa.BufferReader(st.get(key)))
+    assert pf.schema_arrow.field("id").type == pa.int64() and pf.schema_arrow.field("d").type == pa.timestamp("us")
+    assert "extra" in pf.schema_arrow.names
+
+    # Restore to version 1: its rows, in the head's (grown, widened) schema.
+    if s3_config is None:
+        assert main(["restore", uri, "--version", "1"]) == 0
+        assert "restore to version 1: committed version 7" in capsys.readouterr().out
+    else:
+        TableLog(st).restore(1)
+    got = same(spark, uri, s3_config, 7)
+    assert got.column_names == v4.column_names and got.column("id").to_pylist() == list(range(10))
+    assert got.column("extra").null_count == 10
+
+
+def test_spark_append_keys_are_unique(spark, events_df, tmp_path):
+    uri = str(tmp_path / "pk")
+    append(spark, uri, events_df(range(0, 100), partitions=2), primary_key="id")
+    v = TableLog(open_storage(uri)).latest().version
+    data = open_storage(uri).child(DATA_DIR)
+    files_before = sorted(o.key for o in data.list())
+    with pytest.raises(DuplicateKey) as e:
+        append(spark, uri, events_df([500, 7, 42, 501]))
+    assert str(e.value).startswith(
+        f"table {open_storage(uri).root}: append: 2 key(s) are already in the table at version {v} (id = 7, id = 42)"
+    )
+    with pytest.raises(DuplicateKey, match="the data holds key id = 600 more than once"):
+        append(spark, uri, events_df([600, 600, 601], partitions=2))
+    assert TableLog(open_storage(uri)).latest().version == v
+    assert sorted(o.key for o in data.list()) == files_before  # refused appends leave no file behind
+    m = append(spark, uri, events_df([7, 700]), allow_duplicate_keys=True)
+    assert m.version == v + 1
+    with castsql.open(uri) as t:
+        assert t.to_arrow(["id"]).column("id").to_pylist().count(7) == 2
+
+
+def test_cli_append_merge_schema_and_bad_csv_values(spark, tmp_path, capsys):
+    from conftest import events_rows
+
+    from castsql.spark.cli import main
+
+    uri = str(tmp_path / "events")
+    src = tmp_path / "a.parquet"
+    pq.write_table(events_rows(range(5)), src)
+    assert main(["append", uri, "--from", str(src), "--primary-key", "id"]) == 0
+    header = "id,ts,user,kind,amount,country\n"
+    good = tmp_path / "new.csv"
+    good.write_text(header + "".join(f"{i},2025-01-01 00:00:00Z,u{i},view,{i}.5,c{i}\n" for i in range(5, 8)))
+    capsys.readouterr()
+    assert main(["append", uri, "--from", str(good)]) == 1
+    err = capsys.readouterr().err
+    assert "unknown columns ['country'] (merge_schema=True / --merge-schema adds them)" in err
+    assert main(["append", uri, "--from", str(good), "--merge-schema"]) == 0
+    assert "committed version 2" in capsys.readouterr().out
+    m = TableLog(open_storage(uri)).latest()
+    assert m.schema.names[-1] == "country" and m.schema.column("country").added_in == 2
+    with castsql.open(uri) as t:
+        got = t.to_arrow(["id", "amount", "country"]).sort_by("id").to_pylist()
+    assert got[4] == {"id": 4, "amount": events_rows([4]).column("amount")[0].as_py(), "country": None}
+    assert got[5] == {"id": 5, "amount": 5.5, "country": "c5"}
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text(header + "8,2025-01-01 00:00:00Z,u8,view,1.5,x\n9,2025-01-01 00:00:00Z,u9,view,abc,x\n")
+    assert main(["append", uri, "--from", str(bad)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"castsql append: error: {bad} line 3: column 'amount': 'abc' (string in the file) is not a double value, "
+        "the table's type; nothing was written"
+    )
+    assert main(["append", uri, "--from", str(good)]) == 1  # keys 5-7 are taken
+    assert "3 key(s) are already in the table at version 2 (id = 5, id = 6, id = 7)" in capsys.readouterr().err
+    assert TableLog(open_storage(uri)).latest().version == 2
