@@ -335,3 +335,22 @@ def test_update_with_merge_schema_adds_and_widens_in_one_version(storage_root, s
         with pytest.raises(SchemaMismatch, match="new column 'gone' holds only nulls"):
             t.update(set={"gone": "NULL"}, merge_schema=True)
         assert t.update(set={"v": "v + 1"}, where="id = 1", merge_schema=True).summary.get("added_columns") is None
+
+
+def test_restore_across_schema_changes_keeps_the_head_schema(history):
+    """Restoring version 1 (before c and e were added and before n, d, f, p
+    widened) brings back its rows, read in the head's schema: the schema only
+    grows and widens, so c and e stay (NULL) and the types stay wide."""
+    t = history
+    log = t._session.log(t.name)
+    m = log.restore(1)
+    assert (m.version, m.operation, m.summary["restored_version"]) == (7, "RESTORE", 1)
+    assert m.schema == log.manifest(6).schema and "added_columns" not in m.summary
+    cols, rows = expected(1)
+    got = by_id(t.at().to_arrow())
+    assert [r["id"] for r in got] == [r["id"] for r in rows]
+    assert all(r["c"] is None and r["e"] is None for r in got)
+    assert got[3]["d"] == dt.datetime(2024, 1, 4) and got[3]["n"] == 30
+    assert str(t.at().to_arrow().schema.field("n").type) == "int64"
+    # Older versions still read with their own schemas.
+    assert by_id(t.at(version=1).to_arrow()) == rows and t.at(version=1).to_arrow().column_names == cols
