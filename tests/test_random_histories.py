@@ -8,7 +8,12 @@ SQL ``AS OF VERSION`` and through the Arrow scan API, holds exactly the
 model's rows (a selective query too, which SQL file pruning serves), that
 the changes between two kept versions equal the model's
 difference, that a collected version is refused with a clear error, and that
-GC left exactly the objects the kept versions reference.
+GC left exactly the objects the kept versions reference. Schema changes are
+steps too (FORMAT.md §3.4): adding a column (rows written before read NULL
+there, rows written after hold a value derived from the id) and widening
+``v`` from int32 to int64; every version must read with its own columns and
+types, across compactions (which rewrite old files in the head's schema) and
+GC.
 
 The model is a set of live ids per version, plus where each live row sits
 (file, position): deletes need positions to say which ids they remove. A
@@ -45,11 +50,13 @@ from pyroaring import BitMap
 from castsql.engine import Session
 from castsql.errors import VersionNotFound
 from castsql.format import KeyRangeDelete, PositionDelete, RowGroupDelete, TableLog, fold, write_data_files
+from castsql.format.change import alter
 from castsql.format.layout import DATA_DIR, META_DIR, TOMBSTONE_DIR, to_table_key
 from castsql.spark import compact, gc
 from castsql.storage import open_storage
 
-SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64())])
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int32())])  # v widens to int64 in some histories
+ADDED_MAX = 2  # columns a1, a2 an add-column step may add
 SOAK = "CASTSQL_SOAK_EXAMPLES" in os.environ
 EXAMPLES = int(os.environ.get("CASTSQL_SOAK_EXAMPLES", "10"))
 STEPS: Counter[str] = Counter()
@@ -66,6 +73,9 @@ def make_machine(root: str, s3, spark):
             # model: version -> {id: file key, position}; the latest version's files
             self.model: dict[int, dict[int, tuple[str, int]]] = {0: {}}
             self.collected: list[int] = []  # versions GC dropped
+            # schema model: version -> (added columns, type of v); id -> added columns when it was written
+            self.schemas: dict[int, tuple[int, str]] = {0: (0, "int32")}
+            self.written_with: dict[int, int] = {}
 
         def teardown(self):
             if hasattr(self, "session"):
@@ -77,6 +87,7 @@ def make_machine(root: str, s3, spark):
 
         def _commit(self, m, live):
             assert m.version == max(self.model) + 1
+            self.schemas[m.version] = self.schemas[max(self.model)]
             self.model[m.version] = live
             if m.file_objects and m.delete_objects:
                 STEPS["versions_with_objects"] += 1
@@ -86,11 +97,37 @@ def make_machine(root: str, s3, spark):
         def append(self, n, rg):
             ids = list(range(self.next_id, self.next_id + n))
             self.next_id += n
-            [f] = write_data_files(self.storage, pa.table({"id": ids, "v": [i * 3 for i in ids]}), row_group_size=rg)
+            schema = self.log.latest().schema
+            added, _ = self.schemas[max(self.model)]
+            cols = {"id": ids, "v": [i * 3 for i in ids]}
+            cols.update({f"a{k}": [i * 10 + k for i in ids] for k in range(1, added + 1)})
+            data = pa.table(cols, schema=schema.to_arrow())
+            [f] = write_data_files(self.storage, data, schema, row_group_size=rg)
             m = self.log.append([f])
+            self.written_with.update(dict.fromkeys(ids, added))
             live = dict(self.live)
             live.update({i: (f.path, p) for p, i in enumerate(ids)})
             self._commit(m, live)
+
+        @precondition(lambda self: self.schemas[max(self.model)][0] < ADDED_MAX)
+        @rule()
+        def add_column(self):
+            added, vt = self.schemas[max(self.model)]
+            m = alter(self.log, add={f"a{added + 1}": "int64"})
+            assert m.operation == "ALTER" and m.schema.column(f"a{added + 1}").added_in == m.version
+            self._commit(m, dict(self.live))
+            self.schemas[m.version] = (added + 1, vt)
+            STEPS["schema_changes"] += 1
+
+        @precondition(lambda self: self.schemas[max(self.model)][1] == "int32")
+        @rule()
+        def widen(self):
+            added, _ = self.schemas[max(self.model)]
+            m = alter(self.log, widen={"v": "int64"})
+            assert m.summary["widened_columns"] == [{"name": "v", "from": "int32", "to": "int64"}]
+            self._commit(m, dict(self.live))
+            self.schemas[m.version] = (added, "int64")
+            STEPS["schema_changes"] += 1
 
         def _files(self):
             # Drawn by index in commit order: file names are random, draws must not depend on them.
@@ -207,8 +244,16 @@ def make_machine(root: str, s3, spark):
                 return
             lo, hi = self.next_id // 3, 2 * self.next_id // 3
             for v, live in self.model.items():
-                got = self.session.sql(f"SELECT id, v FROM t AS OF VERSION {v} ORDER BY id").to_pylist()
-                assert got == [{"id": i, "v": i * 3} for i in sorted(live)], f"version {v}"
+                added, vt = self.schemas[v]
+                got = self.session.sql(f"SELECT * FROM t AS OF VERSION {v} ORDER BY id")
+                names = ["id", "v"] + [f"a{k}" for k in range(1, added + 1)]
+                assert got.column_names == names and str(got.schema.field("v").type) == vt, f"version {v}"
+                want = [
+                    {"id": i, "v": i * 3}
+                    | {f"a{k}": (i * 10 + k if self.written_with[i] >= k else None) for k in range(1, added + 1)}
+                    for i in sorted(live)
+                ]
+                assert got.to_pylist() == want, f"version {v}"
                 # A selective query: SQL file pruning on versions without deletes.
                 q = f"SELECT id FROM t AS OF VERSION {v} WHERE id BETWEEN {lo} AND {hi} ORDER BY id"
                 assert self.session.sql(q).column("id").to_pylist() == [i for i in sorted(live) if lo <= i <= hi], q
@@ -262,7 +307,7 @@ def test_random_histories(storage_root, backend, spark, request, monkeypatch):
     )
     print(f"\nrandom histories on {backend}: {examples} histories; {dict(STEPS)}")
     assert STEPS["commits"] > 0 and STEPS["compactions"] > 0 and STEPS["versions_collected"] > 0
-    assert STEPS["versions_with_objects"] > 0
+    assert STEPS["versions_with_objects"] > 0 and STEPS["schema_changes"] > 0
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")
