@@ -29,11 +29,14 @@ Example::
 
 from __future__ import annotations
 
+import os
+import posixpath
 import re
 from dataclasses import dataclass
 
 import duckdb
 
+from castsql.engine.literals import literal_at
 from castsql.engine.names import PREFIX
 from castsql.errors import CastSQLError
 
@@ -180,11 +183,25 @@ def check_statement(sql: str, *, private_paths: tuple[str, ...] = ()) -> None:
                 _check_checkpoint_target(args)
         elif t.kind == "string_const":
             low = t.text.lower()
-            body = (t.string_value() or low).lower()
+            value = literal_at(sql, toks, i)  # as DuckDB reads it (E'…' escapes, continued lines)
+            body = (value or low).lower()
             if any(n in low for n in INTERNAL_NAMES) or body.startswith("ducklake:"):
                 raise ForbiddenStatement(f"{t.text[:60]} names a DuckLake catalog: {_WHY}")
-            if any(p and p.lower() in low for p in private_paths):
+            if _names_private(value or t.text, private_paths):
                 raise ForbiddenStatement(f"{t.text[:80]} lies in CastSQL's private work directory")
+
+
+def _names_private(value: str, private_paths: tuple[str, ...]) -> bool:
+    """Whether the path ``value`` lies in one of ``private_paths``, however it
+    is spelled: ``/tmp//d``, ``/tmp/./d``, ``/t/table/../../tmp/d``, ``file:``,
+    a relative path or a symbolic link all name ``/tmp/d``."""
+    spellings = {value}
+    local = re.sub(r"^file:(//(localhost)?)?", "", value, flags=re.IGNORECASE)
+    if "://" not in local and "\0" not in local and len(local) < 4096:
+        spellings.add(posixpath.normpath(re.sub(r"/+", "/", local)))
+        spellings.add(os.path.realpath(local))
+    privates = {q for p in private_paths if p for q in (p, os.path.realpath(p))}
+    return any(p.lower() in s.lower() for p in privates for s in spellings)
 
 
 ATTACH_WHY = (

@@ -34,7 +34,6 @@ Example::
 from __future__ import annotations
 
 import os
-import posixpath
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ import duckdb
 
 from castsql.engine import names
 from castsql.engine.guard import ATTACH_WHY, OWN_DATABASES, ForbiddenStatement, Tok, tokens
+from castsql.engine.literals import literal_at
 from castsql.engine.safety import SafeModeError, check_select
 
 ST = duckdb.StatementType
@@ -149,12 +149,34 @@ def check(con: duckdb.DuckDBPyConnection, sql: str, scope: Scope, *, safe: bool 
     """Raise ForbiddenStatement (SafeModeError in safe mode) unless every
     statement of ``sql`` is one ``scope``'s mode runs. SQL DuckDB cannot parse
     passes: it does not run either, and DuckDB's own error says why."""
+    _refuse_import(sql, safe)
     try:
         statements = con.extract_statements(sql)
-    except duckdb.Error:
+    except duckdb.ParserException:
         return
+    # Any other error (IMPORT DATABASE's files missing, a PRAGMA that fails to
+    # expand) is the statement's own: raised here, so that nothing is run
+    # unchecked that a later attempt could expand differently.
     for st in statements:
         _check_one(con, st.type, st.query, scope, safe)
+
+
+IMPORT_WHY = (
+    "IMPORT DATABASE is not available in CastSQL: it runs the statements of files that could change "
+    "between CastSQL's check and DuckDB's run; run the export's schema.sql and load.sql with .read"
+)
+
+
+def _refuse_import(sql: str, safe: bool) -> None:
+    """IMPORT DATABASE (and PRAGMA import_database) run what a directory's
+    schema.sql and load.sql say when DuckDB reads them, which is after the
+    check read them: refused by its words, before anything is expanded."""
+    toks = [t for t in tokens(sql) if t.kind != "comment"]
+    for k, t in enumerate(toks):
+        if (t.kind == "keyword" and t.name == "import" and k + 1 < len(toks) and toks[k + 1].name == "database") or (
+            t.is_name and t.name == "import_database"
+        ):
+            raise (SafeModeError if safe else ForbiddenStatement)(IMPORT_WHY)
 
 
 def _type_name(kind: Any) -> str:
@@ -277,13 +299,16 @@ def _write(con, query: str, toks: list[Tok], scope: Scope) -> None:
     head = {t.name for t in toks[:6] if t.kind == "keyword"}
     if toks and toks[0].name == "create" and head & {"macro", "function"} and targets:
         # A macro named like a built-in shadows it in CastSQL's own SQL too
-        # (CREATE MACRO read_parquet … would change what every table reads).
+        # (CREATE MACRO read_parquet … would change what every table reads;
+        # current_setting, what CastSQL takes for '~'), qualified or not:
+        # main.read_parquet is the name read_parquet resolves to first.
+        name = targets[-1]
         builtin = con.execute(
-            "SELECT count(*) FROM duckdb_functions() WHERE database_name = 'system' AND function_name = ?",
-            [targets[0]],
+            "SELECT count(*) FROM system.main.duckdb_functions() WHERE database_name = 'system' AND function_name = ?",
+            [name],
         ).fetchone()[0]
         if builtin:
-            raise ForbiddenStatement(f"{targets[0]} is a built-in function: a macro cannot replace it in CastSQL")
+            raise ForbiddenStatement(f"{name} is a built-in function: a macro cannot replace it in CastSQL")
 
 
 def _copy(con, query: str, toks: list[Tok], scope: Scope) -> None:
@@ -303,28 +328,33 @@ def _copy(con, query: str, toks: list[Tok], scope: Scope) -> None:
     target = toks[at + 1]
     if target.is_name and target.name in ("stdout", "stderr"):
         return
-    path = target.string_value() if target.kind == "string_const" else None
+    path = literal_at(query, toks, at + 1)  # as DuckDB reads it: E'…' escapes, continued lines
     if path is None:
         raise ForbiddenStatement("COPY … TO must name its target as a literal path ('…')")
-    _check_options(toks[at + 2 :])
+    _check_options(query, toks, at + 2)
     check_write_target(path, scope, "COPY … TO")
 
 
-def _check_options(toks: list[Tok]) -> None:
-    for k, t in enumerate(toks):
-        if t.name == "filename_pattern":
-            for v in toks[k + 1 : k + 3]:
-                s = v.string_value() if v.kind == "string_const" else None
-                if s is not None and ("/" in s or "\\" in s or ".." in s):
-                    raise ForbiddenStatement(f"FILENAME_PATTERN {v.text} must be a file name, not a path")
+def _check_options(query: str, toks: list[Tok], start: int) -> None:
+    for k in range(start, len(toks)):
+        if toks[k].name == "filename_pattern":
+            for j in range(k + 1, min(k + 3, len(toks))):
+                if toks[j].kind != "string_const":
+                    continue
+                s = literal_at(query, toks, j)
+                if s is None or "/" in s or "\\" in s or ".." in s:
+                    raise ForbiddenStatement(f"FILENAME_PATTERN {toks[j].text} must be a file name, not a path")
 
 
 def _export(con, query: str, toks: list[Tok], scope: Scope) -> None:
-    for t in toks:
-        path = t.string_value() if t.kind == "string_const" else None
-        if path is not None:
-            check_write_target(path, scope, "EXPORT DATABASE")
-            return
+    for k, t in enumerate(toks):
+        if t.kind != "string_const":
+            continue
+        path = literal_at(query, toks, k)  # the first literal is the directory, whatever the ones after it say
+        if path is None:
+            break
+        check_write_target(path, scope, "EXPORT DATABASE")
+        return
     raise ForbiddenStatement("EXPORT DATABASE must name its directory as a literal path ('…')")
 
 
@@ -414,10 +444,26 @@ def _location(path: str, home: str | None) -> tuple[str, str] | None:
             return None
         rest = unquote(rest.split("?", 1)[0].split("#", 1)[0])
         bucket, _, key = rest.partition("/")
-        return bucket.lower() or "?", posixpath.normpath("/" + key)
+        return bucket.lower() or "?", _object_key(key)
     if path.startswith("~"):
         path = (home or os.path.expanduser("~")) + path[1:]
     return "", os.path.realpath(path)
+
+
+def _object_key(key: str) -> str:
+    """``key`` as every store may resolve it: empty and ``.`` segments dropped,
+    ``..`` applied. ``s3://b//t/x`` is the key ``/t/x`` on AWS but ``t/x`` on
+    stores that collapse slashes (SeaweedFS, MinIO): taken as ``t/x``."""
+    parts: list[str] = []
+    for seg in key.split("/"):
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(seg)
+    return "/" + "/".join(parts)
 
 
 def _overlaps(a: tuple[str, str], b: tuple[str, str]) -> bool:

@@ -20,7 +20,7 @@ import binascii
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -163,11 +163,32 @@ def check_key_range(r: KeyRangeDelete, schema: Schema, pk: str, where: str) -> N
     if t is None or not all(_fits(v, t) for v in (r.pk_min, r.pk_max)):
         kind = col.type if col is not None else "no such column"
         raise FormatError(f"{where}: key range [{r.pk_min!r}, {r.pk_max!r}] does not fit primary key {pk!r} ({kind})")
+    if _order(r.pk_min, t) > _order(r.pk_max, t):
+        # An empty range deletes nothing: a writer never records one, so it is a lie.
+        raise FormatError(f"{where}: key range [{r.pk_min!r}, {r.pk_max!r}] has pk_min above pk_max")
+
+
+def _order(v: Any, t: pa.DataType) -> Any:
+    """``v`` as the key's values compare (strings by code point, which is
+    UTF-8 byte order; times as instants, naive ones taken as UTC)."""
+    if pa.types.is_timestamp(t):
+        when = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        return when if when.tzinfo else when.replace(tzinfo=UTC)
+    return v
+
+
+def _int_range(t: pa.DataType) -> tuple[int, int]:
+    bits = t.bit_width
+    return (0, 2**bits - 1) if pa.types.is_unsigned_integer(t) else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
 
 
 def _fits(v: Any, t: pa.DataType) -> bool:
     if pa.types.is_integer(t) or pa.types.is_floating(t):
-        return isinstance(v, int | float) and not isinstance(v, bool)
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            return False
+        # An integer past the key type's range is no key's value (DuckDB
+        # cannot even take it as a bound: past 128 bits it fails the query).
+        return not (isinstance(v, int) and pa.types.is_integer(t)) or _int_range(t)[0] <= v <= _int_range(t)[1]
     if not isinstance(v, str):
         return False
     if pa.types.is_string(t):

@@ -268,7 +268,35 @@ def _column_values(col: pa.Array | pa.ChunkedArray) -> list[Any]:
         try:
             return col.cast(pa.string()).to_pylist()
         except pa.ArrowException:
-            return [str(x) for x in col]
+            pass
+        try:  # a list or struct of such values: its dates and times as text, the nesting kept
+            return col.cast(_spelled(col.type)).to_pylist()
+        except (pa.ArrowException, ValueError, OverflowError):
+            return [_scalar_text(x) for x in col]
+
+
+def _spelled(t: pa.DataType) -> pa.DataType:
+    """``t`` with every date, time, timestamp and duration inside it as string."""
+    if pa.types.is_temporal(t):
+        return pa.string()
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_spelled(t.value_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(_spelled(t.value_type)), t.list_size)
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_spelled(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(_spelled(t.key_type), t.item_field.with_type(_spelled(t.item_type)))
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_spelled(t.field(i).type)) for i in range(t.num_fields)])
+    return t
+
+
+def _scalar_text(x: pa.Scalar) -> Any:
+    try:
+        return x.as_py()
+    except (pa.ArrowException, ValueError, OverflowError):
+        return f"<{x.type} out of Python's range>"
 
 
 def _rows(batch: pa.RecordBatch | pa.Table) -> list[tuple[Any, ...]]:
