@@ -1,6 +1,7 @@
-"""``pip install castsql`` (no extras) in a clean virtualenv gives the shell,
+"""Installing the wheel (no extras) into a clean virtualenv gives the shell,
 the Python front door and ``gc``, without pyspark and pandas; a command that
-needs Spark names the extra to install."""
+needs Spark names the extra to install. Installed next to newer pyarrow and
+pandas than the development set, it downgrades nothing."""
 
 from __future__ import annotations
 
@@ -87,3 +88,48 @@ def test_a_command_that_needs_spark_names_the_extra(venv, table, tmp_path):
     assert "pip install 'castsql[spark]'" in p.stderr
     assert "Traceback" not in p.stderr
     assert len(TableLog(open_storage(table)).versions()) == 2  # nothing committed
+
+
+# Packages a dependency of CastSQL's caps below their newest release, so that a
+# user who has the newest gets it downgraded by pip; not CastSQL's ranges.
+CAPPED_ELSEWHERE = {
+    "python-dateutil": "botocore (s3fs → aiobotocore → botocore) requires python-dateutil < 3",
+}
+
+
+def _versions(python: Path) -> dict[str, str]:
+    import json
+
+    out = run(python, "-m", "pip", "list", "--format", "json").stdout
+    return {p["name"].lower().replace("_", "-"): p["version"] for p in json.loads(out)}
+
+
+def test_the_wheel_keeps_the_newer_pyarrow_and_pandas_a_user_has(table, tmp_path):
+    """A user's environment with pyarrow and pandas newer than constraints.txt's
+    (the newest pip can get): installing the wheel downgrades nothing, and the
+    shell works on them."""
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp_path / "dist", REPO)
+    [wheel] = (tmp_path / "dist").glob("castsql-*.whl")
+    env = tmp_path / "user"
+    run(sys.executable, "-m", "venv", env)
+    python = env / "bin/python"
+    run(python, "-m", "pip", "install", "-q", "--upgrade", "pyarrow", "pandas")
+    before = _versions(python)
+    pinned = {
+        line.split("==")[0].lower(): line.split("==")[1].strip()
+        for line in (REPO / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    for name in ("pyarrow", "pandas"):
+        have = tuple(int(x) for x in before[name].split(".")[:2])
+        assert have > tuple(int(x) for x in pinned[name].split(".")[:2]), f"{name} {before[name]} is not newer"
+    run(python, "-m", "pip", "install", "-q", wheel)
+    after = _versions(python)
+    changed = {n: (v, after.get(n)) for n, v in before.items() if after.get(n) != v}
+    assert "pyarrow" not in changed and "pandas" not in changed and "numpy" not in changed, changed
+    # What CastSQL's own ranges cannot prevent: a cap of a package it needs.
+    assert set(changed) <= set(CAPPED_ELSEWHERE), f"installing the wheel changed the user's packages: {changed}"
+    out = run(env / "bin/castsql", table, "-c", "SELECT count(*) AS n FROM events WHERE kind = 'b'").stdout
+    assert out.split() == ["n", "5"]
+    code = f"import castsql; print(castsql.open({table!r}).to_pandas().shape)"
+    assert run(python, "-c", code).stdout.strip() == "(10, 2)"
