@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -360,7 +361,7 @@ def test_write_refuses_data_that_does_not_fit_the_table(spark, events_df, tmp_pa
             w.save(uri)
         return str(e.value)
 
-    assert "column 'amount' has type string, the table has double" in err(wrong)
+    assert "column 'amount' is string in the data, the table has double" in err(wrong)
     assert "the data has no column amount (double) of the table" in err(events_df(range(3)).drop("amount"))
     assert "column extra (int32) is not in the table" in err(events_df(range(3)).selectExpr("*", "1 AS extra"))
     assert "the table's primary key is 'id', not 'user'" in err(events_df(range(3)), primaryKey="user")
@@ -461,3 +462,119 @@ def test_stream_commits_each_micro_batch_once_across_restarts(spark, tmp_path):
     run()
     assert batches()[-1] == (4, 3)
     assert sorted(castsql.open(uri).to_arrow()["id"].to_pylist()) == list(range(35))
+
+
+FEED = "id bigint, name string, v bigint, op string, lsn bigint"
+FEED_BATCHES = [
+    # (id, op, lsn): a key changed twice in a batch takes its highest lsn; rows out of order on purpose.
+    [(1, "U", 3), (2, "D", 2), (20, "I", 4), (1, "U", 1)],
+    [(20, "D", 7), (21, "I", 5), (3, "U", 6), (99, "D", 8)],
+    [(2, "I", 11), (21, "U", 9), (0, "D", 10), (21, "D", 12), (22, "I", 13)],
+    [(22, "U", 14), (4, "D", 15)],
+]
+
+
+def test_cdc_feed_through_foreach_batch_is_applied_once_per_batch(spark, tmp_path):
+    from castsql.errors import CastSQLError
+    from castsql.spark import cdc_merge
+
+    src, uri, ck = tmp_path / "feed", str(tmp_path / "users"), tmp_path / "ck"
+    src.mkdir()
+    initial = [(i, f"n{i}", i) for i in range(10)]
+    spark.createDataFrame(initial, "id bigint, name string, v bigint").coalesce(1).write.format("castsql").mode(
+        "append"
+    ).option("primaryKey", "id").save(uri)
+    models: list[dict[int, tuple[str, int]]] = []
+    model = {i: (n, v) for i, n, v in initial}
+    for b, changes in enumerate(FEED_BATCHES):
+        for i, op, lsn in sorted(changes, key=lambda c: c[2]):
+            if op == "D":
+                model.pop(i, None)
+            else:
+                model[i] = (f"n{i}-{lsn}", lsn)
+        models.append(dict(model))
+        rows = [{"id": i, "name": f"n{i}-{lsn}", "v": lsn, "op": op, "lsn": lsn} for i, op, lsn in changes]
+        path = src / f"batch{b}.json"
+        path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        os.utime(path, (1_700_000_000 + b, 1_700_000_000 + b))  # the file source takes them in this order
+
+    def apply(batch, batch_id: int) -> None:
+        cdc_merge(batch.sparkSession, uri, batch, key="id", op_column="op", sequence="lsn",
+                  query=str(ck), batch_id=batch_id)  # fmt: skip
+
+    def run(files: int) -> None:
+        for path in sorted(src.iterdir())[files:]:
+            path.rename(tmp_path / path.name)  # hide the batches not yet arrived
+        try:
+            feed = spark.readStream.schema(FEED).option("maxFilesPerTrigger", 1).json(str(src))
+            q = feed.writeStream.foreachBatch(apply).option("checkpointLocation", str(ck))
+            q.trigger(availableNow=True).start().awaitTermination()
+        finally:
+            for path in tmp_path.glob("batch*.json"):
+                path.rename(src / path.name)
+
+    def table(version: int) -> dict[int, tuple[str, int]]:
+        t = castsql.open(uri).at(version=version).to_arrow()
+        return {r["id"]: (r["name"], r["v"]) for r in t.to_pylist()}
+
+    def batches() -> list[tuple[int, int | None]]:
+        return [(m.version, m.summary.get("stream_batch")) for m in TableLog(open_storage(uri)).history()]
+
+    run(3)
+    assert batches() == [(0, None), (1, None), (2, 0), (3, 1), (4, 2)]
+    for version, b in batches()[2:]:
+        assert table(version) == models[b], f"batch {b}"
+    # The table has batch 2, the checkpoint lost its record of it: the restart replays it, nothing is committed.
+    (ck / "commits" / "2").unlink()
+    (ck / "commits" / ".2.crc").unlink()
+    run(3)
+    assert batches() == [(0, None), (1, None), (2, 0), (3, 1), (4, 2)]
+    run(4)
+    assert batches()[-1] == (5, 3) and table(5) == models[3]
+    with pytest.raises(CastSQLError, match="give query and batch_id together"):
+        cdc_merge(spark, uri, spark.createDataFrame([], FEED), key="id", op_column="op", batch_id=7)
+
+
+def test_merge_schema_adds_a_column_in_one_version(spark, events_df, tmp_path):
+    uri = str(tmp_path / "events")
+    events_df(range(10)).write.format("castsql").mode("append").option("primaryKey", "id").save(uri)
+    log = TableLog(open_storage(uri))
+    wider = events_df(range(10, 20)).selectExpr("*", "id * 10 AS extra")
+
+    def refused(df, needle: str, **options) -> str:
+        """The error's line holding ``needle`` (Spark wraps it in its own lines and a traceback)."""
+        w = df.write.format("castsql").mode("append")
+        for k, v in options.items():
+            w = w.option(k, v)
+        with pytest.raises(Exception) as e:
+            w.save(uri)
+        return next(x for x in str(e.value).splitlines() if needle in x)
+
+    line = refused(wider, "column extra (int64) is not in the table")
+    assert "(option mergeSchema=true adds it)" in line
+    assert refused(wider, "mergeSchema must be true or false, got 'yes'", mergeSchema="yes")
+    assert log.latest().version == 1  # nothing committed
+
+    wider.write.format("castsql").mode("append").option("mergeSchema", "true").save(uri)
+    m = log.latest()
+    assert m.version == 2 and m.operation == "APPEND" and m.summary["added_rows"] == 10
+    assert m.summary["added_columns"] == [{"name": "extra", "type": "int64"}]
+    assert m.schema.column("extra").added_in == 2
+    got = spark.read.format("castsql").load(uri).toArrow().sort_by("id")
+    assert got.column_names == ["id", "ts", "user", "kind", "amount", "extra"]
+    assert got["extra"].to_pylist() == [None] * 10 + [i * 10 for i in range(10, 20)]  # older rows read NULL
+    _same(got, _engine(uri), "after mergeSchema")
+    assert spark.read.format("castsql").option("versionAsOf", 1).load(uri).columns == got.column_names[:5]
+    # Data that already fits, and an allowed widening, with the option: the same one-version rule.
+    fits = events_df(range(20, 25)).selectExpr("*", "CAST(id AS INT) AS extra")  # int into the bigint column
+    fits.write.format("castsql").mode("append").option("mergeSchema", "true").save(uri)
+    assert log.latest().version == 3 and log.latest().schema == m.schema
+    narrow = str(tmp_path / "narrow")
+    spark.createDataFrame([(1, 2)], "id bigint, n int").write.format("castsql").mode("append").save(narrow)
+    big = spark.createDataFrame([(2, 2**40)], "id bigint, n bigint")
+    with pytest.raises(Exception, match=r"column 'n' is int64 in the data, the table has int32.*mergeSchema=true"):
+        big.write.format("castsql").mode("append").save(narrow)
+    big.write.format("castsql").mode("overwrite").option("mergeSchema", "true").save(narrow)
+    head = TableLog(open_storage(narrow)).latest()
+    assert head.version == 2 and head.schema.column("n").type == "int64"
+    assert castsql.open(narrow).to_arrow().to_pylist() == [{"id": 2, "n": 2**40}]

@@ -27,6 +27,7 @@ _EXPORTS = {
     "POS_COL": "castsql.spark.tasks",
     "GCReport": "castsql.spark.garbage",
     "append": "castsql.spark.writer",
+    "cdc_merge": "castsql.spark.merge",
     "compact": "castsql.spark.compactor",
     "delete": "castsql.spark.deleter",
     "gc": "castsql.spark.garbage",

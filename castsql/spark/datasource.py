@@ -6,6 +6,7 @@ Register it once per session with :func:`castsql.spark.register`; then::
     spark.read.format("castsql").option("versionAsOf", 3).load("s3://bucket/events")
     spark.read.format("castsql").option("timestampAsOf", "2025-06-01T00:00:00Z").load(uri)
     df.write.format("castsql").mode("append").option("primaryKey", "id").save(uri)
+    df.write.format("castsql").mode("append").option("mergeSchema", "true").save(uri)
 
 Reading: the version is resolved when the DataFrame is made (``load``), so
 later commits do not change it. The version's live row groups are cut into
@@ -68,7 +69,7 @@ NAME = "castsql"
 
 # Options (Spark hands them over case-insensitively).
 READ_OPTIONS = ("path", "versionAsOf", "timestampAsOf")
-WRITE_OPTIONS = ("path", "primaryKey", "rowGroupSize", "targetFileBytes", "queryId")
+WRITE_OPTIONS = ("path", "primaryKey", "mergeSchema", "rowGroupSize", "targetFileBytes", "queryId")
 S3_OPTIONS = {
     "s3.endpoint": "endpoint_url",
     "s3.accessKeyId": "key",
@@ -100,7 +101,7 @@ def _get(options: Any, name: str) -> str | None:
 def _check_known(options: Any) -> None:
     for k in options:
         if k.lower() not in KNOWN:
-            names = ", ".join((*READ_OPTIONS[1:], *WRITE_OPTIONS[1:4], *S3_OPTIONS))
+            names = ", ".join((*READ_OPTIONS[1:], *WRITE_OPTIONS[1:5], *S3_OPTIONS))
             raise BadOption(f"format('castsql'): unknown option {k!r} (known: {names})")
 
 
@@ -122,6 +123,16 @@ def _int_option(options: Any, name: str, minimum: int = 0) -> int | None:
     if value < minimum:
         raise BadOption(f"format('castsql'): option {name} must be at least {minimum}, got {raw!r}")
     return value
+
+
+def _bool_option(options: Any, name: str) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return False
+    value = str(raw).strip().lower()
+    if value not in ("true", "false"):
+        raise BadOption(f"format('castsql'): option {name} must be true or false, got {raw!r}")
+    return value == "true"
 
 
 def s3_config(options: Any) -> S3Config | None:
@@ -412,6 +423,8 @@ class WritePlan:
     overwrite: bool
     primary_key: str | None
     exists: bool
+    # mergeSchema: the schema this write gives the table (None: the table's stays).
+    new_schema: Schema | None = None
 
 
 def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> WritePlan:
@@ -426,6 +439,7 @@ def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> Writ
     pk = _get(options, "primaryKey") or None
     rgs = _int_option(options, "rowGroupSize", 1) or DEFAULT_ROW_GROUP_SIZE
     tfb = _int_option(options, "targetFileBytes", 1) or DEFAULT_TARGET_FILE_BYTES
+    merge_schema = _bool_option(options, "mergeSchema")
     storage = open_storage(uri, s3=s3_config(options))
     schema = schema_from_spark(spark_struct)
     if pk is not None and schema.column(pk) is None:
@@ -434,17 +448,25 @@ def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> Writ
         current = TableLog(storage).latest()
     except TableNotFound:
         current = None
+    new_schema = None
     if current is not None:
-        _check_schema(storage.root, current.schema, schema)
         if pk is not None and pk != current.primary_key:
             raise SchemaMismatch(f"{storage.root}: the table's primary key is {current.primary_key!r}, not {pk!r}")
-        schema, pk = current.schema, current.primary_key
+        target = current.schema
+        if merge_schema:  # new columns added, allowed widenings made, in this version (FORMAT.md §3.4)
+            from castsql.format.evolution import merged
+
+            where = f"table {storage.root}: write with mergeSchema"
+            target = merged(current.schema, schema.to_arrow(), where, current.primary_key)
+            new_schema = target if target != current.schema else None
+        _check_schema(storage.root, target, schema)
+        schema, pk = target, current.primary_key  # the files take the table's column order and types
     ref = TableRef(storage.root, getattr(storage, "config", None), schema.to_json(), pk)
-    return WritePlan(ref, rgs, tfb, overwrite, pk, current is not None)
+    return WritePlan(ref, rgs, tfb, overwrite, pk, current is not None, new_schema)
 
 
 def _check_schema(root: str, table: Schema, data: Schema) -> None:
-    """The data's columns must be the table's, of the same types: one line naming the first difference."""
+    """The data's columns must be the table's, of types that fit them: one line naming the first difference."""
     from castsql.errors import SchemaMismatch
 
     have = {c.name: c.type for c in data.columns}
@@ -454,8 +476,19 @@ def _check_schema(root: str, table: Schema, data: Schema) -> None:
     for c in data.columns:
         want = table.column(c.name)
         if want is None:
-            raise SchemaMismatch(f"{root}: column {c.name} ({c.type}) is not in the table {table.names}")
-    table.check_compatible(data, f"{root}: written data")
+            raise SchemaMismatch(
+                f"{root}: column {c.name} ({c.type}) is not in the table {table.names} "
+                "(option mergeSchema=true adds it)"
+            )
+    # The one type rule of every writer (castsql.format.evolution.fits): lossless widenings only.
+    from castsql.format.evolution import fits, refusal
+
+    have_types, want_types = data.to_arrow(), table.to_arrow()
+    for f in want_types:
+        src = have_types.field(f.name).type
+        if not fits(src, f.type):
+            text = str(refusal(f"{root}: written data", f.name, src, f.type))
+            raise SchemaMismatch(text.replace("merge_schema=True (--merge-schema)", "option mergeSchema=true"))
 
 
 def write_attempt(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> FilesWritten:
@@ -499,7 +532,9 @@ def commit_files(
     if not plan.overwrite:
         if not files and not summary.get("stream_query"):
             return log.latest()
-        return log.commit(Change("APPEND", add_files=files, schema=plan.ref.schema, summary=summary))
+        return log.commit(
+            Change("APPEND", add_files=files, schema=plan.ref.schema, new_schema=plan.new_schema, summary=summary)
+        )
     last: Exception | None = None
     for _ in range(5):
         head = log.latest()
@@ -512,6 +547,7 @@ def commit_files(
             remove_files=tuple(old),
             remove_tombstones=tuple(tombs),
             schema=plan.ref.schema,
+            new_schema=plan.new_schema,
             read_version=head.version,
             read_tombstones=frozenset(tombs),
             # Any data file committed after head.version would survive the
@@ -535,6 +571,10 @@ def commit_files(
 def _open_or_create(storage: Storage, plan: WritePlan) -> TableLog:
     from castsql.errors import SchemaMismatch
 
+    if plan.exists:
+        # The commit checks the files against the head's schema (a mergeSchema
+        # plan's schema is the table's plus its new columns: not "the same table").
+        return TableLog(storage)
     log = TableLog.create(storage, plan.ref.schema, primary_key=plan.primary_key, exist_ok=True)
     latest = log.latest()
     if not plan.exists:

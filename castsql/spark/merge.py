@@ -250,6 +250,8 @@ def cdc_merge(
     delete_values: tuple[str, ...] = ("D", "delete"),
     s3: S3Config | None = None,
     attempts: int = 5,
+    query: str | None = None,
+    batch_id: int | None = None,
 ) -> MergeMetrics:
     """Apply one CDC batch (rows with the table's columns plus ``op_column``)
     as one version: a key whose last change is a delete (``op_column`` in
@@ -259,10 +261,21 @@ def cdc_merge(
     times in the batch takes the change with the highest ``sequence`` (a
     window in Spark); without it, keys must be unique in the batch.
 
+    From ``foreachBatch``, pass ``query`` (a name of the stream, stable across
+    restarts: its checkpoint location will do) and ``batch_id`` (the one
+    ``foreachBatch`` gives): the version records both, and a batch the table
+    already has for that query (a restart replaying it) commits nothing
+    (``version`` None, ``extra["skipped_batch"]`` True): exactly once, as
+    ``writeStream.format("castsql")`` does.
+
     Example::
 
         >>> cdc_merge(spark, "/data/users", feed_df, key="id", op_column="op", sequence="lsn").version  # doctest: +SKIP
         12
+        >>> def apply(df, batch_id):  # doctest: +SKIP
+        ...     cdc_merge(df.sparkSession, "/data/users", df, key="id", op_column="op",
+        ...               query="users-cdc", batch_id=batch_id)
+        >>> feed.writeStream.foreachBatch(apply).option("checkpointLocation", ck).start()  # doctest: +SKIP
     """
     import time
 
@@ -276,10 +289,15 @@ def cdc_merge(
         w = Window.partitionBy(*map(_quote, keys)).orderBy(F.col(_quote(sequence)).desc())
         batch = batch.withColumn("_castsql_rank", F.row_number().over(w)).where("_castsql_rank = 1")
         batch = batch.drop("_castsql_rank")
+    if (query is None) != (batch_id is None):
+        raise MergeError(f"{uri}: cdc_merge: give query and batch_id together (from foreachBatch), or neither")
+    stream = (str(query), int(batch_id)) if query is not None and batch_id is not None else None
     log = TableLog(open_storage(uri, s3=s3))
     spec = cdc_merge_spec(keys, op_column, delete_values, quote=_quote)
     started = time.perf_counter()
-    metrics = _execute_merge(spark, log, spec, batch, attempts, DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES)
+    metrics = _execute_merge(
+        spark, log, spec, batch, attempts, DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES, stream=stream
+    )
     metrics.execution_time_ms = int((time.perf_counter() - started) * 1000)
     return metrics
 
@@ -292,7 +310,11 @@ def _execute_merge(
     attempts: int,
     rgs: int,
     tfb: int,
+    *,
+    stream: tuple[str, int] | None = None,
 ) -> MergeMetrics:
+    """``stream``: (query, batch id) recorded in the commit; a batch the table
+    already has for that query commits nothing (``extra["skipped_batch"]``)."""
     from pyspark import StorageLevel
     from pyspark.errors import AnalysisException
     from pyspark.sql import DataFrame as SparkDataFrame
@@ -305,6 +327,8 @@ def _execute_merge(
         raise MergeError(
             f"table {table}: merge: the Spark engine merges a Spark DataFrame, got {type(source).__name__}"
         )
+    if stream is not None and _batch_done(log, stream):
+        return MergeMetrics(extra={"skipped_batch": True})
     columns = log.latest().schema.names
     validate(spec, table, columns, source.columns)
     tag = uuid.uuid4().hex[:12]
@@ -318,6 +342,9 @@ def _execute_merge(
     def attempt(i: int) -> MergeMetrics:
         metrics.attempts = i + 1
         snap = resolve(log)
+        if i and stream is not None and _batch_done(log, stream):
+            metrics.extra["skipped_batch"] = True  # committed meanwhile by an earlier run of the batch
+            return metrics
         used = spec.target_columns_used(columns)
         out = None
         for cols in (used, None):  # the guess at the columns, else all of them
@@ -342,7 +369,7 @@ def _execute_merge(
         check_types(out, table, "merge", _describe(spec))
         out = out.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            return _run_merge(spark, log, snap, spec, out, target_view, metrics, rgs, tfb)
+            return _run_merge(spark, log, snap, spec, out, target_view, metrics, rgs, tfb, stream)
         finally:
             out.unpersist()
 
@@ -351,6 +378,13 @@ def _execute_merge(
     finally:
         spark.catalog.dropTempView(source_view)
         spark.catalog.dropTempView(target_view)
+
+
+def _batch_done(log: TableLog, stream: tuple[str, int]) -> bool:
+    """Whether the table has a version of micro-batch ``stream[1]`` (or a later one) of query ``stream[0]``."""
+    from castsql.spark.datasource import last_batch
+
+    return last_batch(log, stream[0]) >= stream[1]
 
 
 def _describe(spec: MergeSpec) -> str:
@@ -373,6 +407,7 @@ def _run_merge(
     metrics: MergeMetrics,
     rgs: int,
     tfb: int,
+    stream: tuple[str, int] | None = None,
 ) -> MergeMetrics:
     from pyspark.sql import functions as F
 
@@ -426,6 +461,7 @@ def _run_merge(
             "updated_rows": updated,
             "deleted_rows": plan.rows,
             "source_rows": metrics.num_source_rows,
+            **({"stream_query": stream[0], "stream_batch": stream[1]} if stream is not None else {}),
         },
         insert_key_span=span,
     )

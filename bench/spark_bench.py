@@ -1,0 +1,183 @@
+"""Spark reading and writing a CastSQL table against Spark's own Parquet, same files, one run.
+
+    .venv/bin/python bench/spark_bench.py [--rows 2000000] [--rounds 5] [--dir PATH] [--master local[*]]
+    .venv/bin/python bench/spark_bench.py --rows 20000000          # issue 20's size
+
+Builds a table of ``--rows`` events rows (``castsql.spark.append``, the
+writer's default files and row groups of 122,880 rows), then deletes 1 % of
+its rows at random (``pmod(hash(id, 1), 100) = 0``: position bitmaps in every
+row group) and pins that version. Each round then reads every row of every
+column, through Spark's ``noop`` sink (nothing written, every value
+materialized), three ways:
+
+- ``parquet``: ``spark.read.parquet`` of the version's data files, no deletes
+  applied (the floor);
+- ``format``: ``spark.read.format("castsql").option("versionAsOf", v)``;
+- ``native``: ``castsql.spark.read(spark, uri, version=v)``;
+
+and writes the same rows (``spark.range(...).selectExpr(...)``, generated in
+the job) to a fresh directory two ways: ``df.write.parquet`` (Spark's
+defaults: snappy) and ``df.write.format("castsql")`` (zstd, a new table,
+one commit). The order of the contestants alternates from round to round
+(forward, then mirrored), a round 0 warms the workers up and is not counted,
+and each cell is the median over the rounds of (time / the Parquet time of the
+same round): the machine is shared, so a load change hits both sides of a
+ratio alike. Correctness first: the castsql reads must count the rows minus
+the deletes, the Parquet read all the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import machine
+
+from castsql.format import TableLog
+from castsql.snapshot import resolve
+from castsql.spark import append, delete, read, spark_session
+from castsql.spark.garbage import format_bytes
+from castsql.storage import open_storage
+
+COLUMNS = [
+    "id",
+    "timestamp_seconds(1735689600 + id) AS ts",
+    "concat('u', cast(pmod(id * 7919, 100000) AS STRING)) AS user",
+    "element_at(array('view', 'click', 'purchase', 'refund'), cast(pmod(hash(id), 4) + 1 AS INT)) AS kind",
+    "round(pmod(hash(id, 7), 100000) / 100.0, 2) AS amount",
+]
+DELETE = "pmod(hash(id, 1), 100) = 0"  # 1 % of the rows, scattered
+GOALS = {"format": 1.5, "native": 1.1, "write": 1.15}
+
+
+def _timed(fn) -> float:
+    gc.collect()
+    gc.disable()
+    try:
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+    finally:
+        gc.enable()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--rounds", type=int, default=5, help="counted rounds (plus one warm-up round)")
+    ap.add_argument("--dir", help="where to build the tables (default: a temporary directory, removed at the end)")
+    ap.add_argument("--master", default="local[*]")
+    args = ap.parse_args(argv)
+    base = Path(args.dir or tempfile.mkdtemp(prefix="castsql-spark-bench-"))
+    base.mkdir(parents=True, exist_ok=True)
+    uri = str(base / "events")
+    spark = spark_session("castsql spark bench", master=args.master)
+    cores = spark.sparkContext.defaultParallelism
+    try:
+        load = os.getloadavg()
+        print(f"machine: {machine()}, Spark {spark.version} {args.master} ({cores} task slots)")
+        print(f"load average at start: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+
+        def source():
+            return spark.range(0, args.rows, numPartitions=max(2, cores)).selectExpr(*COLUMNS)
+
+        t = time.monotonic()
+        shutil.rmtree(uri, ignore_errors=True)
+        append(spark, uri, source(), primary_key="id")
+        m = delete(spark, uri, DELETE)
+        v, deleted = m.version, m.summary["deleted_rows"]
+        st = open_storage(uri)
+        keys = resolve(TableLog(st), v).table().column("path").to_pylist()
+        files = [str(Path(st.root) / k) for k in keys]
+        size = sum(os.path.getsize(f) for f in files)
+        print(
+            f"table: {args.rows:,} rows, {len(files)} files, {format_bytes(size)}, version {v} deletes "
+            f"{deleted:,} rows ({deleted / args.rows:.2%}, {len(m.tombstones)} tombstone file) "
+            f"(built in {time.monotonic() - t:.1f}s) at {uri}"
+        )
+        assert TableLog(st).latest().version == v
+
+        def noop(df) -> None:
+            df.write.format("noop").mode("overwrite").save()
+
+        reads = {
+            "parquet": lambda: noop(spark.read.parquet(*files)),
+            "format": lambda: noop(spark.read.format("castsql").option("versionAsOf", v).load(uri)),
+            "native": lambda: noop(read(spark, uri, v)),
+        }
+        # Correctness first.
+        want = args.rows - deleted
+        counts = {
+            "parquet": spark.read.parquet(*files).count(),
+            "format": spark.read.format("castsql").option("versionAsOf", v).load(uri).count(),
+            "native": read(spark, uri, v).count(),
+        }
+        assert counts == {"parquet": args.rows, "format": want, "native": want}, counts
+
+        out_parquet, out = base / "written.parquet", base / "written"
+
+        def write_parquet() -> None:
+            shutil.rmtree(out_parquet, ignore_errors=True)
+            source().write.parquet(str(out_parquet))
+
+        def write_castsql() -> None:
+            shutil.rmtree(out, ignore_errors=True)
+            source().write.format("castsql").mode("append").save(str(out))
+
+        writes = {"parquet": write_parquet, "castsql": write_castsql}
+
+        times: dict[str, list[float]] = {k: [] for k in ("parquet", "format", "native", "w_parquet", "w_castsql")}
+        for r in range(args.rounds + 1):
+            order = ["parquet", "format", "native"]
+            worder = ["parquet", "castsql"]
+            if r % 2:
+                order.reverse()
+                worder.reverse()
+            got = {k: _timed(reads[k]) for k in order}
+            got |= {f"w_{k}": _timed(writes[k]) for k in worder}
+            label = "warm-up" if r == 0 else f"round {r}"
+            print(f"{label:>8}: " + "  ".join(f"{k} {t:.2f}s" for k, t in got.items()), flush=True)
+            if r:
+                for k, t in got.items():
+                    times[k].append(t)
+        written = TableLog(open_storage(str(out))).latest()
+        assert written.summary["added_rows"] == args.rows, written.summary
+        load = os.getloadavg()
+        print(f"load average at end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
+
+        def ratio(a: str, b: str) -> float:
+            return statistics.median(x / y for x, y in zip(times[a], times[b], strict=True))
+
+        rows = [
+            ("read", "spark.read.parquet (no deletes)", "parquet", None, None),
+            ("read", 'spark.read.format("castsql")', "format", "parquet", "format"),
+            ("read", "castsql.spark.read", "native", "parquet", "native"),
+            ("write", "df.write.parquet", "w_parquet", None, None),
+            ("write", 'df.write.format("castsql")', "w_castsql", "w_parquet", "write"),
+        ]
+        print(f"\n{args.rows:,} rows, {args.rounds} rounds, medians:")
+        print(f"{'':<6}{'contestant':<34}{'median s':>10}{'ratio':>8}{'goal':>7}")
+        for kind, name, key, base_key, goal in rows:
+            r = ratio(key, base_key) if base_key else 1.0
+            g = f"≤{GOALS[goal]:.2f}" if goal else ""
+            verdict = "" if not goal else ("  met" if r <= GOALS[goal] else f"  MISSED by {r / GOALS[goal] - 1:.0%}")
+            print(f"{kind:<6}{name:<34}{statistics.median(times[key]):>10.2f}{r:>8.2f}{g:>7}{verdict}")
+    finally:
+        spark.stop()
+        if not args.dir:
+            shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
