@@ -27,7 +27,7 @@ import duckdb
 import pyarrow as pa
 
 from castsql.engine import names
-from castsql.engine.rewrite import tokenize
+from castsql.engine.tokens import tokenize
 from castsql.engine.views import ident
 from castsql.errors import CastSQLError, VersionNotFound
 from castsql.snapshot import Snapshot, resolve

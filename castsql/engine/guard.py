@@ -32,12 +32,11 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from dataclasses import dataclass
-
-import duckdb
+from collections.abc import Sequence
 
 from castsql.engine.literals import literal_at
 from castsql.engine.names import PREFIX
+from castsql.engine.tokens import Token, tokenize
 from castsql.errors import CastSQLError
 
 INTERNAL_CATALOG = "castsql_lake"
@@ -60,101 +59,20 @@ class ForbiddenStatement(CastSQLError):
     """A statement that CastSQL refuses to run, in every mode."""
 
 
-@dataclass(frozen=True)
-class Tok:
-    """One of DuckDB's tokens: its kind, text and (for names) its unquoted, lower-cased value."""
-
-    start: int
-    end: int
-    kind: str  # identifier, keyword, string_const, numeric_const, operator, comment
-    text: str
-
-    @property
-    def name(self) -> str:
-        if self.text.startswith('"'):
-            return self.text[1:-1].replace('""', '"').lower()
-        return self.text.lower()
-
-    @property
-    def is_name(self) -> bool:
-        return self.kind in ("identifier", "keyword")
-
-    def string_value(self) -> str | None:
-        """The value of a string literal: ``'…'`` or ``$tag$…$tag$`` (None for other forms)."""
-        t = self.text
-        if t.startswith("'") and t.endswith("'") and len(t) >= 2:
-            return t[1:-1].replace("''", "'")
-        m = _DOLLAR.match(t)
-        if m and t.endswith(m.group(0)) and len(t) >= 2 * len(m.group(0)):
-            return t[len(m.group(0)) : -len(m.group(0))]
-        return None
+Tok = Token  # the name policy.py and older callers use
 
 
-_DOLLAR = re.compile(r"\$[A-Za-z_]*\$")
-_WORD = re.compile(r"[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_$\x80-\U0010ffff]*")
-_NUMBER = re.compile(r"[0-9][0-9_]*(\.[0-9_]*)?([eE][+-]?[0-9]+)?|\.[0-9]+")
+def tokens(sql: str) -> list[Token]:
+    """DuckDB's tokens of ``sql`` with their exact text (:mod:`castsql.engine.tokens`)."""
+    return tokenize(sql)
 
 
-def tokens(sql: str) -> list[Tok]:
-    """DuckDB's tokens of ``sql`` with their exact text (DuckDB gives only where each starts)."""
-    raw = duckdb.tokenize(sql)
-    if not sql.isascii():  # DuckDB counts UTF-8 bytes
-        index, b = {}, 0
-        for ci, ch in enumerate(sql):
-            index[b] = ci
-            b += len(ch.encode("utf-8", "surrogatepass"))
-        index[b] = len(sql)
-        raw = [(index.get(s, len(sql)), k) for s, k in raw]
-    out = []
-    for i, (start, kind) in enumerate(raw):
-        nxt = raw[i + 1][0] if i + 1 < len(raw) else len(sql)
-        k = str(kind).rsplit(".", 1)[-1]
-        end = _end(sql, start, nxt, k)
-        out.append(Tok(start, end, k, sql[start:end]))
-    return out
-
-
-def _end(sql: str, start: int, nxt: int, kind: str) -> int:
-    ch = sql[start : start + 1]
-    if kind == "string_const":
-        m = _DOLLAR.match(sql, start)
-        if m:
-            close = sql.find(m.group(0), m.end())
-            return len(sql) if close < 0 else close + len(m.group(0))
-        q = sql.find("'", start)
-        return _closing(sql, q if q >= 0 else start, "'")
-    if kind == "identifier" and ch == '"':
-        return _closing(sql, start, '"')
-    if kind in ("identifier", "keyword"):
-        m = _WORD.match(sql, start)
-        return m.end() if m else min(nxt, start + 1)
-    if kind == "numeric_const":
-        m = _NUMBER.match(sql, start)
-        return m.end() if m else min(nxt, start + 1)
-    # Operators and the rest: up to the next token, less spaces and comments.
-    end = start + 1
-    while end < nxt and not sql[end].isspace() and sql[end : end + 2] not in ("--", "/*"):
-        end += 1
-    return end
-
-
-def _closing(sql: str, i: int, quote: str) -> int:
-    i += 1
-    while i < len(sql):
-        if sql[i] == quote:
-            if sql[i + 1 : i + 2] == quote:
-                i += 2
-                continue
-            return i + 1
-        i += 1
-    return len(sql)
-
-
-def check_statement(sql: str, *, private_paths: tuple[str, ...] = ()) -> None:
+def check_statement(sql: str, *, private_paths: tuple[str, ...] = (), toks: Sequence[Token] | None = None) -> None:
     """Raise ForbiddenStatement if ``sql`` names an internal object or calls a
     function no mode allows. ``private_paths`` are directories only CastSQL may
-    name (the session's work directory, which holds the catalog's files)."""
-    toks = tokens(sql)
+    name (the session's work directory, which holds the catalog's files);
+    ``toks``: ``sql``'s tokens when the caller has them (a query's plan)."""
+    toks = list(tokens(sql) if toks is None else toks)
     for i, t in enumerate(toks):
         if t.is_name:
             name = t.name

@@ -39,10 +39,11 @@ import pyarrow as pa
 
 from castsql.engine import audit, names, policy
 from castsql.engine.duck import configure_s3, hide_credentials, load_httpfs, new_connection
-from castsql.engine.guard import check_statement, tokens
+from castsql.engine.guard import check_statement
 from castsql.engine.pushdown import Analysis, analyze, duck_value
-from castsql.engine.rewrite import TimeTravel, referenced_names, rewrite, tokenize
+from castsql.engine.rewrite import TimeTravel, referenced_names, rewrite
 from castsql.engine.safety import SafeModeError, lock_down
+from castsql.engine.tokens import tokenize
 from castsql.engine.views import Views, ident
 from castsql.errors import CastSQLError, SchemaMismatch, StorageError, TableNotFound, VersionNotFound
 from castsql.format import TableLog
@@ -241,8 +242,12 @@ class Session:
         except VersionNotFound as e:
             raise VersionNotFound(f"table {self._display[table.lower()]}: {str(e).split(': ', 1)[-1]}") from None
 
-    def prepare(self, sql: str) -> str:
+    def prepare(self, sql: str, params: Sequence[Any] | None = None, used_params: set[int] | None = None) -> str:
         """``sql`` with time travel and audit calls rewritten, every view it needs in place.
+
+        ``params``: the query's positional parameters, for ``AS OF VERSION ?``;
+        the indexes of those a version clause took are added to ``used_params``
+        (the statement DuckDB runs no longer holds them).
 
         Only the versions the statement reads are resolved: a table named only
         with ``AS OF`` is never asked for its latest version, so an old version
@@ -257,12 +262,19 @@ class Session:
 
         def replace(ref: TimeTravel) -> str:
             table = ref.name[-1]
-            version = ref.version if ref.version is not None else self.resolve_time(table, ref.timestamp or "")
+            if ref.param is not None:
+                version = _version_param(params, ref.param, table)
+            elif ref.version is not None:
+                version = ref.version
+            else:
+                version = self.resolve_time(table, ref.timestamp or "")
             name, snap = self._version_snapshot(table, version)
             wanted[name.lower()] = (name, snap, self._display[table.lower()])
             return ident(name)
 
-        sql, _ = rewrite(sql, replace, self._logs)
+        sql, refs = rewrite(sql, replace, self._logs)
+        if used_params is not None:
+            used_params.update(r.param for r in refs if r.param is not None)
         analysis = self._analyze(sql)
         names = set(analysis.tables) if analysis is not None else referenced_names(sql)
         for key in names:
@@ -383,8 +395,14 @@ class Session:
         )
 
     def _run(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> duckdb.DuckDBPyRelation | None:
-        check_statement(sql, private_paths=(self._workdir,))
-        prepared = self.prepare(sql)
+        # One lexer (castsql.engine.tokens, memoised by text): the guard's
+        # tokens are the ones prepare's audit and time-travel passes read.
+        check_statement(sql, private_paths=(self._workdir,), toks=tokenize(sql))
+        positional = params if isinstance(params, Sequence) and not isinstance(params, str) else None
+        used: set[int] = set()
+        prepared = self.prepare(sql, positional, used)
+        if used and positional is not None:
+            params = [p for i, p in enumerate(positional) if i not in used]
         try:
             policy.check(self.con, prepared, self.scope, safe=self.safe)
             self._load_httpfs_for(prepared)
@@ -398,7 +416,7 @@ class Session:
         is off, since it would leave AWS_* credentials in readable settings."""
         if self._httpfs or not self._own_connection:
             return
-        if any(t.kind == "string_const" and "://" in t.text for t in tokens(sql)):
+        if any(t.kind == "string_const" and "://" in t.text for t in tokenize(sql)):
             load_httpfs(self.con)
             hide_credentials(self.con)
             self._httpfs = True
@@ -556,6 +574,16 @@ def _replace_names(sql: str, edits: list[tuple[int, bool, str]], done: Counter[s
         done[(tok.text[1:-1].replace('""', '"') if tok.text.startswith('"') else tok.text).lower()] += 1
         pos = tok.end
     return "".join(out) + sql[pos:], done
+
+
+def _version_param(params: Sequence[Any] | None, index: int, table: str) -> int:
+    """The version ``AS OF VERSION ?`` reads: positional parameter ``index``."""
+    if params is None or index >= len(params):
+        raise CastSQLError(f"table {table}: AS OF VERSION ? needs a value: pass it in params (session.sql(query, [3]))")
+    value = params[index]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CastSQLError(f"table {table}: AS OF VERSION ? needs a version number, got {value!r}")
+    return value
 
 
 _MISSING = re.compile(r"Catalog Error: Table with name (.+?) does not exist!")
