@@ -372,6 +372,25 @@ def test_write_refuses_data_that_does_not_fit_the_table(spark, events_df, tmp_pa
     assert [m.version for m in log.history()] == [0, 1]  # nothing committed
 
 
+def test_writes_keep_the_primary_key_unique(spark, events_df, tmp_path):
+    """The keys rule of every writer (castsql.write.keys): keys already live, or
+    repeated in the data, are refused in one line with the first keys named,
+    nothing committed and the written files removed; allowDuplicateKeys lets them in."""
+    uri = str(tmp_path / "events")
+    events_df(range(10)).write.format("castsql").mode("append").option("primaryKey", "id").save(uri)
+    log = TableLog(open_storage(uri))
+    data_files = set(open_storage(uri).list("data/"))
+    with pytest.raises(Exception, match=r"2 key\(s\) are already in the table at version 1 \(id = 8, id = 9\)"):
+        events_df(range(8, 12)).write.format("castsql").mode("append").save(uri)
+    twice = events_df(range(20, 23)).union(events_df([21]))
+    with pytest.raises(Exception, match=r"the data holds key id = 21 more than once"):
+        twice.write.format("castsql").mode("overwrite").save(uri)
+    assert [m.version for m in log.history()] == [0, 1]
+    assert set(open_storage(uri).list("data/")) == data_files  # the refused writes' files are gone
+    events_df(range(8, 12)).write.format("castsql").mode("append").option("allowDuplicateKeys", "true").save(uri)
+    assert castsql.open(uri).to_arrow().num_rows == 14
+
+
 FLAKY_WRITE = textwrap.dedent(
     """
     import os, sys, time

@@ -69,7 +69,9 @@ NAME = "castsql"
 
 # Options (Spark hands them over case-insensitively).
 READ_OPTIONS = ("path", "versionAsOf", "timestampAsOf")
-WRITE_OPTIONS = ("path", "primaryKey", "mergeSchema", "rowGroupSize", "targetFileBytes", "queryId")
+WRITE_OPTIONS = (
+    "path", "primaryKey", "mergeSchema", "allowDuplicateKeys", "rowGroupSize", "targetFileBytes", "queryId",
+)  # fmt: skip
 S3_OPTIONS = {
     "s3.endpoint": "endpoint_url",
     "s3.accessKeyId": "key",
@@ -425,6 +427,8 @@ class WritePlan:
     exists: bool
     # mergeSchema: the schema this write gives the table (None: the table's stays).
     new_schema: Schema | None = None
+    # allowDuplicateKeys: commit rows whose primary key is NULL, repeated or already live.
+    allow_duplicate_keys: bool = False
 
 
 def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> WritePlan:
@@ -440,6 +444,7 @@ def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> Writ
     rgs = _int_option(options, "rowGroupSize", 1) or DEFAULT_ROW_GROUP_SIZE
     tfb = _int_option(options, "targetFileBytes", 1) or DEFAULT_TARGET_FILE_BYTES
     merge_schema = _bool_option(options, "mergeSchema")
+    allow_dupes = _bool_option(options, "allowDuplicateKeys")
     storage = open_storage(uri, s3=s3_config(options))
     schema = schema_from_spark(spark_struct)
     if pk is not None and schema.column(pk) is None:
@@ -462,7 +467,7 @@ def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> Writ
         _check_schema(storage.root, target, schema)
         schema, pk = target, current.primary_key  # the files take the table's column order and types
     ref = TableRef(storage.root, getattr(storage, "config", None), schema.to_json(), pk)
-    return WritePlan(ref, rgs, tfb, overwrite, pk, current is not None, new_schema)
+    return WritePlan(ref, rgs, tfb, overwrite, pk, current is not None, new_schema, allow_dupes)
 
 
 def _check_schema(root: str, table: Schema, data: Schema) -> None:
@@ -529,6 +534,20 @@ def commit_files(
         added_rows=sum(f.total_rows for f in files),
         added_bytes=sum(f.size_bytes for f in files),
     )
+    pk = log.latest().primary_key
+    if pk is not None and files and not plan.allow_duplicate_keys:
+        # The keys rule of every writer (castsql.write.keys), on the keys read
+        # back from exactly the files this commit names; refused files are removed.
+        from castsql.spark.writer import commit_unique, discard_files, written_keys
+        from castsql.write.keys import DuplicateKey, check_input_keys
+
+        try:
+            if not plan.overwrite:
+                return commit_unique(log, list(files), plan.ref.schema, plan.new_schema, summary, pk)
+            check_input_keys(storage.root, pk, written_keys(log, list(files), pk, plan.ref.schema), "overwrite")
+        except (DuplicateKey, CommitConflict):
+            discard_files(log, list(files))
+            raise
     if not plan.overwrite:
         if not files and not summary.get("stream_query"):
             return log.latest()

@@ -138,13 +138,13 @@ def append(
             Change("APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary)
         )
     try:
-        return _commit_unique(log, files, schema, new_schema, summary, pk)
+        return commit_unique(log, files, schema, new_schema, summary, pk)
     except (DuplicateKey, CommitConflict):
-        _discard(log, files)  # never committed: nobody can reference them
+        discard_files(log, files)  # never committed: nobody can reference them
         raise
 
 
-def _commit_unique(
+def commit_unique(
     log: TableLog, files: list[DataFile], schema: Schema, new_schema: Schema | None, summary: dict, pk: str
 ) -> Manifest:
     """Commit ``files`` unless their keys are NULL, repeated or already live
@@ -153,7 +153,7 @@ def _commit_unique(
     the driver), so the check sees exactly the rows that would be committed;
     only table files whose key statistics overlap them are read."""
     table = log.storage.root
-    keys = _written_keys(log, files, pk, schema)
+    keys = written_keys(log, files, pk, schema)
     check_input_keys(table, pk, keys)
     mm = pc.min_max(keys)
     span = (pk, json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py()))
@@ -172,7 +172,7 @@ def _commit_unique(
     return with_retries(f"table {table}: append", ATTEMPTS, run)
 
 
-def _written_keys(log: TableLog, files: list[DataFile], pk: str, schema: Schema) -> pa.Array:
+def written_keys(log: TableLog, files: list[DataFile], pk: str, schema: Schema) -> pa.Array:
     from concurrent.futures import ThreadPoolExecutor
 
     from castsql.spark.tasks import open_parquet
@@ -187,7 +187,7 @@ def _written_keys(log: TableLog, files: list[DataFile], pk: str, schema: Schema)
     return pa.chunked_array([c for p in parts for c in p.chunks], want).combine_chunks()
 
 
-def _discard(log: TableLog, files: list[DataFile]) -> None:
+def discard_files(log: TableLog, files: list[DataFile]) -> None:
     """Remove data files of a refused append (best effort: what stays is GC's garbage)."""
     for f in files:
         with contextlib.suppress(Exception):  # garbage collection removes it later
