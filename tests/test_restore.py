@@ -103,7 +103,7 @@ def test_restore_from_the_command_line_and_history(tmp_path):
     p = subprocess.run([*cli, "--version", "9"], capture_output=True, text=True)
     assert p.returncode == 1 and "Traceback" not in p.stderr and "9" in p.stderr
     p = subprocess.run([*cli, "--timestamp", "yesterday"], capture_output=True, text=True)
-    assert p.returncode == 1 and "not a timestamp" in p.stderr
+    assert p.returncode == 2 and "not a timestamp" in p.stderr  # a usage error, as every command's
     assert len(log.versions()) == 4
 
 
