@@ -168,6 +168,21 @@ def check_key_range(r: KeyRangeDelete, schema: Schema, pk: str, where: str) -> N
         raise FormatError(f"{where}: key range [{r.pk_min!r}, {r.pk_max!r}] has pk_min above pk_max")
 
 
+def key_bound(v: Any, t: pa.DataType) -> Any:
+    """A key-range bound (JSON: a number or a string; times and dates as ISO
+    text, FORMAT.md §4) as the Python value a ``t`` column holds: an aware or
+    naive datetime for a timestamp (naive ones taken as UTC), a date for a date,
+    the JSON value itself otherwise."""
+    from castsql.format.manifest import parse_time
+
+    if pa.types.is_timestamp(t) and isinstance(v, str):
+        when = parse_time(v)
+        return when if t.tz else when.replace(tzinfo=None)
+    if pa.types.is_date(t) and isinstance(v, str):
+        return date.fromisoformat(v)
+    return v
+
+
 def _order(v: Any, t: pa.DataType) -> Any:
     """``v`` as the key's values compare (strings by code point, which is
     UTF-8 byte order; times as instants, naive ones taken as UTC)."""

@@ -13,7 +13,6 @@ import base64
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import date
 from typing import Any
 
 import numpy as np
@@ -25,8 +24,8 @@ from pyroaring import BitMap
 from castsql.errors import SchemaMismatch
 from castsql.format import Schema, write_data_files
 from castsql.format.evolution import fits
-from castsql.format.manifest import parse_time
 from castsql.format.schema import type_from_name
+from castsql.format.tombstone import key_bound
 from castsql.spark.types import arrow_for_spark
 from castsql.storage import S3Config, Storage, open_storage
 from castsql.storage.ranged import open_ranged
@@ -99,13 +98,10 @@ def open_parquet(storage: Storage, key: str, size: int) -> pq.ParquetFile:
 
 
 def _range_scalar(v: Any, t: pa.DataType) -> pa.Scalar:
-    """A key-range bound (a JSON number or string; times as ISO text) as a scalar comparable with a ``t`` column."""
-    if pa.types.is_timestamp(t) and isinstance(v, str):
-        when = parse_time(v)
-        return pa.scalar(when if t.tz else when.replace(tzinfo=None), type=t)
-    if pa.types.is_date(t) and isinstance(v, str):
-        return pa.scalar(date.fromisoformat(v), type=t)
-    return pa.scalar(v)
+    """A key-range bound as a scalar comparable with a ``t`` column (times and
+    dates typed; numbers and strings as JSON gave them, compared by pyarrow's casts)."""
+    value = key_bound(v, t)
+    return pa.scalar(value, type=t) if value is not v else pa.scalar(v)
 
 
 def conform_read(t: pa.Table, schema: Schema, columns: list[str], where: str) -> pa.Table:

@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from castsql.errors import CastSQLError
+from castsql.format.tombstone import key_bound
 
 if TYPE_CHECKING:
     from castsql.snapshot import ResolvedFile, Snapshot
@@ -242,14 +243,5 @@ def _file_hits(
 
 
 def _bound(v: Any, t: pa.DataType) -> pa.Scalar:
-    """A key-range bound (JSON: a number, or ISO text for times and dates) as a scalar of type ``t``."""
-    from datetime import date
-
-    from castsql.format.manifest import parse_time
-
-    if pa.types.is_timestamp(t) and isinstance(v, str):
-        when = parse_time(v)
-        return pa.scalar(when if t.tz else when.replace(tzinfo=None), type=t)
-    if pa.types.is_date(t) and isinstance(v, str):
-        return pa.scalar(date.fromisoformat(v), type=t)
-    return pa.scalar(v, type=t)
+    """A key-range bound as a scalar of type ``t``."""
+    return pa.scalar(key_bound(v, t), type=t)
