@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine
+from spark_delete_bench import COLUMNS  # the same event rows as the delete bench
 
 from castsql.format import TableLog
 from castsql.snapshot import resolve
@@ -49,13 +50,6 @@ from castsql.spark import append, delete, read, spark_session
 from castsql.spark.garbage import format_bytes
 from castsql.storage import open_storage
 
-COLUMNS = [
-    "id",
-    "timestamp_seconds(1735689600 + id) AS ts",
-    "concat('u', cast(pmod(id * 7919, 100000) AS STRING)) AS user",
-    "element_at(array('view', 'click', 'purchase', 'refund'), cast(pmod(hash(id), 4) + 1 AS INT)) AS kind",
-    "round(pmod(hash(id, 7), 100000) / 100.0, 2) AS amount",
-]
 DELETE = "pmod(hash(id, 1), 100) = 0"  # 1 % of the rows, scattered
 GOALS = {"format": 1.5, "native": 1.1, "write": 1.15}
 
