@@ -5,9 +5,9 @@ castsql demo [DIR]                        build the demo warehouse, open the she
 castsql append URI --from FILE... [--primary-key COL] [--format parquet|csv|json] [--merge-schema]
               [--allow-duplicate-keys]
 castsql delete URI --where CONDITION [--engine spark|duckdb]
-castsql update URI --set "COL = EXPR" [--set ...] [--where CONDITION] [--engine spark|duckdb]
+castsql update URI --set "COL = EXPR" [--set ...] [--where CONDITION] [--merge-schema] [--engine spark|duckdb]
 castsql merge URI --from FILE... --on COL[,COL] [--delete-matched-when COND] [--no-update] [--no-insert]
-              [--delete-not-matched-by-source] [--engine spark|duckdb]
+              [--delete-not-matched-by-source] [--merge-schema] [--engine spark|duckdb]
 castsql compact URI [--threshold 0.5]
 castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
 castsql restore URI (--version N | --timestamp T)   commit an older version's content as the newest

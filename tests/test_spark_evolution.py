@@ -17,6 +17,7 @@ import pytest
 
 import castsql
 from castsql.engine.session import Session
+from castsql.errors import SchemaMismatch
 from castsql.format import TableLog
 from castsql.format.layout import DATA_DIR
 from castsql.spark import append, read
@@ -171,3 +172,86 @@ def test_cli_append_merge_schema_and_bad_csv_values(spark, tmp_path, capsys):
     assert main(["append", uri, "--from", str(good)]) == 1  # keys 5-7 are taken
     assert "3 key(s) are already in the table at version 2 (id = 5, id = 6, id = 7)" in capsys.readouterr().err
     assert TableLog(open_storage(uri)).latest().version == 2
+
+
+def test_spark_merge_and_update_with_merge_schema(spark, storage_root, s3_config):
+    """``castsql.spark.merge`` / ``update`` take ``merge_schema`` as the embedded
+    engine does: new columns (nullable, at the end) and widenings in the
+    version that writes the rows; without it, update refuses the new column."""
+    from castsql.spark import merge, update
+    from castsql.write.merge import MergeError
+
+    uri = storage_root + "/mrg"
+    st = open_storage(uri, s3=s3_config)
+    TableLog.create(st, pa.schema([("id", pa.int64()), ("v", pa.int32())]), primary_key="id")
+    with castsql.open(uri, s3=s3_config) as t:
+        t.append(pa.table({"id": [1, 2, 3], "v": pa.array([10, 20, 30], pa.int32())}))  # v1
+    src = spark.createDataFrame([(2, 200, "upd"), (4, 2**40, "new")], "id long, v long, note string")
+    m = (
+        merge(spark, uri, src, on="id", s3=s3_config, merge_schema=True)
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert (m.version, m.num_target_rows_updated, m.num_target_rows_inserted) == (2, 1, 1)
+    man = TableLog(st).manifest(2)
+    assert man.operation == "MERGE" and man.summary["added_columns"] == [{"name": "note", "type": "string"}]
+    assert man.summary["widened_columns"] == [{"name": "v", "from": "int32", "to": "int64"}]
+    assert man.schema.column("note").added_in == 2
+    assert same(spark, uri, s3_config, 2).to_pylist() == [
+        {"id": 1, "v": 10, "note": None},
+        {"id": 2, "v": 200, "note": "upd"},
+        {"id": 3, "v": 30, "note": None},
+        {"id": 4, "v": 2**40, "note": "new"},
+    ]
+    assert same(spark, uri, s3_config, 1).column_names == ["id", "v"]
+
+    with pytest.raises(MergeError, match=r"column 'country' is not a column of the table .*merge_schema=True adds it"):
+        update(spark, uri, {"country": "'NL'"}, "id = 1", s3=s3_config)
+    with pytest.raises(SchemaMismatch, match="new column 'gone' holds only nulls"):
+        update(spark, uri, {"gone": "NULL"}, s3=s3_config, merge_schema=True)
+    assert TableLog(st).latest().version == 2
+    m = update(spark, uri, {"country": "'NL'", "ID2": "id * 2"}, "id >= 3", s3=s3_config, merge_schema=True)
+    assert (m.version, m.operation, m.summary["updated_rows"]) == (3, "UPDATE", 2)
+    assert m.summary["added_columns"] == [{"name": "country", "type": "string"}, {"name": "ID2", "type": "int64"}]
+    assert [c.added_in for c in m.schema.columns] == [None, None, 2, 3, 3]
+    got = same(spark, uri, s3_config, 3)
+    assert got.column("country").to_pylist() == [None, None, "NL", "NL"]
+    assert got.column("ID2").to_pylist() == [None, None, 6, 8]
+    # A column already there is updated, not added again (any case); nothing changes the schema.
+    m = update(spark, uri, {"id2": "0"}, "id = 1", s3=s3_config, merge_schema=True)
+    assert "added_columns" not in m.summary and m.schema == TableLog(st).manifest(3).schema
+    assert same(spark, uri, s3_config, 4).column("ID2").to_pylist() == [0, None, 6, 8]
+
+
+@pytest.mark.parametrize("engine", ["spark", "duckdb"])
+def test_cli_merge_and_update_merge_schema(spark, tmp_path, capsys, engine):
+    from castsql.spark.cli import main
+
+    uri = str(tmp_path / "t")
+    TableLog.create(open_storage(uri), pa.schema([("id", pa.int64()), ("v", pa.int32())]), primary_key="id")
+    with castsql.open(uri) as t:
+        t.append(pa.table({"id": [1, 2, 3], "v": pa.array([10, 20, 30], pa.int32())}))  # v1
+    src = tmp_path / "src.parquet"
+    pq.write_table(pa.table({"id": [3, 4], "v": pa.array([33, 44], pa.int32()), "note": ["u", "i"]}), src)
+    capsys.readouterr()
+    args = ["merge", uri, "--from", str(src), "--on", "id", "--engine", engine]
+    assert main(args) == 0  # without the flag the source's new column is not written (Delta's rule)
+    assert "note" not in TableLog(open_storage(uri)).latest().schema.names
+    assert main([*args, "--merge-schema"]) == 0
+    out = capsys.readouterr().out
+    assert "merge: committed version 3; 0 inserted, 2 updated" in out and "schema: added note string" in out
+    upd = ["update", uri, "--set", "country = 'NL'", "--where", "id = 1", "--engine", engine]
+    assert main(upd) == 1
+    assert "merge_schema=True adds it" in capsys.readouterr().err
+    assert main([*upd, "--merge-schema"]) == 0
+    assert "schema: added country string" in capsys.readouterr().out
+    m = TableLog(open_storage(uri)).latest()
+    assert (m.version, m.schema.names) == (4, ["id", "v", "note", "country"])
+    with castsql.open(uri) as t:
+        assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+            {"id": 1, "v": 10, "note": None, "country": "NL"},
+            {"id": 2, "v": 20, "note": None, "country": None},
+            {"id": 3, "v": 33, "note": "u", "country": None},
+            {"id": 4, "v": 44, "note": "i", "country": None},
+        ]

@@ -131,10 +131,11 @@ def merged(table: Schema, data: pa.Schema, where: str, primary_key: str | None =
     of it, then the input's new columns (in the input's order, nullable).
     Refuses an input type that neither fits nor widens, naming both types."""
     cols = list(table.columns)
-    index = {c.name: i for i, c in enumerate(cols)}
+    # By name in any case, as merge and Spark match columns: "ID" is not a new column of a table with "id".
+    index = {c.name.lower(): i for i, c in enumerate(cols)}
     for f in data:
         t = normalize_type(f.type)
-        i = index.get(f.name)
+        i = index.get(f.name.lower())
         if i is None:
             if pa.types.is_null(t):
                 raise SchemaMismatch(
@@ -145,7 +146,7 @@ def merged(table: Schema, data: pa.Schema, where: str, primary_key: str | None =
                 cols.append(Column(f.name, type_name(t)))
             except Exception:
                 raise SchemaMismatch(f"{where}: new column {f.name!r} has type {t}, no table can hold") from None
-            index[f.name] = len(cols) - 1
+            index[f.name.lower()] = len(cols) - 1
             continue
         have = type_from_name(cols[i].type)
         if fits(t, have):

@@ -4,9 +4,10 @@
 
     castsql append URI --from FILE... [--format parquet|csv|json] [--primary-key COL]
     castsql delete URI --where "COND" [--engine spark|duckdb]
-    castsql update URI --set "COL = EXPR" [--set ...] [--where "COND"] [--engine spark|duckdb]
+    castsql update URI --set "COL = EXPR" [--set ...] [--where "COND"] [--merge-schema] [--engine spark|duckdb]
     castsql merge URI --from FILE... --on COL[,COL] [--format F] [--no-update] [--no-insert]
-                  [--delete-matched-when "COND"] [--delete-not-matched-by-source] [--engine spark|duckdb]
+                  [--delete-matched-when "COND"] [--delete-not-matched-by-source] [--merge-schema]
+                  [--engine spark|duckdb]
     castsql compact URI [--threshold F]
     castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
     castsql restore URI (--version N | --timestamp T)
@@ -115,6 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("uri")
     up.add_argument("--set", dest="assignments", action="append", required=True, metavar="'COL = EXPR'")
     up.add_argument("--where", metavar="COND", help="the rows to update (default: every row)")
+    up.add_argument(
+        "--merge-schema",
+        action="store_true",
+        help="add a --set column the table lacks (of its expression's type) and widen columns (FORMAT.md §3.4)",
+    )
     _engine(up)
     m = sub.add_parser(
         "merge",
@@ -138,6 +144,9 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--no-insert", action="store_true", help="do not insert source rows that match no table row")
     m.add_argument(
         "--delete-not-matched-by-source", action="store_true", help="delete table rows no source row matches"
+    )
+    m.add_argument(
+        "--merge-schema", action="store_true", help="add the input's new columns and widen columns (FORMAT.md §3.4)"
     )
     _engine(m)
     c = sub.add_parser("compact", help="rewrite heavily deleted files, merge tombstones")
@@ -196,8 +205,16 @@ def _summary(verb: str, m: Manifest) -> str:
     if "removed_files" in s:
         parts.append(f"{s['removed_files']} file(s) removed, {s.get('removed_tombstones', 0)} tombstone file(s) merged")
     live = m.total_rows
+    parts += _schema_changes(s)
     parts.append(f"table: {m.file_count} file(s), {live:,} stored row(s)")
     return "; ".join(parts)
+
+
+def _schema_changes(summary: dict[str, Any]) -> list[str]:
+    """What a ``--merge-schema`` write did to the schema, for its summary line."""
+    changed = [f"added {c['name']} {c['type']}" for c in summary.get("added_columns", [])]
+    changed += [f"widened {c['name']} {c['from']} -> {c['to']}" for c in summary.get("widened_columns", [])]
+    return [f"schema: {', '.join(changed)}"] if changed else []
 
 
 def _run(args: Any) -> str:
@@ -210,9 +227,7 @@ def _run(args: Any) -> str:
         m = alter(log, add=dict(args.add_column), widen=dict(args.widen))
         if m is None:
             return f"alter: {log.uri} already has that schema; nothing committed"
-        changed = [f"added {c['name']} {c['type']}" for c in m.summary.get("added_columns", [])]
-        changed += [f"widened {c['name']} {c['from']} -> {c['to']}" for c in m.summary.get("widened_columns", [])]
-        return f"alter: committed version {m.version}; {', '.join(changed)}"
+        return f"alter: committed version {m.version}; {_schema_changes(m.summary)[0].removeprefix('schema: ')}"
     if args.command == "upgrade":
         log = TableLog(open_storage(args.uri))
         m = log.upgrade()
@@ -309,7 +324,7 @@ def _spark_command(spark: Any, args: Any) -> str:
     if args.command == "update":
         from castsql.spark.merge import update
 
-        m = update(spark, args.uri, args.assign, args.where)
+        m = update(spark, args.uri, args.assign, args.where, merge_schema=args.merge_schema)
         return "update: no row matched; nothing committed" if m is None else _summary("update", m)
     if args.command == "merge":
         from castsql.spark.merge import merge
@@ -321,7 +336,8 @@ def _spark_command(spark: Any, args: Any) -> str:
         with job_errors("merge: reading the input"):
             df = reader.load([os.path.abspath(s) for s in args.sources])
         df = _fit_to_table(args.uri, df, fmt)
-        return _merge_summary(args.uri, _clauses(merge(spark, args.uri, df, on=args.on), args).execute())
+        builder = merge(spark, args.uri, df, on=args.on, merge_schema=args.merge_schema)
+        return _merge_summary(args.uri, _clauses(builder, args).execute())
     from castsql.spark.compactor import compact
 
     m = compact(spark, args.uri, threshold=args.threshold)
@@ -353,7 +369,8 @@ def _merge_summary(uri: str, metrics: Any, s3: Any = None) -> str:
         f"{metrics.num_target_rows_updated:,} updated, {metrics.num_target_rows_deleted:,} deleted "
         f"({metrics.num_source_rows:,} source row(s)); {metrics.num_target_files_added} file(s), "
         f"{format_bytes(metrics.bytes_written)}, {records} tombstone record(s); "
-        f"table: {m.file_count} file(s), {m.total_rows:,} stored row(s)"
+        + "".join(f"{part}; " for part in _schema_changes(m.summary))
+        + f"table: {m.file_count} file(s), {m.total_rows:,} stored row(s)"
     )
 
 
@@ -409,10 +426,11 @@ def _embedded_command(args: Any) -> str:
             m = table.delete(args.where)
             return "delete: no row matched; nothing committed" if m is None else _summary("delete", m)
         if args.command == "update":
-            m = table.update(args.assign, args.where)
+            m = table.update(args.assign, args.where, merge_schema=args.merge_schema)
             return "update: no row matched; nothing committed" if m is None else _summary("update", m)
         source = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri)
-        return _merge_summary(args.uri, _clauses(table.merge(source, on=args.on), args).execute())
+        builder = table.merge(source, on=args.on, merge_schema=args.merge_schema)
+        return _merge_summary(args.uri, _clauses(builder, args).execute())
 
 
 def _clear_progress_bar() -> None:

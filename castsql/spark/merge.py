@@ -58,8 +58,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from castsql.errors import CastSQLError
-from castsql.format import DataFile, Manifest, TableLog
+from castsql.errors import CastSQLError, SchemaMismatch
+from castsql.format import DataFile, Manifest, Schema, TableLog
+from castsql.format.evolution import merged, rebase, widens
 from castsql.format.manifest import json_stat
 from castsql.format.tombstone import serialize_tombstones
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
@@ -195,6 +196,19 @@ def _cast_columns(df: DataFrame, snap: Snapshot, table: str, what: str, texts: M
     return out
 
 
+def evolve_snapshot(snap: Snapshot, schema: Schema, where: str) -> Snapshot:
+    """``snap`` seen through ``schema``, the schema a ``merge_schema`` write
+    gives it (itself when that is its own): added columns carry ``added_in``
+    (the next version), so its files, which lack them, read NULL there, and
+    widened columns read in the wider type, as the committed version will."""
+    if schema == snap.schema:
+        return snap
+    provisional = rebase(snap.schema, schema, snap.version + 1, where)
+    return Snapshot(
+        snap.table_uri, snap.version, snap.manifest.evolve(schema=provisional), snap.files, snap.primary_key
+    )
+
+
 def _analysis(table: str, what: str, e: Exception) -> MergeError:
     from castsql.spark.errors import spark_message
 
@@ -213,6 +227,7 @@ def merge(
     attempts: int = 5,
     row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
     target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+    merge_schema: bool = False,
 ) -> MergeBuilder:
     """A merge of the Spark DataFrame ``source`` into the table at ``uri``,
     run by Spark: add clauses, then ``execute()`` (see the module docs).
@@ -220,6 +235,12 @@ def merge(
     ``on``: key column names (``"id"``, ``"id, day"`` or a list) or a SQL
     predicate over the aliases ``target`` and ``source``. Raises TableNotFound
     at once if there is no table at ``uri``.
+
+    ``merge_schema=True`` (the embedded engine's and Delta's ``mergeSchema``):
+    the source's columns the table lacks are added (nullable, at the end, of
+    the source's type) and columns whose source type is an allowed widening
+    are widened, in the version the merge commits (FORMAT.md §3.4); target
+    rows the merge leaves alone read NULL in an added column.
 
     Example::
 
@@ -234,7 +255,9 @@ def merge(
     log.latest()  # no table here: TableNotFound now, not at execute()
 
     def run(spec: MergeSpec, src: Any) -> MergeMetrics:
-        return _execute_merge(spark, log, spec, src, attempts, row_group_size, target_file_bytes)
+        return _execute_merge(
+            spark, log, spec, src, attempts, row_group_size, target_file_bytes, merge_schema=merge_schema
+        )
 
     return MergeBuilder(log.uri, source, on, run, source_alias=source_alias, target_alias=target_alias)
 
@@ -312,9 +335,11 @@ def _execute_merge(
     tfb: int,
     *,
     stream: tuple[str, int] | None = None,
+    merge_schema: bool = False,
 ) -> MergeMetrics:
     """``stream``: (query, batch id) recorded in the commit; a batch the table
-    already has for that query commits nothing (``extra["skipped_batch"]``)."""
+    already has for that query commits nothing (``extra["skipped_batch"]``).
+    ``merge_schema``: the source's new columns added, widenings made (see :func:`merge`)."""
     from pyspark import StorageLevel
     from pyspark.errors import AnalysisException
     from pyspark.sql import DataFrame as SparkDataFrame
@@ -329,7 +354,19 @@ def _execute_merge(
         )
     if stream is not None and _batch_done(log, stream):
         return MergeMetrics(extra={"skipped_batch": True})
-    columns = log.latest().schema.names
+    where = f"table {table}: merge"
+    head = log.latest()
+    src_schema = None
+    if merge_schema:
+        from castsql.spark.types import schema_from_spark
+
+        try:
+            src_schema = schema_from_spark(source.schema).to_arrow()
+        except SchemaMismatch as e:
+            raise SchemaMismatch(f"{where}: the source: {e}") from None
+        columns = merged(head.schema, src_schema, where, head.primary_key).names
+    else:
+        columns = head.schema.names
     validate(spec, table, columns, source.columns)
     tag = uuid.uuid4().hex[:12]
     source_view, target_view = f"_castsql_source_{tag}", f"_castsql_target_{tag}"
@@ -345,14 +382,20 @@ def _execute_merge(
         if i and stream is not None and _batch_done(log, stream):
             metrics.extra["skipped_batch"] = True  # committed meanwhile by an earlier run of the batch
             return metrics
-        used = spec.target_columns_used(columns)
+        new_schema = None
+        if src_schema is not None:
+            evolved = evolve_snapshot(snap, merged(snap.schema, src_schema, where, snap.primary_key), where)
+            if evolved is not snap:
+                snap, new_schema = evolved, evolved.schema
+        names = snap.schema.names
+        used = spec.target_columns_used(names)
         out = None
         for cols in (used, None):  # the guess at the columns, else all of them
             read_snapshot(spark, log, snap, positions=True, row_groups=True, columns=cols).createOrReplaceTempView(
                 target_view
             )
             try:
-                acts = spark.sql(actions_sql(spec, _quote(target_view), _quote(source_view), columns, _quote))
+                acts = spark.sql(actions_sql(spec, _quote(target_view), _quote(source_view), names, _quote))
                 out = acts.select(
                     FILE_COL,
                     RG_COL,
@@ -369,7 +412,7 @@ def _execute_merge(
         check_types(out, table, "merge", _describe(spec))
         out = out.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            return _run_merge(spark, log, snap, spec, out, target_view, metrics, rgs, tfb, stream)
+            return _run_merge(spark, log, snap, spec, out, target_view, metrics, rgs, tfb, stream, new_schema)
         finally:
             out.unpersist()
 
@@ -408,6 +451,7 @@ def _run_merge(
     rgs: int,
     tfb: int,
     stream: tuple[str, int] | None = None,
+    new_schema: Schema | None = None,
 ) -> MergeMetrics:
     from pyspark.sql import functions as F
 
@@ -464,6 +508,8 @@ def _run_merge(
             **({"stream_query": stream[0], "stream_batch": stream[1]} if stream is not None else {}),
         },
         insert_key_span=span,
+        schema=snap.schema if new_schema is not None else None,
+        new_schema=new_schema,  # merge_schema: the schema changes in this version (FORMAT.md §3.4)
     )
     # As the embedded engine counts them: tombstone files, data bytes; the records in extra.
     metrics.version = m.version
@@ -511,12 +557,21 @@ def update(
     attempts: int = 5,
     row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
     target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+    merge_schema: bool = False,
 ) -> Manifest | None:
     """Set columns of the rows of the newest version for which ``where`` (SQL;
     None: every row) is true: ``set`` maps a column to a SQL expression over
     the row's columns. One version: a tombstone for the old rows and new data
     files for the new ones. Returns the committed manifest, or None (nothing
     committed) when no row matched.
+
+    ``merge_schema=True`` (as the embedded engine's ``Table.update``): a
+    ``set`` column the table lacks is added (nullable, at the end, of its
+    expression's Spark type: ``CAST(0 AS BIGINT)`` to choose one; a bare
+    ``NULL`` has none and is refused), and a column whose expression's type is
+    an allowed widening of it is widened, in the version the update commits
+    (FORMAT.md §3.4); rows the update does not touch read NULL in an added
+    column. Without it, such a column is an error.
 
     Raises MergeError (unknown column, a value of the wrong type, a condition
     that does not parse), BadCondition (not a boolean), WrongType (a string
@@ -543,21 +598,32 @@ def update(
         raise MergeError(f"table {table}: update: set names no column (give {{column: SQL expression}})")
     by_lower = {c.lower(): c for c in columns}
     for name, expr in set.items():
-        if not isinstance(name, str) or name.lower() not in by_lower:
+        if not isinstance(name, str) or not name or (name.lower() not in by_lower and not merge_schema):
             raise MergeError(
-                f"table {table}: update: column {name!r} is not a column of the table ({', '.join(columns)})"
+                f"table {table}: update: column {name!r} is not a column of the table ({', '.join(columns)}; "
+                "merge_schema=True adds it)"
             )
         if not isinstance(expr, str) or not expr.strip():
             raise MergeError(f"table {table}: update: column {name!r}: the value must be SQL text, got {expr!r}")
-    assign = {by_lower[n.lower()]: e for n, e in set.items()}
     cond = where if where is not None and where.strip() else "TRUE"
 
     def attempt(i: int) -> Manifest | None:
         snap = resolve(log)
+        new_schema = None
+        if merge_schema:
+            try:
+                evolved = _evolve_for_set(spark, log, snap, set, f"table {table}: update")
+            except AnalysisException as e:
+                raise _analysis(table, "update", e) from None
+            if evolved is not snap:
+                snap, new_schema = evolved, evolved.schema
+        names = snap.schema.names
+        lower = {c.lower(): c for c in names}
+        assign = {lower[n.lower()]: e for n, e in set.items()}
         df = read_snapshot(spark, log, snap)
         try:
             new = df.where(F.expr(cond)).select(
-                *[F.expr(assign[c]).alias(c) if c in assign else F.col(_quote(c)) for c in columns]
+                *[F.expr(assign[c]).alias(c) if c in assign else F.col(_quote(c)) for c in names]
             )
             check_types(df.select(F.expr(cond)), table, "condition", cond)
             for c, e in assign.items():
@@ -591,6 +657,44 @@ def update(
             files=files,
             summary={"updated_rows": plan.rows, "deleted_rows": plan.rows},
             insert_key_span=span,
+            schema=snap.schema if new_schema is not None else None,
+            new_schema=new_schema,  # merge_schema: the schema changes in this version (FORMAT.md §3.4)
         )
 
     return with_retries(f"{table}: update", attempts, attempt)
+
+
+def _evolve_for_set(spark: SparkSession, log: TableLog, snap: Snapshot, set: Mapping[str, str], where: str) -> Snapshot:
+    """``snap`` seen through the schema an update with ``merge_schema`` gives
+    it (the embedded engine's rule, :meth:`castsql.engine.dml.Writer.update`):
+    ``set`` columns it lacks added with their expression's type, columns whose
+    expression's type is an allowed widening of theirs widened; itself when
+    nothing changes. The types come from Spark's analysis of the expressions
+    over the version's rows (no job runs)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import NullType
+
+    from castsql.format.schema import normalize_type, type_name
+    from castsql.spark.reader import read_snapshot
+    from castsql.spark.types import schema_from_spark
+
+    have = {c.name.lower(): c for c in snap.schema.columns}
+    df = read_snapshot(spark, log, snap)
+    fields = []
+    for col, expr in set.items():
+        got = df.select(F.expr(expr).alias(col)).schema
+        c = have.get(col.lower())
+        try:
+            t = pa.null() if isinstance(got[0].dataType, NullType) else schema_from_spark(got).to_arrow().field(0).type
+        except SchemaMismatch:
+            if c is None:
+                raise SchemaMismatch(f"{where}: new column {col!r}: {expr!r} is {got[0].dataType.simpleString()}, "
+                                     "a type no table column can have") from None  # fmt: skip
+            continue  # the update's own type check names it
+        if c is None:
+            fields.append(pa.field(col, t))  # merged() refuses a bare NULL: it has no type
+        elif not pa.types.is_null(t) and (wider := type_name(normalize_type(t))) != c.type and widens(c.type, wider):
+            fields.append(pa.field(c.name, t))
+    if not fields:
+        return snap
+    return evolve_snapshot(snap, merged(snap.schema, pa.schema(fields), where, snap.primary_key), where)
