@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import castsql
@@ -191,6 +192,39 @@ def test_refusals_name_column_and_types_and_commit_nothing(history):
             call()
         assert "\n" not in str(e.value)
         assert t.at().version == v and t.at().to_arrow().num_rows == len(expected(6)[1])
+
+
+def test_append_fills_missing_columns_with_null_but_not_the_key(storage_root, s3_config):
+    """Delta's rule for every append: table columns the data lacks are stored as
+    NULL (in the file: older readers and engines see the column); a missing
+    primary key is refused naming it, with nothing written."""
+    st = open_storage(storage_root + "/fill", s3=s3_config)
+    TableLog.create(st, pa.schema([("id", pa.int64()), ("n", pa.int32()), ("c", pa.string())]), primary_key="id")
+    with castsql.open(st.root, s3=s3_config) as t:
+        t.append(pa.table({"id": [1], "n": pa.array([10], pa.int32()), "c": ["a"]}))
+        m = t.append(pa.table({"c": ["b", "c"], "id": [2, 3]}))  # n missing, another column order
+        assert m.version == 2 and m.summary["added_rows"] == 2 and "added_columns" not in m.summary
+        assert by_id(t.at().to_arrow()) == [
+            {"id": 1, "n": 10, "c": "a"},
+            {"id": 2, "n": None, "c": "b"},
+            {"id": 3, "n": None, "c": "c"},
+        ]
+        assert t.to_arrow(filter="n IS NULL").column("id").to_pylist() == [2, 3]
+        [new] = [f for f in m.data_files if f.path not in {g.path for g in TableLog(st).manifest(1).data_files}]
+        assert pq.ParquetFile(pa.BufferReader(st.get(new.path))).schema_arrow.names == ["id", "n", "c"]
+        # With merge_schema: a new column added and a missing one NULL, in one version.
+        m = t.append(pa.table({"id": [4], "extra": [True]}), merge_schema=True)
+        assert m.summary["added_columns"] == [{"name": "extra", "type": "bool"}]
+        assert by_id(t.at().to_arrow())[-1] == {"id": 4, "n": None, "c": None, "extra": True}
+        files = sorted(o.key for o in st.list("data/"))
+        for data, allow in ((pa.table({"n": pa.array([5], pa.int32())}), False), (pa.table({"c": ["x"]}), True)):
+            with pytest.raises(SchemaMismatch) as e:
+                t.append(data, allow_duplicate_keys=allow)
+            assert str(e.value) == (
+                f"table {t.name}: append: the data has no column 'id', the table's primary key (every row needs its "
+                "key; other missing columns are stored as NULL); nothing was written"
+            )
+        assert t.at().version == 3 and sorted(o.key for o in st.list("data/")) == files
 
 
 def test_an_append_planned_before_a_schema_change_still_commits(storage_root, s3_config):

@@ -87,7 +87,7 @@ def test_every_subcommand_end_to_end(spark, check_version, tmp_path, capsys):
         (["gc", "{uri}", "--older-than", "7x"], "'7x' is not an age (use a number and a unit: 7d, 12h, 30m, 45s)", 2),
         (["gc", "{uri}", "--keep-versions", "0"], "keep_versions must be at least 1", 1),
         (["append", "{uri}", "--from", "/no/such/file.parquet"], "append: no such file: /no/such/file.parquet", 2),
-        (["append", "{uri}", "--from", "{bad}"], "missing columns ['amount']", 1),
+        (["append", "{uri}", "--from", "{bad}"], "the data has no column 'id', the table's primary key", 1),
         (["append", "{uri}", "--from", "{csv}", "--format", "parquet"], "castsql append: error:", 1),
         (["frobnicate", "{uri}"], "invalid choice: 'frobnicate'", 2),
     ],
@@ -95,7 +95,7 @@ def test_every_subcommand_end_to_end(spark, check_version, tmp_path, capsys):
 def test_errors_are_one_line_and_change_nothing(spark, tmp_path, capsys, argv, message, code):
     uri = str(tmp_path / "events")
     files = _files(tmp_path)
-    pq.write_table(events_rows(range(5)).drop(["amount"]), bad := str(tmp_path / "bad.parquet"))
+    pq.write_table(events_rows(range(5)).drop(["id"]), bad := str(tmp_path / "bad.parquet"))
     assert main(["append", uri, "--from", files["parquet"], "--primary-key", "id"]) == 0
     capsys.readouterr()
     st = open_storage(uri)

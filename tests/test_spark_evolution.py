@@ -255,3 +255,52 @@ def test_cli_merge_and_update_merge_schema(spark, tmp_path, capsys, engine):
             {"id": 3, "v": 33, "note": "u", "country": None},
             {"id": 4, "v": 44, "note": "i", "country": None},
         ]
+
+
+def test_spark_writers_fill_missing_columns_with_null_but_not_the_key(spark, tmp_path, capsys):
+    """``castsql.spark.append``, ``format("castsql")`` writes and ``castsql append``
+    store table columns their input lacks as NULL (Delta's rule, the embedded
+    writer's too); a missing primary key is refused naming it, nothing written."""
+    from conftest import events_rows
+
+    from castsql.spark.cli import main
+
+    uri = str(tmp_path / "events")
+    src = tmp_path / "a.parquet"
+    pq.write_table(events_rows(range(5)), src)
+    assert main(["append", uri, "--from", str(src), "--primary-key", "id"]) == 0  # v1
+    rows = spark.createDataFrame(events_rows(range(5, 10))).coalesce(1)
+    m = append(spark, uri, rows.drop("amount", "user"))  # v2
+    assert m.version == 2 and m.summary["added_rows"] == 5
+    spark.createDataFrame(events_rows(range(10, 15))).drop("kind").write.format("castsql").mode("append").save(uri)
+    csv = tmp_path / "b.csv"
+    csv.write_text("id,kind,ts\n20,view,2025-01-01 00:00:00Z\n21,click,2025-01-02 00:00:00Z\n")
+    capsys.readouterr()
+    assert main(["append", uri, "--from", str(csv)]) == 0  # v4
+    assert "append: committed version 4; 1 file(s), 2 row(s)" in capsys.readouterr().out
+    got = same(spark, uri, None, 4)
+    assert got.column_names == ["id", "ts", "user", "kind", "amount"]
+    want = events_rows(range(15)).to_pylist()
+    for r in want:
+        if 5 <= r["id"] < 10:
+            r["amount"] = r["user"] = None
+        elif r["id"] >= 10:
+            r["kind"] = None
+    want += [{"id": 20, "user": None, "kind": "view", "amount": None}, {"id": 21, "user": None, "kind": "click",
+                                                                          "amount": None}]  # fmt: skip
+    cols = ["id", "user", "kind", "amount"]
+    assert got.select(cols).to_pylist() == [{c: r[c] for c in cols} for r in want]
+    assert got.column("ts").to_pylist()[:15] == events_rows(range(15)).column("ts").to_pylist()
+    assert str(got.column("ts")[15].as_py()) == "2025-01-01 00:00:00+00:00"
+
+    files = sorted(o.key for o in open_storage(uri).list("data/"))
+    with pytest.raises(SchemaMismatch, match="the data has no column 'id', the table's primary key"):
+        append(spark, uri, rows.drop("id"), allow_duplicate_keys=True)
+    with pytest.raises(Exception, match=r"the data has no column id \(int64\), the table's primary key"):
+        rows.drop("id").write.format("castsql").mode("overwrite").save(uri)
+    csv.write_text("kind,amount\nview,1.5\n")
+    assert main(["append", uri, "--from", str(csv)]) == 1
+    err = capsys.readouterr().err
+    assert "the data has no column 'id', the table's primary key" in err and len(err.splitlines()) == 1
+    assert TableLog(open_storage(uri)).latest().version == 4
+    assert sorted(o.key for o in open_storage(uri).list("data/")) == files

@@ -135,7 +135,8 @@ class Writer:
 
         ``merge_schema``: columns the table lacks are added (nullable, at the
         end) and columns whose input type is an allowed widening are widened,
-        in the same version (FORMAT.md §3.4). Unless ``allow_duplicate_keys``,
+        in the same version (FORMAT.md §3.4). Table columns ``data`` lacks are
+        stored as NULL, except the primary key (refused). Unless ``allow_duplicate_keys``,
         rows with a NULL primary key, one repeated in ``data`` or already in the
         table are refused (:mod:`castsql.write.keys`)."""
         where = f"table {self.table}: append"
@@ -149,7 +150,8 @@ class Writer:
             else:
                 schema = new_schema
         try:
-            t = conform(t, schema, where)
+            # Table columns the data lacks are stored as NULL, but for the primary key (FORMAT.md §3.4).
+            t = conform(t, schema, where, fill_missing=True, primary_key=head.primary_key)
         except KeyError as e:
             raise SchemaMismatch(f"{where}: column {e} is missing from the data") from None
         if t.num_rows == 0:

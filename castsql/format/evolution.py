@@ -108,21 +108,35 @@ def refusal(where: str, column: str, src: pa.DataType, dst: pa.DataType) -> Sche
     )
 
 
-def check_names(table: Schema, data: Sequence[str], where: str) -> None:
-    """SchemaMismatch unless ``data`` has exactly the table's column names."""
+def check_names(
+    table: Schema, data: Sequence[str], where: str, *, fill: bool = False, primary_key: str | None = None
+) -> list[str]:
+    """SchemaMismatch unless ``data`` has the table's column names.
+
+    With ``fill`` (every append: Python, Spark, ``format("castsql")``, the
+    CLI), table columns the data lacks are allowed and returned: the writer
+    stores them as NULL, as Delta does (every column but the primary key is
+    nullable). A missing primary key is refused, naming it. Without ``fill``
+    the names must be exactly the table's."""
     mine = table.names
     missing = [n for n in mine if n not in data]
     extra = [n for n in data if n not in mine]
     dupes = sorted({n for n in data if list(data).count(n) > 1})
     if dupes:
         raise SchemaMismatch(f"{where}: duplicate column names {dupes}")
-    if missing or extra:
+    if fill and primary_key is not None and primary_key in missing:
+        raise SchemaMismatch(
+            f"{where}: the data has no column {primary_key!r}, the table's primary key (every row needs its key; "
+            "other missing columns are stored as NULL); nothing was written"
+        )
+    if (missing and not fill) or extra:
         parts = []
-        if missing:
+        if missing and not fill:
             parts.append(f"missing columns {missing}")
         if extra:
             parts.append(f"unknown columns {extra} (merge_schema=True / --merge-schema adds them)")
         raise SchemaMismatch(f"{where}: {'; '.join(parts)} (table columns: {mine})")
+    return missing if fill else []
 
 
 def merged(table: Schema, data: pa.Schema, where: str, primary_key: str | None = None) -> Schema:

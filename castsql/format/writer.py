@@ -48,7 +48,14 @@ def _batches(data: ArrowData) -> Iterator[pa.RecordBatch]:
         yield from data
 
 
-def conform(batch: pa.RecordBatch | pa.Table, schema: Schema, where: str) -> pa.Table:
+def conform(
+    batch: pa.RecordBatch | pa.Table,
+    schema: Schema,
+    where: str,
+    *,
+    fill_missing: bool = False,
+    primary_key: str | None = None,
+) -> pa.Table:
     """``batch`` with the table's column order and stored types, or SchemaMismatch.
 
     The one type rule of every writer (:func:`castsql.format.evolution.fits`):
@@ -56,12 +63,17 @@ def conform(batch: pa.RecordBatch | pa.Table, schema: Schema, where: str) -> pa.
     table's type holds exactly (``int32`` into ``int64``, ``int32`` into
     ``double``, ``float`` into ``double``…), is stored; anything else is refused,
     naming the column and both types, before anything is written. Columns must
-    be the table's (by name, any order)."""
+    be the table's (by name, any order); with ``fill_missing`` (appends) a
+    table column the data lacks is stored as NULL, except ``primary_key``
+    (:func:`castsql.format.evolution.check_names`)."""
     target = schema.to_arrow()
     table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-    check_names(schema, table.column_names, where)
+    missing = set(check_names(schema, table.column_names, where, fill=fill_missing, primary_key=primary_key))
     cols = []
     for field in target:
+        if field.name in missing:
+            cols.append(pa.nulls(table.num_rows, field.type))
+            continue
         col = table.column(field.name)
         if col.type != field.type:
             if not fits(col.type, field.type):
@@ -144,12 +156,15 @@ def write_data_files(
     row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
     target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
     now: datetime | None = None,
+    fill_missing: bool = False,
 ) -> list[DataFile]:
     """Write ``data`` as Parquet data files under ``storage``'s ``data/`` and
     return their manifest entries (path relative to the table root).
 
     ``schema`` is the table's; data whose columns or types differ raise
-    SchemaMismatch before anything is written for that batch. Batches are
+    SchemaMismatch before anything is written for that batch (``fill_missing``:
+    columns of ``schema`` the data lacks are written as NULL; the caller has
+    checked that the primary key is not one of them). Batches are
     buffered until a row group is full, so small input batches (Spark sends
     10,000 rows at a time) still make full row groups.
     """
@@ -183,7 +198,7 @@ def write_data_files(
             arrow_schema = schema.to_arrow()
         if batch.num_rows == 0:
             continue
-        pending.append(conform(batch, schema, where))
+        pending.append(conform(batch, schema, where, fill_missing=fill_missing))
         pending_rows += batch.num_rows
         if pending_rows >= row_group_size:
             flush(pending_rows - pending_rows % row_group_size)

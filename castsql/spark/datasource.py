@@ -464,20 +464,25 @@ def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> Writ
             where = f"table {storage.root}: write with mergeSchema"
             target = merged(current.schema, schema.to_arrow(), where, current.primary_key)
             new_schema = target if target != current.schema else None
-        _check_schema(storage.root, target, schema)
+        _check_schema(storage.root, target, schema, current.primary_key)
         schema, pk = target, current.primary_key  # the files take the table's column order and types
     ref = TableRef(storage.root, getattr(storage, "config", None), schema.to_json(), pk)
     return WritePlan(ref, rgs, tfb, overwrite, pk, current is not None, new_schema, allow_dupes)
 
 
-def _check_schema(root: str, table: Schema, data: Schema) -> None:
-    """The data's columns must be the table's, of types that fit them: one line naming the first difference."""
+def _check_schema(root: str, table: Schema, data: Schema, primary_key: str | None = None) -> None:
+    """The data's columns must be the table's, of types that fit them: one line
+    naming the first difference. A table column the data lacks is written as
+    NULL (FORMAT.md §3.4, Delta's rule), except the primary key."""
     from castsql.errors import SchemaMismatch
 
     have = {c.name: c.type for c in data.columns}
     for c in table.columns:
-        if c.name not in have:
-            raise SchemaMismatch(f"{root}: the data has no column {c.name} ({c.type}) of the table")
+        if c.name not in have and c.name == primary_key:
+            raise SchemaMismatch(
+                f"{root}: the data has no column {c.name} ({c.type}), the table's primary key (every row needs "
+                "its key; other missing columns are stored as NULL); nothing was written"
+            )
     for c in data.columns:
         want = table.column(c.name)
         if want is None:
@@ -490,6 +495,8 @@ def _check_schema(root: str, table: Schema, data: Schema) -> None:
 
     have_types, want_types = data.to_arrow(), table.to_arrow()
     for f in want_types:
+        if f.name not in have:
+            continue  # written as NULL
         src = have_types.field(f.name).type
         if not fits(src, f.type):
             text = str(refusal(f"{root}: written data", f.name, src, f.type))
@@ -506,6 +513,7 @@ def write_attempt(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> FilesWr
         plan.ref.schema,
         row_group_size=plan.row_group_size,
         target_file_bytes=plan.target_file_bytes,
+        fill_missing=True,  # table columns the data lacks (checked at planning: never the primary key)
     )
     return FilesWritten([json.dumps(f.to_json()) for f in files])
 
@@ -598,7 +606,7 @@ def _open_or_create(storage: Storage, plan: WritePlan) -> TableLog:
     latest = log.latest()
     if not plan.exists:
         # Created by someone else since planning: the same checks as at planning.
-        _check_schema(storage.root, latest.schema, plan.ref.schema)
+        _check_schema(storage.root, latest.schema, plan.ref.schema, latest.primary_key)
         if plan.primary_key is not None and latest.primary_key != plan.primary_key:
             raise SchemaMismatch(f"{storage.root}: the table's primary key is {latest.primary_key!r}")
     return log

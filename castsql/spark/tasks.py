@@ -214,7 +214,12 @@ def read_task(
 
 
 def write_task(
-    ref: TableRef, row_group_size: int, target_file_bytes: int, batches: Iterable[pa.RecordBatch]
+    ref: TableRef,
+    row_group_size: int,
+    target_file_bytes: int,
+    batches: Iterable[pa.RecordBatch],
+    *,
+    fill_missing: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: a partition's rows in, Parquet data files written
     straight to the table's storage, one JSON manifest entry per file out.
@@ -222,9 +227,16 @@ def write_task(
     ``write_data_files`` buffers Spark's 10,000-row batches into full row
     groups. A failed or retried attempt's files are never reported by a
     successful task, so no commit references them (they are GC's garbage).
+    ``fill_missing``: table columns the rows lack are written as NULL (an
+    append; the driver has refused a missing primary key).
     """
     files = write_data_files(
-        ref.storage(), batches, ref.schema, row_group_size=row_group_size, target_file_bytes=target_file_bytes
+        ref.storage(),
+        batches,
+        ref.schema,
+        row_group_size=row_group_size,
+        target_file_bytes=target_file_bytes,
+        fill_missing=fill_missing,
     )
     if files:
         yield pa.RecordBatch.from_pydict({"entry": [json.dumps(f.to_json()) for f in files]})

@@ -69,7 +69,9 @@ def append(
     if ``df`` does not fit the table (the one type rule,
     :func:`castsql.format.evolution.fits`). ``merge_schema=True`` adds the
     DataFrame's new columns (nullable, at the end) and makes allowed
-    widenings, in the same version (FORMAT.md §3.4).
+    widenings, in the same version (FORMAT.md §3.4). Table columns ``df``
+    lacks are written as NULL (Delta's rule), except the primary key, which
+    is refused naming it.
 
     A table with a primary key refuses rows whose key is NULL, repeated in
     ``df`` or already live in the table (:class:`castsql.write.keys.DuplicateKey`,
@@ -109,13 +111,14 @@ def append(
             target = merged(current.schema, data, where, current.primary_key)
             new_schema = target if target != current.schema else None
         # The one type rule, on the driver: nothing is written for data that does not fit.
-        check_names(target, data.names, where)
+        # Table columns the DataFrame lacks are written as NULL, a missing primary key refused (FORMAT.md §3.4).
+        missing = check_names(target, data.names, where, fill=True, primary_key=current.primary_key)
         for f in target.to_arrow():
-            if not fits(data.field(f.name).type, f.type):
+            if f.name not in missing and not fits(data.field(f.name).type, f.type):
                 raise refusal(where, f.name, data.field(f.name).type, f.type)
         schema = target  # the files take the table's column order and types
     ref = TableRef(storage.root, getattr(storage, "config", None), schema.to_json())
-    fn = functools.partial(write_task, ref, row_group_size, target_file_bytes)
+    fn = functools.partial(write_task, ref, row_group_size, target_file_bytes, fill_missing=current is not None)
     with job_errors(f"{storage.root}: append"):
         rows = df.mapInArrow(fn, "entry string").collect()  # the one and only action
     files = [DataFile.from_json(json.loads(r.entry), "append task") for r in rows]
