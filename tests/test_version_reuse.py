@@ -48,7 +48,8 @@ def table(tmp_path):
 def test_a_one_row_delete_writes_one_delete_file_and_no_new_table(table):
     log, files, live = table
     with Session(log.uri) as s:
-        assert s.sql("SELECT count(id) AS n FROM t")["n"][0].as_py() == len(live)
+        for _ in range(2):  # the first read anti-joins, the second builds the DuckLake table
+            assert s.sql("SELECT count(id) AS n FROM t")["n"][0].as_py() == len(live)
         before_files, before_tables = _delete_files(s), _tables(s)
         assert len(before_files) == 4 and before_tables == 1
         models = {log.latest_version(): set(live)}
@@ -70,7 +71,8 @@ def test_an_older_version_after_newer_ones_and_a_compaction_read_right(table):
     log, files, live = table
     with Session(log.uri) as s:
         latest = log.latest_version()
-        assert s.sql("SELECT count(id) AS n FROM t")["n"][0].as_py() == len(live)
+        for _ in range(2):  # the first read anti-joins, the second builds the DuckLake table
+            assert s.sql("SELECT count(id) AS n FROM t")["n"][0].as_py() == len(live)
         # Version 5 (one file with deletes) after version 8: a table of its own.
         v5 = s.sql("SELECT count(id) AS n FROM t AS OF VERSION 5")["n"][0].as_py()
         assert v5 == 4000 - 50

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import duckdb
 
+from castsql.engine.quoting import sql_list
+from castsql.engine.quoting import sql_str as _sql_str
 from castsql.errors import CastSQLError
 from castsql.storage import S3Config
 
@@ -51,21 +53,17 @@ def hide_credentials(con: duckdb.DuckDBPyConnection) -> None:
     working. A no-op before httpfs is loaded."""
     found = dict(
         con.execute(
-            "SELECT name, value FROM duckdb_settings() WHERE name IN (SELECT unnest(?))", [list(CREDENTIAL_SETTINGS)]
+            f"SELECT name, value FROM duckdb_settings() WHERE name IN (SELECT unnest({sql_list(CREDENTIAL_SETTINGS)}))"
         ).fetchall()
     )
     if not any(found.values()):
         return
-    have = con.execute("SELECT count(*) FROM duckdb_secrets() WHERE name = ?", [SECRET_NAME]).fetchone()[0]
+    have = con.execute(f"SELECT count(*) FROM duckdb_secrets() WHERE name = {_sql_str(SECRET_NAME)}").fetchone()[0]
     if not have:
         configure_s3(con, S3Config.from_env())
     for name, value in found.items():
         if value:
             con.execute(f"SET {name} = ''")
-
-
-def _sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
 
 
 def configure_s3(con: duckdb.DuckDBPyConnection, config: S3Config, name: str = SECRET_NAME) -> None:

@@ -34,11 +34,13 @@ counts and selective filters and at parity on full scans. Versions without delet
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import itertools
 import os
 import struct
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,17 +53,12 @@ from pyroaring import BitMap
 from castsql.engine import names
 from castsql.engine.duck import load_extension
 from castsql.engine.guard import INTERNAL_CATALOG
+from castsql.engine.quoting import ident as _ident
+from castsql.engine.quoting import sql_str as _q
 
 CATALOG = INTERNAL_CATALOG
+KEEP_VERSIONS = 16  # versions of a table remembered beyond those a view shows (``Lake.trim``)
 _META = f"__ducklake_metadata_{CATALOG}"
-
-
-def _q(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
-def _ident(s: str) -> str:
-    return '"' + s.replace('"', '""') + '"'
 
 
 class Lake:
@@ -81,6 +78,7 @@ class Lake:
         self._seq = itertools.count()
         self._lineages: dict[Any, list[_Lineage]] = {}
         self._delete_files: dict[tuple[str, bytes], tuple[str, int, int, int]] = {}
+        self._refs: Counter[tuple[str, bytes]] = Counter()  # registrations of each delete file
 
     def _reattach(self, *, read_only: bool) -> None:
         self.con.execute(f"DETACH {CATALOG}")
@@ -97,6 +95,10 @@ class Lake:
             self._reattach(read_only=True)
 
     # ------------------------------------------------------------------ versions as snapshots
+
+    def has(self, lineage_key: Any) -> bool:
+        """Whether a version with ``lineage_key`` (table, physical schema) has a DuckLake table here."""
+        return bool(self._lineages.get(lineage_key))
 
     def scan(self, lineage_key: Any, name: str, columns: Signature, version: int, files: dict[str, BitMap]) -> str:
         """A table expression over ``files`` (URI -> deleted positions, none empty)
@@ -171,11 +173,13 @@ class Lake:
         rows, ended = [], []
         for i, (uri, bm) in enumerate(changed):
             lf = lin.files[uri]
-            path, count, size, footer = self._delete_file(uri, bm)
+            digest = _digest(bm)
+            path, count, size, footer = self._delete_file(uri, bm, digest)
             if lf.delete_id is not None:
                 ended.append(lf.delete_id)
+                lin.retired.append(((uri, lf.digest), lf.since, version))
             rows.append((next_file + i, lin.table_id, snap + 1, lf.data_file_id, path, count, size, footer))
-            lin.files[uri] = _LakeFile(lf.data_file_id, _digest(bm), next_file + i, bm)
+            lin.files[uri] = _LakeFile(lf.data_file_id, digest, next_file + i, bm, version)
         con.execute("BEGIN")
         try:
             con.execute(
@@ -205,11 +209,45 @@ class Lake:
         lin.snapshots[version] = snap + 1
         lin.head = version
 
-    def _delete_file(self, uri: str, bm: BitMap) -> tuple[str, int, int, int]:
+    def trim(self, lineage_key: Any, pinned: set[int]) -> None:
+        """Forget all but the newest ``KEEP_VERSIONS`` versions of the tables of
+        ``lineage_key`` and those in ``pinned`` (versions a view shows now), and
+        remove the delete files no remembered version reads: a session that
+        follows a busy table keeps a bounded set of files, however many
+        versions it has seen. A forgotten version read again gets a table of
+        its own (``scan``). The catalog keeps a few rows per version."""
+        for lin in self._lineages.get(lineage_key, []):
+            if len(lin.snapshots) <= KEEP_VERSIONS:
+                continue
+            newest = sorted(lin.snapshots)[-KEEP_VERSIONS:]
+            for v in [v for v in lin.snapshots if v not in pinned and v < newest[0]]:
+                del lin.snapshots[v]
+            kept = sorted(lin.snapshots)
+            still = []
+            for ck, since, until in lin.retired:
+                # Read by a kept version v only if since <= v < until.
+                i = bisect.bisect_left(kept, since)
+                if i < len(kept) and kept[i] < until:
+                    still.append((ck, since, until))
+                else:
+                    self._release(ck)
+            lin.retired = still
+
+    def _release(self, ck: tuple[str, bytes]) -> None:
+        self._refs[ck] -= 1
+        if self._refs[ck] <= 0:
+            del self._refs[ck]
+            path = self._delete_files.pop(ck)[0]
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)
+
+    def _delete_file(self, uri: str, bm: BitMap, digest: bytes) -> tuple[str, int, int, int]:
         """A Parquet positional delete file (``file_path, pos``) for ``uri``'s
         deleted positions: written once, shared by every version and table
-        whose deletes of that file are the same."""
-        ck = (uri, _digest(bm))
+        whose deletes of that file are the same (counted in ``_refs``, removed
+        when ``trim`` forgets the last version that reads it)."""
+        ck = (uri, digest)
+        self._refs[ck] += 1
         found = self._delete_files.get(ck)
         if found is not None:
             return found
@@ -248,6 +286,7 @@ class _LakeFile:
     digest: bytes | None = None  # of the deleted positions its current delete file holds
     delete_id: int | None = None
     bitmap: BitMap | None = None  # those positions, as the version that registered them had them
+    since: int = -1  # the version that registered its delete file
 
 
 @dataclass
@@ -260,6 +299,8 @@ class _Lineage:
     head: int = -1  # newest version registered
     files: dict[str, _LakeFile] = field(default_factory=dict)
     snapshots: dict[int, int] = field(default_factory=dict)  # CastSQL version -> DuckLake snapshot
+    # Delete files replaced by a newer one: ((uri, digest), first version, first version without it)
+    retired: list[tuple[tuple[str, bytes], int, int]] = field(default_factory=list)
 
     def at(self, version: int) -> str:
         return f"{self.qualified} AT (VERSION => {self.snapshots[version]})"

@@ -52,6 +52,8 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
+from castsql.engine.quoting import ident as _ident
+from castsql.engine.quoting import sql_list
 from castsql.errors import FormatError, SchemaMismatch
 from castsql.format.schema import Schema, type_from_name
 from castsql.snapshot import ResolvedFile
@@ -94,10 +96,6 @@ def duck_type(arrow_name: str) -> str:
     if pa.types.is_decimal(t):
         return f"DECIMAL({t.precision},{t.scale})"
     raise SchemaMismatch(f"column type {arrow_name} has no DuckDB equivalent")
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _widens(src: str, dst: str) -> bool:
@@ -206,7 +204,7 @@ class Signatures:
 
     def _read(self, uris: list[str]) -> dict[str, Signature]:
         rows = self.con.execute(
-            "SELECT file_name, name, duckdb_type, num_children FROM parquet_schema(?)", [uris]
+            f"SELECT file_name, name, duckdb_type, num_children FROM parquet_schema({sql_list(uris)})"
         ).fetchall()
         out: dict[str, list[tuple[str, str | None]]] = {}
         pending: dict[str, list[int]] = {}  # per file: children still to skip below the current top-level column
@@ -234,9 +232,8 @@ class Signatures:
         for start in range(0, len(missing), 2000):
             chunk = missing[start : start + 2000]
             rows = self.con.execute(
-                "SELECT file_name, row_group_id, max(row_group_num_rows) FROM parquet_metadata(?) "
-                "GROUP BY ALL ORDER BY file_name, row_group_id",
-                [chunk],
+                f"SELECT file_name, row_group_id, max(row_group_num_rows) FROM parquet_metadata({sql_list(chunk)}) "
+                "GROUP BY ALL ORDER BY file_name, row_group_id"
             ).fetchall()
             found: dict[str, list[int]] = {u: [] for u in chunk}
             for file, _, n in rows:

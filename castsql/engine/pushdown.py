@@ -26,6 +26,9 @@ A name that a CTE anywhere in the statement defines is not the table.
 Example::
 
     >>> import duckdb
+
+from castsql.engine.quoting import sql_str
+
     >>> refs = table_refs(duckdb.connect(), "SELECT * FROM t WHERE id BETWEEN 5 AND 9 AND 'x' = s")
     >>> [(r.name, r.conditions) for r in refs]
     [('t', [('id', '>=', 5, 'INTEGER'), ('id', '<=', 9, 'INTEGER'), ('s', '=', 'x', 'VARCHAR')])]
@@ -39,6 +42,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import duckdb
+
+from castsql.engine.quoting import sql_str
 
 _OPS = {
     "COMPARE_EQUAL": "=",
@@ -82,7 +87,7 @@ def analyze(con: duckdb.DuckDBPyConnection, sql: str) -> Analysis | None:
     """The tables ``sql`` reads, from DuckDB's parse tree; None if DuckDB cannot
     serialize the statement (not a SELECT, or not valid SQL)."""
     try:
-        raw = con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+        raw = con.execute(f"SELECT json_serialize_sql({sql_str(sql)})").fetchone()  # not a parameter: quoting.py
     except duckdb.Error:
         return None
     tree = json.loads(raw[0]) if raw else {}
@@ -291,6 +296,6 @@ def duck_value(con: duckdb.DuckDBPyConnection, value: Any, vtype: str, column_ty
     if vtype not in ("VARCHAR", f"CAST:{target}") or not isinstance(value, str):
         return None
     try:
-        return con.execute(f"SELECT CAST(? AS {target})", [value]).fetchone()[0]
+        return con.execute(f"SELECT CAST({sql_str(value)} AS {target})").fetchone()[0]
     except duckdb.Error:
         return None  # DuckDB will say what is wrong with the literal when the query runs

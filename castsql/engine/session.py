@@ -44,7 +44,7 @@ from castsql.engine.pushdown import Analysis, analyze, duck_value
 from castsql.engine.rewrite import TimeTravel, referenced_names, rewrite
 from castsql.engine.safety import SafeModeError, lock_down
 from castsql.engine.tokens import tokenize
-from castsql.engine.views import Views, ident
+from castsql.engine.views import Views, ident, sql_str
 from castsql.errors import CastSQLError, SchemaMismatch, StorageError, TableNotFound, VersionNotFound
 from castsql.format import TableLog
 from castsql.format.layout import POINTER_KEY, manifest_key
@@ -84,7 +84,7 @@ class Session:
         if self._own_connection:
             # DuckDB's spill files go to the work directory, never to ./.tmp
             # (which may lie in a table); SQL cannot move them (policy.py).
-            self.con.execute("SET temp_directory = ?", [f"{self._workdir}/duckdb-tmp"])
+            self.con.execute(f"SET temp_directory = {sql_str(self._workdir + '/duckdb-tmp')}")
         self._httpfs = False
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._workdir, True)
         self.views = Views(self.con, self._workdir)
@@ -93,6 +93,8 @@ class Session:
         self._display: dict[str, str] = {}
         # view name (lower) -> (table URI, version) it shows now
         self._views_at: dict[str, tuple[str, int]] = {}
+        self._provisional: set[str] = set()  # views whose deletes are an anti-join until read again
+        self._read_before: set[str] = set()  # URIs of the tables a view was made for
         # (view, version, predicates) -> view of the files they may match, None if every file
         self._pruned: OrderedDict[tuple, str | None] = OrderedDict()
         self._pruned_seq = itertools.count()
@@ -197,16 +199,32 @@ class Session:
     # ------------------------------------------------------------ views
 
     def _ensure_view(self, name: str, snap: Snapshot, table: str) -> None:
-        """The view ``name`` shows ``snap`` (created or replaced if it shows anything else)."""
-        at = (snap.table_uri, snap.version)
-        if self._views_at.get(name.lower()) != at:
-            self._views_at.pop(name.lower(), None)
-            self._create_view(name, snap, table)
-            self._views_at[name.lower()] = at
+        """The view ``name`` shows ``snap`` (created or replaced if it shows anything else).
 
-    def _create_view(self, name: str, snap: Snapshot, table: str, **kw: Any) -> None:
+        The first view of a table in a session applies its deletes with an
+        anti-join (provisional, see ``Views.create``); from the second query of
+        the table on, its versions are DuckLake snapshots, and a provisional
+        view is rebuilt as one: a script that reads a table once pays no
+        set-up, a session that keeps reading it gets the faster scans and the
+        incremental versions."""
+        at = (snap.table_uri, snap.version)
+        key = name.lower()
+        if self._views_at.get(key) != at:
+            self._views_at.pop(key, None)
+            self._provisional.discard(key)
+            if self._create_view(name, snap, table):
+                self._provisional.add(key)
+            self._views_at[key] = at
+        elif key in self._provisional:
+            self._provisional.discard(key)
+            self._create_view(name, snap, table, settle=True)
+
+    def _create_view(self, name: str, snap: Snapshot, table: str, **kw: Any) -> bool:
+        """``Views.create``; settled (DuckLake) unless this is the first view of the table."""
+        kw.setdefault("settle", snap.table_uri in self._read_before)
+        self._read_before.add(snap.table_uri)
         try:
-            self.views.create(name, snap, **kw)
+            return self.views.create(name, snap, **kw)
         except duckdb.Error as e:
             raise QueryError(f"table {table} version {snap.version}: {_one_line(e)}") from None
         except SchemaMismatch as e:

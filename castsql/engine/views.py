@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import array
 import itertools
+from collections import OrderedDict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -29,27 +31,27 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from castsql.engine import names
-from castsql.engine.lake import Lake
 from castsql.engine.physical import Group, Signatures, duck_type, projection
+from castsql.engine.quoting import ident, sql_str, sql_value
 from castsql.errors import SchemaMismatch
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot, prune_files
 
-
-def sql_str(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
-
-
-def ident(s: str) -> str:
-    return '"' + s.replace('"', '""') + '"'
+if TYPE_CHECKING:
+    from castsql.engine.lake import Lake
 
 
 def _file_list(uris: Sequence[str]) -> str:
     return "[" + ", ".join(sql_str(u) for u in uris) + "]"
 
 
+def _uint32(values: np.ndarray | array.array) -> pa.Array:
+    """``values`` (uint32) as an Arrow array, zero-copy; ``pa.array`` of a
+    NumPy array would import pandas (quoting.py)."""
+    return pa.Array.from_buffers(pa.uint32(), len(values), [None, pa.py_buffer(values)])
+
+
 def _bitmap_array(bm: BitMap) -> pa.Array:
-    arr = bm.to_array()
-    return pa.Array.from_buffers(pa.uint32(), len(arr), [None, pa.py_buffer(arr)]).cast(pa.int64())
+    return _uint32(bm.to_array()).cast(pa.int64())
 
 
 class Views:
@@ -59,13 +61,16 @@ class Views:
         self.con = con
         self.workdir = workdir
         self._lake: Lake | None = None
-        self._range_cache: dict[tuple[str, tuple], BitMap] = {}
+        self._range_cache: OrderedDict[tuple[str, tuple], BitMap] = OrderedDict()  # at most _RANGE_CACHE
         self.signatures = Signatures(con)
         self._seq = itertools.count()
+        self._lake_at: dict[str, tuple[object, int]] = {}  # view -> (DuckLake lineage, version) it reads
 
     @property
     def lake(self) -> Lake:
         if self._lake is None:
+            from castsql.engine.lake import Lake  # with DuckLake: not imported by a read that needs none
+
             self._lake = Lake(self.con, f"{self.workdir}/lake")
         return self._lake
 
@@ -75,15 +80,23 @@ class Views:
             return f.deleted
         ck = (f.uri, tuple(f.key_ranges))
         extra = self._range_cache.get(ck)
-        if extra is None:
+        if extra is not None:
+            self._range_cache.move_to_end(ck)
+        else:
             pk = ident(snap.primary_key or "")
-            cond = " OR ".join(f"{pk} BETWEEN ? AND ?" for _ in f.key_ranges)
-            params = [v for r in f.key_ranges for v in r]
+            cond = " OR ".join(f"{pk} BETWEEN {sql_value(lo)} AND {sql_value(hi)}" for lo, hi in f.key_ranges)
             sql = f"SELECT CAST(file_row_number AS UINTEGER) AS p FROM read_parquet({sql_str(f.uri)}) WHERE {cond}"
-            rows = self.con.execute(sql, params).to_arrow_table()
-            positions = rows.column("p").combine_chunks().to_numpy(zero_copy_only=False)
-            extra = BitMap(array.array("I", positions.astype(np.uint32).tobytes()))
+            rows = self.con.execute(sql).to_arrow_table()
+            col = rows.column("p").combine_chunks()  # UINTEGER, no NULLs: its data buffer is the positions
+            positions = (
+                np.frombuffer(col.buffers()[1], dtype=np.uint32, count=len(col), offset=4 * col.offset)
+                if len(col)
+                else np.empty(0, np.uint32)
+            )
+            extra = BitMap(array.array("I", positions.tobytes()))  # not to_numpy: that imports pandas
             self._range_cache[ck] = extra
+            while len(self._range_cache) > _RANGE_CACHE:
+                self._range_cache.popitem(last=False)
         return f.deleted | extra
 
     def live_rows(self, snap: Snapshot) -> int:
@@ -106,7 +119,8 @@ class Views:
         positions: bool = False,
         within: Sequence[Predicate] = (),
         lake: bool = True,
-    ) -> None:
+        settle: bool = False,
+    ) -> bool:
         """Create (or replace) the temp view ``name`` holding the live rows of ``snap``.
 
         ``predicates`` prune files by manifest min/max first; ``positions`` adds
@@ -117,9 +131,20 @@ class Views:
         connection, where SQL could reach the catalog's functions), files with
         deletes are filtered or anti-joined. Every view has the manifest's columns, names, order and types, whatever
         the files hold (:mod:`castsql.engine.physical`).
+
+        A whole version of a table that has no DuckLake table in this session
+        yet applies its deletes with an anti-join: setting DuckLake up costs a
+        fixed ~0.2 s that only pays back over several queries, and a script that
+        reads a version once should not pay it (docs/PERFORMANCE.md, "The first
+        read in a fresh process"). Returns True for such a provisional view;
+        ``settle=True`` builds the DuckLake table instead (the session does that
+        when the view is queried again).
         """
         files = prune_files(snap.files, predicates, {c.name: c.type for c in snap.schema.columns})
         con = self.con
+        owned = self._owned(name)
+        provisional = False
+        lake_at = None
         if positions:
             body = self._positional_body(name, snap, files)
         elif not files:
@@ -135,20 +160,35 @@ class Views:
                 dirty = [f for f in members if f.has_deletes]
                 if clean:
                     branches.append(f"SELECT {proj} FROM read_parquet({_file_list([f.uri for f in clean])})")
-                if dirty and whole:
+                lineage = (snap.table_uri, group.signature)
+                if dirty and whole and (settle or (self._lake is not None and self._lake.has(lineage))):
                     # The DuckLake table holds the files as they are; the projection maps them.
                     scan = self.lake.scan(
-                        (snap.table_uri, group.signature),
+                        lineage,
                         names.table_of(name),
                         group.signature,
                         snap.version,
                         {f.uri: self.deleted(snap, f) for f in dirty},
                     )
                     branches.append(f"SELECT {proj} FROM {scan}")
+                    lake_at = (lineage, snap.version)
                 elif dirty:
+                    provisional = provisional or whole
                     branches.append(self._anti_join(name, snap, proj, group, dirty, within))
             body = " UNION ALL ".join(branches)
         con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
+        self._drop_tables(owned)  # the position tables of what the view showed before
+        before = self._lake_at.pop(name, None)
+        if lake_at is not None:
+            self._lake_at[name] = lake_at
+        for lineage in {at[0] for at in (before, lake_at) if at is not None}:
+            self._trim(lineage)
+        return provisional
+
+    def _trim(self, lineage: object) -> None:
+        """Let the lake forget versions of ``lineage`` no view shows (``Lake.trim``)."""
+        if self._lake is not None:
+            self._lake.trim(lineage, {v for lk, v in self._lake_at.values() if lk == lineage})
 
     def _anti_join(
         self, view: str, snap: Snapshot, proj: str, group: Group, files: list[ResolvedFile], within: Sequence
@@ -160,35 +200,56 @@ class Views:
         reach the result): the join builds a few thousand positions, not every
         one of the file, and skips DuckLake's per-query cost
         (docs/PERFORMANCE.md, "Selective queries")."""
-        branches = []
+        branches, scattered = [], []
         seq = next(self._seq)
-        for i, f in enumerate(files):
+        for f in files:
             dead = self.deleted(snap, f)
             keep = self._row_groups(f.uri, group, snap, within)
             if keep is not None:
                 dead = dead & keep
-            name = names.internal("del", seq, i, owner=view)  # owned by the view: dropped with it
             arr = np.frombuffer(dead.to_array(), dtype=np.uint32)
             runs = _runs(arr)
             if len(runs) <= _RANGE_RUNS:  # none, or whole row groups: a filter DuckDB applies while scanning
                 cut = " OR ".join(f"file_row_number BETWEEN {a} AND {b}" for a, b in runs)
                 where = f" WHERE NOT ({cut})" if runs else ""
                 branches.append(f"SELECT {proj} FROM read_parquet({sql_str(f.uri)}){where}")
-                continue
-            arrow = names.internal("arrow", seq, i, owner=view)
-            self.con.register(arrow, pa.table({"pos": pa.array(arr)}))
-            try:
-                self.con.execute(
-                    f"CREATE OR REPLACE TEMP TABLE {ident(name)} AS SELECT CAST(pos AS BIGINT) AS pos "
-                    f"FROM {ident(arrow)}"
-                )
-            finally:
-                self.con.unregister(arrow)
+            else:
+                scattered.append((f, arr))
+        if len(scattered) == 1:
+            ((f, arr),) = scattered
+            table = self._positions_table(names.internal("del", seq, 0, owner=view), {"pos": _uint32(arr)})
             branches.append(
                 f"SELECT {proj} FROM (SELECT *, file_row_number AS {_POS} FROM read_parquet({sql_str(f.uri)})) p "
-                f"ANTI JOIN {ident(name)} d ON p.{_POS} = d.pos"
+                f"ANTI JOIN {table} d ON p.{_POS} = d.pos"
+            )
+        elif scattered:
+            # One scan of them all, not a branch per file: a plan of thousands of
+            # branches takes longer to bind than the join takes to run.
+            index = np.concatenate([np.full(len(a), i, dtype=np.uint32) for i, (_, a) in enumerate(scattered)])
+            pos = np.concatenate([a for _, a in scattered])
+            table = self._positions_table(
+                names.internal("del", seq, 0, owner=view), {"file_index": _uint32(index), "pos": _uint32(pos)}
+            )
+            uris = _file_list([f.uri for f, _ in scattered])
+            branches.append(
+                f"SELECT {proj} FROM (SELECT *, file_index AS {_FI}, file_row_number AS {_POS} "
+                f"FROM read_parquet({uris})) p ANTI JOIN {table} d ON p.{_FI} = d.file_index AND p.{_POS} = d.pos"
             )
         return " UNION ALL ".join(branches)
+
+    def _positions_table(self, name: str, columns: dict[str, pa.Array]) -> str:
+        """A temp table of ``columns`` (BIGINT), named ``name``; returns its quoted name.
+
+        The Arrow data goes in through its C stream: registering an Arrow table
+        itself makes DuckDB's client import pandas (quoting.py)."""
+        arrow = name.replace("/del/", "/arrow/", 1)
+        self.con.register(arrow, pa.table(columns).__arrow_c_stream__())
+        try:
+            cols = ", ".join(f"CAST({c} AS BIGINT) AS {c}" for c in columns)
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {ident(name)} AS SELECT {cols} FROM {ident(arrow)}")
+        finally:
+            self.con.unregister(arrow)
+        return ident(name)
 
     def _row_groups(self, uri: str, group: Group, snap: Snapshot, within: Sequence) -> BitMap | None:
         """The positions of the row groups of ``uri`` whose footer statistics may
@@ -196,25 +257,26 @@ class Views:
         missing or of another type keeps the row group); None: all of them."""
         types = {c.name: c.type for c in snap.schema.columns}
         physical = {n.lower(): (n, t) for n, t in group.signature}
-        excluded, params = [], []
+        excluded = []
         for p in within:
             col = physical.get(p.column.lower())
             if col is None or p.value is None or p.column not in types or col[1] != duck_type(types[p.column]):
                 continue  # a converted column: its raw statistics are not the manifest's values
             t = col[1]
-            lo, hi = f"TRY_CAST(stats_min_value AS {t})", f"TRY_CAST(stats_max_value AS {t})"
-            proof = {"=": f"({lo} > ? OR {hi} < ?)", "==": f"({lo} > ? OR {hi} < ?)", "<": f"{lo} >= ?",
-                     "<=": f"{lo} > ?", ">": f"{hi} <= ?", ">=": f"{hi} < ?"}.get(p.op)  # fmt: skip
-            if proof is None:
+            try:
+                v = sql_value(p.value)
+            except TypeError:
                 continue
-            excluded.append(f"(path_in_schema = ? AND {proof})")
-            params += [col[0], *([p.value] * proof.count("?"))]
+            lo, hi = f"TRY_CAST(stats_min_value AS {t})", f"TRY_CAST(stats_max_value AS {t})"
+            proof = {"=": f"({lo} > {v} OR {hi} < {v})", "==": f"({lo} > {v} OR {hi} < {v})", "<": f"{lo} >= {v}",
+                     "<=": f"{lo} > {v}", ">": f"{hi} <= {v}", ">=": f"{hi} < {v}"}.get(p.op)  # fmt: skip
+            if proof is not None:
+                excluded.append(f"(path_in_schema = {sql_str(col[0])} AND {proof})")
         if not excluded:
             return None
         rows = self.con.execute(
             f"SELECT row_group_id, max(row_group_num_rows), coalesce(bool_or({' OR '.join(excluded)}), false) "
-            "FROM parquet_metadata(?) GROUP BY row_group_id ORDER BY row_group_id",
-            [*params, uri],
+            f"FROM parquet_metadata({sql_str(uri)}) GROUP BY row_group_id ORDER BY row_group_id"
         ).fetchall()
         keep, start = BitMap(), 0
         for _, n, gone in rows:
@@ -241,13 +303,23 @@ class Views:
     def drop(self, name: str) -> None:
         """Drop the view ``name`` and the position tables of its anti-joins (one
         over files without deletes: no DuckLake table behind it)."""
+        owned = self._owned(name)
         self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
-        owned = self.con.execute(
+        self._drop_tables(owned)
+        before = self._lake_at.pop(name, None)
+        if before is not None:
+            self._trim(before[0])
+
+    def _owned(self, view: str) -> list[str]:
+        """The position tables of the anti-joins of ``view`` (``castsql/del/<seq>/<i>/<view>``)."""
+        found = self.con.execute(
             "SELECT table_name FROM duckdb_tables() WHERE temporary AND starts_with(table_name, 'castsql/del/')"
         ).fetchall()
-        for (table,) in owned:
-            if table.split("/", 4)[-1] == name:  # castsql/del/<seq>/<i>/<view>
-                self.con.execute(f"DROP TABLE IF EXISTS temp.{ident(table)}")
+        return [t for (t,) in found if t.split("/", 4)[-1] == view]
+
+    def _drop_tables(self, tables: Sequence[str]) -> None:
+        for table in tables:
+            self.con.execute(f"DROP TABLE IF EXISTS temp.{ident(table)}")
 
     def _positional_body(self, name: str, snap: Snapshot, files: list[ResolvedFile]) -> str:
         if not files:
@@ -291,6 +363,7 @@ def _positions(views: Views, snap: Snapshot, files: list[ResolvedFile]) -> pa.Ta
 _FI, _POS = "__castsql_file_index", "__castsql_pos"
 
 
+_RANGE_CACHE = 1024  # files' key-range positions kept (a session's memory stays bounded)
 _RANGE_RUNS = 32  # deleted positions in at most this many runs are a range filter, not an anti-join
 
 
