@@ -10,6 +10,7 @@ reader equals the embedded engine. Then the key check of Spark's append."""
 from __future__ import annotations
 
 from datetime import date, datetime
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -304,3 +305,59 @@ def test_spark_writers_fill_missing_columns_with_null_but_not_the_key(spark, tmp
     assert "the data has no column 'id', the table's primary key" in err and len(err.splitlines()) == 1
     assert TableLog(open_storage(uri)).latest().version == 4
     assert sorted(o.key for o in open_storage(uri).list("data/")) == files
+
+
+def test_cli_append_csv_text_is_parsed_into_the_table_types(spark, tmp_path, capsys):
+    """CSV carries no types: ``castsql append`` parses each table column's text
+    into the table's type, whatever Spark would infer (``1.25`` into a decimal,
+    ``0007`` into a string, ``3`` into a float), and refuses a value that does
+    not parse, or would not be stored as written, naming the file and the line."""
+    from castsql.spark.cli import main
+
+    uri = str(tmp_path / "t")
+    schema = pa.schema(
+        [("id", pa.int64()), ("n", pa.int32()), ("d", pa.date32()), ("p", pa.decimal128(5, 2)),
+         ("f", pa.float32()), ("t", pa.timestamp("us")), ("code", pa.string())]
+    )  # fmt: skip
+    TableLog.create(open_storage(uri), schema, primary_key="id")
+    header = "id,n,d,p,f,t,code\n"
+    good = tmp_path / "good.csv"
+    good.write_text(header + "1,7,2024-01-05,1.25,3,2024-01-05 10:00:00,0007\n2,8,2024-01-06,2,0.5,2024-01-06,12\n")
+    capsys.readouterr()
+    assert main(["append", uri, "--from", str(good)]) == 0, capsys.readouterr().err
+    with castsql.open(uri) as t:
+        assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]) == [
+            {"id": 1, "n": 7, "d": date(2024, 1, 5), "p": Decimal("1.25"), "f": 3.0,
+             "t": datetime(2024, 1, 5, 10), "code": "0007"},
+            {"id": 2, "n": 8, "d": date(2024, 1, 6), "p": Decimal("2.00"), "f": 0.5,
+             "t": datetime(2024, 1, 6), "code": "12"},
+        ]  # fmt: skip
+    ok = "3,9,2024-01-07,1.5,1.5,2024-01-07 00:00:00,x\n"
+    cases = [
+        ("4,1,2024-01-07,1.5,1.5,2024-01-07,x\n", "abc,1,2024-01-07,1.5,1.5,2024-01-07,x\n",
+         "column 'id': 'abc' (string in the file) is not a int64 value, the table's type"),
+        ("4,2.5,2024-01-07,1.5,1.5,2024-01-07,x\n", None,
+         "column 'n': '2.5' (string in the file) is not a int32 value, the table's type"),
+        ("4,99999999999,2024-01-07,1.5,1.5,2024-01-07,x\n", None,
+         "column 'n': '99999999999' (string in the file) is not a int32 value, the table's type"),
+        ("4,1,2024-02-30,1.5,1.5,2024-01-07,x\n", None,
+         "column 'd': '2024-02-30' (string in the file) is not a date32[day] value, the table's type"),
+        ("4,1,2024-01-07 10:30:00,1.5,1.5,2024-01-07,x\n", None,
+         "column 'd': '2024-01-07 10:30:00' (string in the file) is not a date32[day] value (it has a time of day)"),
+        ("4,1,2024-01-07,1.234,1.5,2024-01-07,x\n", None,
+         "column 'p': '1.234' (string in the file) is not a decimal128(5, 2) value (it would be rounded)"),
+        ("4,1,2024-01-07,1.5,1e300,2024-01-07,x\n", None,
+         "column 'f': '1e300' (string in the file) is not a float value (it is out of range)"),
+        ("4,1,2024-01-07,1.5,1.5,2024-01-07T10:00:00+02:00,x\n", None,
+         "column 't': '2024-01-07T10:00:00+02:00' (string in the file) is not a timestamp[us] value "
+         "(its time zone would be dropped)"),
+    ]  # fmt: skip
+    for i, (line2, line3, message) in enumerate(cases):
+        bad = tmp_path / f"bad{i}.csv"
+        bad.write_text(header + ok + line2 + (line3 or ""))
+        assert main(["append", uri, "--from", str(bad)]) == 1
+        err = capsys.readouterr().err.strip()
+        line = 4 if line3 else 3
+        assert err.startswith(f"castsql append: error: {bad} line {line}: {message}"), err
+        assert err.endswith("nothing was written") and "\n" not in err
+    assert TableLog(open_storage(uri)).latest().version == 1

@@ -300,13 +300,7 @@ def _spark_command(spark: Any, args: Any) -> str:
     if args.command == "append":
         from castsql.spark.writer import append
 
-        fmt = _input_format(args.sources, args.format)
-        reader = spark.read.format(fmt)
-        if fmt == "csv":
-            reader = reader.option("header", "true").option("inferSchema", "true")
-        with job_errors("append: reading the input"):
-            df = reader.load([os.path.abspath(s) for s in args.sources])
-        df = _fit_to_table(args.uri, df, fmt)
+        df = _read_input(spark, args.uri, args.sources, _input_format(args.sources, args.format), "append")
         m = append(
             spark,
             args.uri,
@@ -329,13 +323,7 @@ def _spark_command(spark: Any, args: Any) -> str:
     if args.command == "merge":
         from castsql.spark.merge import merge
 
-        fmt = _input_format(args.sources, args.format)
-        reader = spark.read.format(fmt)
-        if fmt == "csv":
-            reader = reader.option("header", "true").option("inferSchema", "true")
-        with job_errors("merge: reading the input"):
-            df = reader.load([os.path.abspath(s) for s in args.sources])
-        df = _fit_to_table(args.uri, df, fmt)
+        df = _read_input(spark, args.uri, args.sources, _input_format(args.sources, args.format), "merge")
         builder = merge(spark, args.uri, df, on=args.on, merge_schema=args.merge_schema)
         return _merge_summary(args.uri, _clauses(builder, args).execute())
     from castsql.spark.compactor import compact
@@ -447,6 +435,46 @@ def _is_analysis_error(e: BaseException) -> bool:
     return isinstance(e, AnalysisException)
 
 
+def _read_input(spark: Any, uri: str, sources: list[str], fmt: str, what: str) -> Any:
+    """The ``--from`` files as a DataFrame whose table columns have the table's types (:func:`_fit_to_table`).
+
+    CSV carries no types: Spark infers one per column over the files, and an
+    inferred type need not be the table's (``1.25`` is a double for a
+    ``decimal(5, 2)`` column, ``0007`` an int for a string one, ``2.5`` a
+    double for a BIGINT one). So when the table exists, its columns are read
+    again as the text in the file and parsed into the table's types, which
+    refuses a value that does not parse, or would not be stored exactly,
+    naming the file and its line; the input's other columns (new ones, for
+    ``--merge-schema``) keep the inferred type."""
+    paths = [os.path.abspath(s) for s in sources]
+    reader = spark.read.format(fmt)
+    if fmt == "csv":
+        reader = reader.option("header", "true").option("inferSchema", "true")
+    with job_errors(f"{what}: reading the input"):
+        df = reader.load(paths)
+    if fmt == "csv":
+        df = _table_columns_as_text(spark, uri, df, paths)
+    return _fit_to_table(uri, df, fmt)
+
+
+def _table_columns_as_text(spark: Any, uri: str, df: Any, paths: list[str]) -> Any:
+    """``df`` (CSV read with inferred types) read again with the table's columns as strings."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from castsql.errors import TableNotFound
+
+    try:
+        names = {n.lower() for n in TableLog(open_storage(uri)).latest().schema.names}
+    except TableNotFound:
+        return df
+    fields = df.schema.fields
+    if all(f.name.lower() not in names or isinstance(f.dataType, StringType) for f in fields):
+        return df  # already the text
+    text = StructType([StructField(f.name, StringType(), True) if f.name.lower() in names else f for f in fields])
+    # The same files, header and columns in the same order: the schema applies by position, as inference did.
+    return spark.read.format("csv").option("header", "true").schema(text).load(paths)
+
+
 def _fit_to_table(uri: str, df: Any, fmt: str | None = None) -> Any:
     """Cast the columns of an input file that the table has to the table's types.
 
@@ -499,27 +527,80 @@ def _refuse_bad_text(df: Any, parsed: list[tuple[str, Any, Any]], fmt: str | Non
     from castsql.errors import SchemaMismatch
 
     conds = [df[c].isNotNull() & df[c].try_cast(want).isNull() for c, _, want in parsed]
+    lossy = [_changed(df[c], f.type, want) for c, f, want in parsed]
     bad = conds[0]
-    for cond in conds[1:]:
+    for cond in conds[1:] + lossy:
         bad = bad | cond
     with job_errors("reading the input"):
         flags = [cond.alias(f"_bad{i}") for i, cond in enumerate(conds)]
+        flags += [cond.alias(f"_lossy{i}") for i, cond in enumerate(lossy)]
         rows = df.where(bad).select(F.input_file_name().alias("_file"), *flags, *[df[c] for c, _, _ in parsed])
         rows = rows.limit(1).collect()
     if not rows:
         return
     row = rows[0]
     for i, (c, f, _) in enumerate(parsed):
-        if not row[f"_bad{i}"]:
+        if not (row[f"_bad{i}"] or row[f"_lossy{i}"]):
             continue
         value = row[c]
         path = _local_path(row["_file"])
         line = _line_of(path, c, value, fmt)
         at = f"{path}" + (f" line {line}" if line is not None else "")
+        why = "" if row[f"_bad{i}"] else f" ({_LOSS[_kind(f.type)]})"
         raise SchemaMismatch(
-            f"{at}: column {f.name!r}: {value!r} (string in the file) is not a {f.type} value, the table's type; "
+            f"{at}: column {f.name!r}: {value!r} (string in the file) is not a {f.type} value{why}, the table's type; "
             "nothing was written"
         )
+
+
+# What a value that parses into a column's type would lose (see _changed).
+_LOSS = {
+    "decimal": "it would be rounded",
+    "date": "it has a time of day",
+    "float": "it is out of range",
+    "naive": "its time zone would be dropped",
+}
+
+
+def _kind(t: pa.DataType) -> str | None:
+    if pa.types.is_decimal(t):
+        return "decimal"
+    if pa.types.is_date32(t):
+        return "date"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_timestamp(t) and t.tz is None:
+        return "naive"
+    return None
+
+
+def _changed(text: Any, t: pa.DataType, want: Any) -> Any:
+    """True for text that parses as ``want`` (``t``'s Spark type) only by
+    changing its value, which Spark's casts do without a word: a decimal with
+    more digits after the point than the column keeps (rounded), a date with a
+    time of day (truncated), a number beyond FLOAT's range (infinity), a time
+    with a zone other than UTC into a naive timestamp (the zone dropped; naive
+    times are UTC wall clock, FORMAT.md §3). Integers need no check (a
+    fraction does not parse); floating-point text is rounded by nature."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DecimalType, DoubleType, TimestampNTZType, TimestampType
+
+    parsed = text.try_cast(want)
+    kind = _kind(t)
+    if kind == "decimal":
+        wide = DecimalType(38, max(18, t.scale))
+        exact = text.try_cast(wide)
+        return F.coalesce(exact.isNotNull() & parsed.isNotNull() & (parsed.cast(wide) != exact), F.lit(False))
+    if kind == "date":
+        exact = text.try_cast(TimestampNTZType())
+        return F.coalesce(parsed.isNotNull() & (parsed.cast(TimestampNTZType()) != exact), F.lit(False))
+    if kind == "float" and pa.types.is_float32(t):
+        inf = F.lit(float("inf"))
+        return F.coalesce((F.abs(parsed) == inf) & (F.abs(text.try_cast(DoubleType())) != inf), F.lit(False))
+    if kind == "naive":
+        instant = text.try_cast(TimestampType()).cast(TimestampNTZType())
+        return F.coalesce(parsed.isNotNull() & (parsed != instant), F.lit(False))
+    return F.lit(False)
 
 
 def _local_path(uri: str) -> str:
