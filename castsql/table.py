@@ -248,7 +248,8 @@ class Table:
         types every value of which the column's type holds exactly are cast, any
         other is refused naming the column and both types) as one version;
         returns its manifest, or None when ``data`` has no rows. This object then
-        reads the new version.
+        reads the new version. Table columns ``data`` lacks are stored as NULL
+        (Delta's rule); a missing primary-key column is refused.
 
         ``merge_schema=True``: columns the table lacks are added (nullable, at
         the end) and columns whose input type is an allowed widening are
