@@ -119,6 +119,13 @@ class Lake:
         for lin in lineages:
             if lin.head < version and set(lin.files) <= set(files) and (best is None or lin.head > best.head):
                 best = lin
+        if best is not None and not _changed(best, files):
+            # The same files with the same deletes (a version that only added
+            # files without deletes, or changed other tables): the head's
+            # snapshot, without re-attaching the catalog writable and back.
+            best.snapshots[version] = best.snapshots[best.head]
+            best.head = version
+            return best.at(version)
         with self._writable():
             if best is None:
                 best = self._new_lineage(name, columns)
@@ -157,11 +164,7 @@ class Lake:
             )
             for uri in new:
                 lin.files[uri] = _LakeFile(ids[uri])
-        # Files whose deletes did not change keep the very bitmap object of the
-        # version before (the resolver shares them): no digest needed for those.
-        changed = [
-            (u, bm) for u, bm in files.items() if lin.files[u].bitmap is not bm and lin.files[u].digest != _digest(bm)
-        ]
+        changed = _changed(lin, files)
         snap, schema_v, next_cat, next_file = con.execute(
             f"SELECT snapshot_id, schema_version, next_catalog_id, next_file_id FROM {_META}.ducklake_snapshot "
             "ORDER BY snapshot_id DESC LIMIT 1"
@@ -274,6 +277,18 @@ class Lake:
 
 
 Signature = Sequence[tuple[str, str | None]]
+
+
+def _changed(lin: _Lineage, files: dict[str, BitMap]) -> list[tuple[str, BitMap]]:
+    """The files of ``files`` that ``lin`` lacks or holds with other deletes.
+    Files whose deletes did not change keep the very bitmap object of the
+    version before (the resolver shares them): no digest needed for those."""
+    out = []
+    for u, bm in files.items():
+        lf = lin.files.get(u)
+        if lf is None or (lf.bitmap is not bm and lf.digest != _digest(bm)):
+            out.append((u, bm))
+    return out
 
 
 def _digest(bm: BitMap) -> bytes:
