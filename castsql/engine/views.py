@@ -44,6 +44,11 @@ def _file_list(uris: Sequence[str]) -> str:
     return "[" + ", ".join(sql_str(u) for u in uris) + "]"
 
 
+def types_of(snap: Snapshot) -> dict[str, str]:
+    """Column name -> manifest type of ``snap``."""
+    return {c.name: c.type for c in snap.schema.columns}
+
+
 def _uint32(values: np.ndarray | array.array) -> pa.Array:
     """``values`` (uint32) as an Arrow array, zero-copy; ``pa.array`` of a
     NumPy array would import pandas (quoting.py)."""
@@ -62,6 +67,7 @@ class Views:
         self.workdir = workdir
         self._lake: Lake | None = None
         self._range_cache: OrderedDict[tuple[str, tuple], BitMap] = OrderedDict()  # at most _RANGE_CACHE
+        self._reach_cache: OrderedDict[tuple, BitMap | None] = OrderedDict()  # at most _RANGE_CACHE
         self.signatures = Signatures(con)
         self._seq = itertools.count()
         self._lake_at: dict[str, tuple[object, int]] = {}  # view -> (DuckLake lineage, version) it reads
@@ -204,7 +210,7 @@ class Views:
         seq = next(self._seq)
         for f in files:
             dead = self.deleted(snap, f)
-            keep = self._row_groups(f.uri, group, snap, within)
+            keep = self._reachable(f.uri, group, snap, within)
             if keep is not None:
                 dead = dead & keep
             arr = np.frombuffer(dead.to_array(), dtype=np.uint32)
@@ -250,6 +256,20 @@ class Views:
         finally:
             self.con.unregister(arrow)
         return ident(name)
+
+    def _reachable(self, uri: str, group: Group, snap: Snapshot, within: Sequence) -> BitMap | None:
+        """``_row_groups``, remembered: data files never change, and the first
+        query after a commit usually asks what the one before it asked."""
+        types = tuple((p.column, types_of(snap).get(p.column)) for p in within)
+        ck = (uri, group.signature, tuple(within), types)
+        if ck in self._reach_cache:
+            self._reach_cache.move_to_end(ck)
+            return self._reach_cache[ck]
+        keep = self._row_groups(uri, group, snap, within)
+        self._reach_cache[ck] = keep
+        while len(self._reach_cache) > _RANGE_CACHE:
+            self._reach_cache.popitem(last=False)
+        return keep
 
     def _row_groups(self, uri: str, group: Group, snap: Snapshot, within: Sequence) -> BitMap | None:
         """The positions of the row groups of ``uri`` whose footer statistics may
