@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pyroaring import BitMap
 
 from castsql.engine import Session
-from castsql.engine import session as session_module
+from castsql.engine import planner as planner_module
 from castsql.engine import views as views_module
 from castsql.engine.views import sql_str
 from castsql.format import PositionDelete, TableLog, write_data_files
@@ -145,7 +145,7 @@ def test_versions_with_deletes_still_drop_their_rows(tmp_path, monkeypatch):
         sql = s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 'castsql/p/1/latest/t'").fetchone()[0]
         assert "ANTI JOIN" in sql
         # More than the anti-join is worth: the version's DuckLake table, which skips files itself.
-        monkeypatch.setattr(session_module, "_ANTIJOIN_FILES", 0)
+        monkeypatch.setattr(planner_module, "_ANTIJOIN_FILES", 0)
         assert "castsql/p/" not in s.prepare("SELECT * FROM t WHERE id BETWEEN 6 AND 14")
         assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 6 AND 14").to_pylist() == [{"n": 7}]
         # Only clean files left: a plain read_parquet of them, without DuckLake.
@@ -157,7 +157,7 @@ def test_versions_with_deletes_still_drop_their_rows(tmp_path, monkeypatch):
 
 def test_forgotten_pruned_views_take_their_position_tables_with_them(tmp_path, monkeypatch):
     root = three_files_one_delete(str(tmp_path / "t"), BitMap([9]))  # id 19
-    monkeypatch.setattr(session_module, "_PRUNED_VIEWS", 2)
+    monkeypatch.setattr(planner_module, "_PRUNED_VIEWS", 2)
     monkeypatch.setattr(views_module, "_RANGE_RUNS", 0)  # anti-joins, whose position tables must go
     with Session(root) as s:
         for k in range(1, 6):

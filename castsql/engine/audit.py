@@ -16,7 +16,8 @@ without changing them and contribute no changes; a row inserted and later
 deleted in the range appears twice, like in a change feed.
 
 In SQL: ``DESCRIBE HISTORY t``, ``SELECT * FROM table_history('t')`` and
-``SELECT * FROM table_changes('t', start[, end])``.
+``SELECT * FROM table_changes('t', start[, end])``: a query's plan
+(:mod:`castsql.engine.plan`) finds the calls, :func:`register` runs them.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ import duckdb
 import pyarrow as pa
 
 from castsql.engine import names
-from castsql.engine.tokens import tokenize
-from castsql.engine.views import ident
+from castsql.engine.quoting import ident
 from castsql.errors import CastSQLError, VersionNotFound
 from castsql.snapshot import Snapshot, resolve
 
 if TYPE_CHECKING:
+    from castsql.engine.plan import AuditCall
     from castsql.engine.session import Session
     from castsql.format.schema import Schema
 
@@ -137,7 +138,7 @@ def history(session: Session, table: str) -> pa.Table:
 
 def changes(session: Session, table: str, start: int, end: int | None = None) -> pa.Table:
     log = session.log(table)
-    disp = session._display[table.lower()]
+    disp = session.catalog.name(table)
     # With both ends given the latest version is never read: changes between
     # old versions stay readable when the latest one is broken.
     try:
@@ -219,55 +220,11 @@ def _positional_view(session: Session, snap: Snapshot, files: list, name: str) -
 # ---------------------------------------------------------------- SQL forms
 
 
-def _table_arg(tok) -> str:
-    if tok.kind == "string_const":
-        return tok.text[1:-1].replace("''", "'")
-    if tok.kind == "identifier":
-        return tok.text.strip('"')
-    raise CastSQLError(f"expected a table name at {tok.text!r}")
-
-
-def rewrite_audit_calls(session: Session, sql: str) -> str:
-    """Replace ``DESCRIBE HISTORY t``, ``table_history('t')`` and
-    ``table_changes('t', a[, b])`` with registered Arrow results."""
-    toks = tokenize(sql)
-    if not toks:
-        return sql
-    if len(toks) >= 3 and toks[0].word == "DESCRIBE" and toks[1].word == "HISTORY":
-        name = _table_arg(toks[2])
-        label = names.internal("history", owner=name)
-        return f"SELECT * FROM {_register(session, label, history(session, name))}" + sql[toks[2].end :]
-    out, pos, i = [], 0, 0
-    while i < len(toks):
-        t = toks[i]
-        if t.word in ("TABLE_HISTORY", "TABLE_CHANGES") and i + 1 < len(toks) and toks[i + 1].text == "(":
-            j = i + 2
-            args = []
-            while j < len(toks) and toks[j].text != ")":
-                if toks[j].text != ",":
-                    args.append(toks[j])
-                j += 1
-            if j >= len(toks):
-                raise CastSQLError(f"{t.text}( is not closed")
-            name = _table_arg(args[0]) if args else ""
-            if t.word == "TABLE_HISTORY":
-                if len(args) != 1:
-                    raise CastSQLError("table_history takes one argument: table_history('t')")
-                result, label = history(session, name), names.internal("history", owner=name)
-            else:
-                if len(args) not in (2, 3) or any(a.kind != "numeric_const" for a in args[1:]):
-                    raise CastSQLError("table_changes takes a table and one or two versions: table_changes('t', 2, 5)")
-                nums = [int(a.text) for a in args[1:]]
-                result = changes(session, name, *nums)
-                label = names.internal("changes", *nums, owner=name)
-            out.append(sql[pos : t.start])
-            out.append(_register(session, label, result))
-            pos = toks[j].end
-            i = j + 1
-            continue
-        i += 1
-    out.append(sql[pos:])
-    return "".join(out)
+def register(session: Session, call: AuditCall) -> None:
+    """Compute an audit call of a query's plan and register its result under the call's label."""
+    changed = call.kind == "changes"
+    result = changes(session, call.table, *call.versions) if changed else history(session, call.table)
+    _register(session, call.label, result)
 
 
 def _register(session: Session, name: str, table: pa.Table) -> str:

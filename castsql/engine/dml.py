@@ -228,10 +228,10 @@ class Writer:
             raise WriteError(
                 f"table {self.table}: {op}: the condition must be true or false for each row; {where!r} is {kind}"
             )
-        analysis = self.session._analyze(f"SELECT * FROM {ident(self.table)} WHERE ({where}\n)")
+        plan = self.session.planner.plan(f"SELECT * FROM {ident(self.table)} WHERE ({where}\n)")
         preds = []
-        if analysis is not None and len(analysis.refs) == 1:
-            preds = self.session._predicates(snap, analysis.refs[0].conditions)
+        if len(plan.refs) == 1:
+            preds = self.session.planner.predicates(snap, plan.refs[0].conditions)
         return where, preds
 
     def _matched(self, snap: Snapshot, cond: str, preds: list[Predicate], exprs: Sequence[str]) -> pa.Table:

@@ -145,10 +145,29 @@ def read_only(table: str) -> ForbiddenStatement:
 # ---------------------------------------------------------------- the check
 
 
-def check(con: duckdb.DuckDBPyConnection, sql: str, scope: Scope, *, safe: bool = False) -> None:
+def check(
+    con: duckdb.DuckDBPyConnection,
+    sql: str,
+    scope: Scope,
+    *,
+    safe: bool = False,
+    kinds: Sequence[str] | None = None,
+) -> None:
     """Raise ForbiddenStatement (SafeModeError in safe mode) unless every
     statement of ``sql`` is one ``scope``'s mode runs. SQL DuckDB cannot parse
-    passes: it does not run either, and DuckDB's own error says why."""
+    passes: it does not run either, and DuckDB's own error says why.
+
+    ``kinds``: the statement types a query's plan (:mod:`castsql.engine.plan`)
+    had from DuckDB's parser. DuckDB parsed the plan's lowered text, which
+    differs from ``sql`` only in names (a table's name where ``sql`` has a
+    view's, quoted, with an ``AS`` alias after it; or ``sql`` is CastSQL's own
+    ``SELECT`` for ``count(*)`` or ``SHOW TABLES``), so the statements of
+    ``sql`` are those of the plan: when they are all SELECT,
+    normal mode runs them without parsing ``sql`` again. Anything else (and
+    safe mode, which reads every table function's arguments) is decided on
+    DuckDB's parse of ``sql`` itself, the text that runs: a second parse."""
+    if kinds and not safe and all(k == "SELECT" for k in kinds):
+        return
     _refuse_import(sql, safe)
     try:
         statements = con.extract_statements(sql)

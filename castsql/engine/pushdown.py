@@ -26,9 +26,6 @@ A name that a CTE anywhere in the statement defines is not the table.
 Example::
 
     >>> import duckdb
-
-from castsql.engine.quoting import sql_str
-
     >>> refs = table_refs(duckdb.connect(), "SELECT * FROM t WHERE id BETWEEN 5 AND 9 AND 'x' = s")
     >>> [(r.name, r.conditions) for r in refs]
     [('t', [('id', '>=', 5, 'INTEGER'), ('id', '<=', 9, 'INTEGER'), ('s', '=', 'x', 'VARCHAR')])]
@@ -73,35 +70,55 @@ class Analysis:
     """What DuckDB's parse tree says about the tables of a statement.
 
     ``tables`` counts the plain (unqualified) table references of each name,
-    lower-cased, CTE names left out; ``refs`` are those that some comparison
-    bounds (what file pruning can use).
+    lower-cased, CTE names left out; ``bases`` are those references, in the
+    order of the tree, with where each lies; ``refs`` are those that some
+    comparison bounds (what file pruning can use).
     """
 
     tables: Counter[str]
     refs: list[TableRef]
     # ``SELECT count(*) [AS name] FROM t`` and nothing else: (table, output column name)
     count_star: tuple[str, str] | None = None
+    bases: list[TableRef] = field(default_factory=list)
+    statements: int = 1  # how many (SELECT) statements the text holds
 
 
-def analyze(con: duckdb.DuckDBPyConnection, sql: str) -> Analysis | None:
-    """The tables ``sql`` reads, from DuckDB's parse tree; None if DuckDB cannot
-    serialize the statement (not a SELECT, or not valid SQL)."""
+def serialize(con: duckdb.DuckDBPyConnection, sql: str) -> dict | None:
+    """DuckDB's parse tree of ``sql`` (``json_serialize_sql``); None if DuckDB
+    cannot serialize it (not only SELECT statements, or not valid SQL)."""
     try:
         raw = con.execute(f"SELECT json_serialize_sql({sql_str(sql)})").fetchone()  # not a parameter: quoting.py
     except duckdb.Error:
         return None
     tree = json.loads(raw[0]) if raw else {}
-    if tree.get("error", True):
-        return None
+    return None if tree.get("error", True) else tree
+
+
+def analyze(con: duckdb.DuckDBPyConnection, sql: str) -> Analysis | None:
+    """The tables ``sql`` reads, from DuckDB's parse tree; None if DuckDB cannot
+    serialize the statement (not a SELECT, or not valid SQL)."""
+    tree = serialize(con, sql)
+    return None if tree is None else analyze_tree(tree)
+
+
+def analyze_tree(tree: dict) -> Analysis:
+    """What :func:`analyze` says, from a tree :func:`serialize` gave."""
     ctes: set[str] = set()
     _collect_ctes(tree, ctes)
     refs: list[TableRef] = []
     tables: Counter[str] = Counter()
+    bases: dict[int, TableRef] = {}
     for st in tree.get("statements", []):
-        _walk(st, refs, tables)
+        _walk(st, refs, tables, bases)
     for cte in ctes:
         tables.pop(cte, None)
-    return Analysis(tables, [r for r in refs if r.conditions and r.name not in ctes], _count_star(tree))
+    return Analysis(
+        tables,
+        [r for r in refs if r.conditions and r.name not in ctes],
+        _count_star(tree),
+        [r for r in bases.values() if r.name not in ctes],
+        len(tree.get("statements", [])),
+    )
 
 
 def _count_star(tree: dict) -> tuple[str, str] | None:
@@ -149,20 +166,32 @@ def _collect_ctes(node: Any, out: set[str]) -> None:
             _collect_ctes(v, out)
 
 
-def _walk(node: Any, out: list[TableRef], tables: Counter[str]) -> None:
+def _base(node: dict, bases: dict[int, TableRef]) -> TableRef | None:
+    """The reference a plain BASE_TABLE node is (one object per node); None if it has no usable location."""
+    ref = bases.get(id(node))
+    if ref is None:
+        loc = node.get("query_location")
+        if not isinstance(loc, int) or loc >= 1 << 62:
+            return None
+        ref = bases[id(node)] = TableRef(node["table_name"].lower(), loc, bool(node.get("alias")))
+    return ref
+
+
+def _walk(node: Any, out: list[TableRef], tables: Counter[str], bases: dict[int, TableRef]) -> None:
     if isinstance(node, dict):
         kind = node.get("type")
         if kind == "SELECT_NODE":
-            _select(node, out)
+            _select(node, out, bases)
         elif kind == "BASE_TABLE" and not node.get("schema_name") and not node.get("catalog_name"):
             name = node.get("table_name")
             if isinstance(name, str):
                 tables[name.lower()] += 1
+                _base(node, bases)
         for v in node.values():
-            _walk(v, out, tables)
+            _walk(v, out, tables, bases)
     elif isinstance(node, list):
         for v in node:
-            _walk(v, out, tables)
+            _walk(v, out, tables, bases)
 
 
 def _from_tables(node: Any) -> list[dict] | None:
@@ -181,7 +210,7 @@ def _from_tables(node: Any) -> list[dict] | None:
     return None
 
 
-def _select(node: dict, out: list[TableRef]) -> None:
+def _select(node: dict, out: list[TableRef], bases: dict[int, TableRef]) -> None:
     tables = _from_tables(node.get("from_table"))
     where = node.get("where_clause")
     if not tables or not where:
@@ -191,12 +220,10 @@ def _select(node: dict, out: list[TableRef]) -> None:
         if t.get("schema_name") or t.get("catalog_name") or t.get("at_clause") or t.get("sample"):
             refs.append(None)
             continue
-        loc = t.get("query_location")
-        if not isinstance(loc, int) or loc >= 1 << 62:
-            refs.append(None)
-            continue
-        ref = TableRef(t["table_name"].lower(), loc, bool(t.get("alias")))
+        ref = _base(t, bases)
         refs.append(ref)
+        if ref is None:
+            continue
         out.append(ref)
     by_qualifier = {}
     for t, ref in zip(tables, refs, strict=True):

@@ -14,13 +14,22 @@ identifiers as single tokens, text inside them is never touched.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from castsql.engine.tokens import Token, string_value, tokenize, unquote
 from castsql.errors import CastSQLError
 
-__all__ = ["SQLRewriteError", "TimeTravel", "Token", "referenced_names", "rewrite", "string_value", "tokenize"]
+__all__ = [
+    "Clause",
+    "SQLRewriteError",
+    "TimeTravel",
+    "Token",
+    "find",
+    "rewrite",
+    "string_value",
+    "tokenize",
+]
 
 
 class SQLRewriteError(CastSQLError):
@@ -45,7 +54,7 @@ _NOT_ALIAS = {
 
 
 class _Matcher:
-    def __init__(self, toks: list[Token], i: int) -> None:
+    def __init__(self, toks: Sequence[Token], i: int) -> None:
         self.toks, self.i = toks, i
 
     def peek(self, k: int = 0) -> Token | None:
@@ -110,24 +119,34 @@ def _clause(m: _Matcher) -> tuple[int | Token | None, str | None] | None:
     return None
 
 
-def rewrite(
-    sql: str, replace: Callable[[TimeTravel], str], tables: Collection[str] = ()
-) -> tuple[str, list[TimeTravel]]:
-    """Replace every time-travel reference with ``replace(ref)``; returns the
-    new SQL and the references found, in order.
+@dataclass(frozen=True)
+class Clause:
+    """A time-travel reference found in a statement's tokens: the name runs
+    over tokens ``first`` to ``last`` (inclusive), the clause after it ends
+    before token ``end``."""
+
+    ref: TimeTravel
+    first: int
+    last: int
+    end: int
+    has_alias: bool  # an alias follows the clause
+
+    def span(self, toks: Sequence[Token]) -> tuple[int, int]:
+        """Where the name and its clause lie in the text."""
+        return toks[self.first].start, toks[self.end - 1].end
+
+    def alias(self) -> str:
+        """The alias a replacement keeps when the query gave none: the table's own name."""
+        return ' AS "' + self.ref.name[-1].replace('"', '""') + '"'
+
+
+def find(toks: Sequence[Token], tables: Collection[str] = ()) -> list[Clause]:
+    """Every time-travel clause in ``toks`` (DuckDB's tokens of one text), in order.
 
     ``tables`` (lower-cased) are table names that may be written unquoted
     although DuckDB tokenizes them as keywords (``data``, ``year``, ``source``…).
-
-    Example::
-
-        >>> rewrite("SELECT * FROM t AS OF VERSION 3", lambda r: f"t_v{r.version}")[0]
-        'SELECT * FROM t_v3 AS "t"'
-    """
-    toks = tokenize(sql)
-    out: list[str] = []
-    refs: list[TimeTravel] = []
-    pos = 0
+    ``AS OF VERSION ?`` gets the index of its positional parameter."""
+    out: list[Clause] = []
     i = 0
     while i < len(toks):
         t = toks[i]
@@ -149,22 +168,36 @@ def rewrite(
         if isinstance(version, Token):  # AS OF VERSION ?: the n-th positional parameter
             param = sum(1 for k in toks if k.kind == "operator" and k.text == "?" and k.start < version.start)
             version = None
-        ref = TimeTravel(tuple(parts), version=version, timestamp=clause[1], param=param)
-        refs.append(ref)
         nxt = m.peek()
         has_alias = nxt is not None and (
             (nxt.kind == "keyword" and nxt.word == "AS") or (nxt.kind == "identifier" and nxt.word not in _NOT_ALIAS)
         )
-        alias = "" if has_alias else ' AS "' + parts[-1].replace('"', '""') + '"'
-        out.append(sql[pos : t.start])
-        out.append(replace(ref) + alias)
-        pos = toks[m.i - 1].end
+        ref = TimeTravel(tuple(parts), version=version, timestamp=clause[1], param=param)
+        out.append(Clause(ref, i, j, m.i, has_alias))
         i = m.i
+    return out
+
+
+def rewrite(
+    sql: str, replace: Callable[[TimeTravel], str], tables: Collection[str] = ()
+) -> tuple[str, list[TimeTravel]]:
+    """Replace every time-travel reference with ``replace(ref)``; returns the
+    new SQL and the references found, in order. (A query's plan,
+    :mod:`castsql.engine.plan`, uses :func:`find` on its tokens instead.)
+
+    Example::
+
+        >>> rewrite("SELECT * FROM t AS OF VERSION 3", lambda r: f"t_v{r.version}")[0]
+        'SELECT * FROM t_v3 AS "t"'
+    """
+    toks = tokenize(sql)
+    out: list[str] = []
+    pos = 0
+    clauses = find(toks, tables)
+    for c in clauses:
+        start, end = c.span(toks)
+        out.append(sql[pos:start])
+        out.append(replace(c.ref) + ("" if c.has_alias else c.alias()))
+        pos = end
     out.append(sql[pos:])
-    return "".join(out), refs
-
-
-def referenced_names(sql: str) -> set[str]:
-    """Lower-cased identifiers and keywords in ``sql`` (candidates for table
-    names: a table may be called like a non-reserved keyword, ``data``)."""
-    return {unquote(t).lower() for t in tokenize(sql) if t.kind in ("identifier", "keyword")}
+    return "".join(out), [c.ref for c in clauses]

@@ -35,6 +35,7 @@ from typing import Any
 import duckdb
 
 from castsql.engine.guard import ForbiddenStatement
+from castsql.engine.quoting import sql_str
 
 
 class SafeModeError(ForbiddenStatement):
@@ -156,7 +157,7 @@ def literal_urls(tree: Any) -> list[str]:
 def serialized(con: duckdb.DuckDBPyConnection, query: str) -> dict | None:
     """DuckDB's parse tree of a SELECT, as JSON; None when it cannot serialize it."""
     try:
-        raw = con.execute("SELECT json_serialize_sql(?)", [query]).fetchone()
+        raw = con.execute(f"SELECT json_serialize_sql({sql_str(query)})").fetchone()  # a literal: quoting.py
         tree = json.loads(raw[0]) if raw else {}
     except (duckdb.Error, ValueError):
         return None

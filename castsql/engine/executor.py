@@ -1,0 +1,151 @@
+"""Running a query: the barriers, the plan's SQL, DuckDB, results and errors.
+
+:meth:`Executor.run` takes a query's plan from the planner (tokenized and
+parsed once per text), refuses what the guard refuses on the plan's tokens,
+has the planner turn the plan into the SQL that reads its views, lets the
+policy decide on the plan's statement types (or DuckDB's parse of what runs,
+when the plan has none) and runs it. Errors come back as one line in the
+user's terms (:mod:`castsql.engine.messages`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from castsql.engine import policy
+from castsql.engine.catalog import Catalog
+from castsql.engine.duck import hide_credentials, load_httpfs
+from castsql.engine.guard import check_statement
+from castsql.engine.messages import QueryError, message, one_line
+from castsql.engine.plan import Plan
+from castsql.engine.planner import Planner
+from castsql.engine.quoting import ident
+
+_SPELLED = {"date", "time", "time with time zone", "interval"}  # and every timestamp
+
+
+class Executor:
+    """Runs queries on one connection over a catalog's tables."""
+
+    def __init__(
+        self, con: duckdb.DuckDBPyConnection, catalog: Catalog, planner: Planner, workdir: str, *, own: bool
+    ) -> None:
+        self.con = con
+        self.catalog = catalog
+        self.planner = planner
+        self.workdir = workdir
+        self.own_connection = own
+        self.httpfs = False  # loaded (or not this connection's to load)
+        self.safe = False
+
+    @property
+    def scope(self) -> policy.Scope:
+        """What SQL may not write to (every opened table and warehouse, the work
+        directory) and, in safe mode, the only URLs it may name."""
+        roots = [log.storage.root for log in self.catalog.logs.values()]
+        home = None
+        if self.own_connection:
+            home = self.con.execute("SELECT current_setting('home_directory')").fetchone()[0] or None
+        uris = self.catalog.uris
+        return policy.Scope(
+            tables=self.catalog.tables, protected=[*roots, *uris, self.workdir], readable=uris, home=home
+        )
+
+    def prepare(self, sql: str, params: Sequence[Any] | None = None) -> tuple[Plan, str]:
+        """The bound plan of ``sql`` and the SQL it becomes (see ``Session.prepare``)."""
+        plan = self.planner.plan(sql).bind(params)
+        return plan, self.planner.sql(plan)
+
+    def run(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> duckdb.DuckDBPyRelation | None:
+        plan = self.planner.plan(sql)  # memoised by text: tokens and DuckDB's parse, once
+        check_statement(sql, private_paths=(self.workdir,), toks=plan.tokens)
+        positional = params if isinstance(params, Sequence) and not isinstance(params, str) else None
+        plan = plan.bind(positional)
+        prepared = self.planner.sql(plan)
+        if plan.used_params and positional is not None:
+            params = [p for i, p in enumerate(positional) if i not in plan.used_params]
+        try:
+            policy.check(self.con, prepared, self.scope, safe=self.safe, kinds=plan.kinds)
+            self._load_httpfs_for(plan)
+            return self.con.sql(prepared, params=params)
+        except duckdb.Error as e:
+            raise QueryError(self.message(e)) from None
+
+    def _load_httpfs_for(self, plan: Plan) -> None:
+        """Load httpfs (from its pip package) before the first statement that
+        names a URL, its credential settings blanked: DuckDB's own auto-loading
+        is off, since it would leave AWS_* credentials in readable settings.
+        The plan's string literals are those of the SQL that runs."""
+        if self.httpfs or not self.own_connection:
+            return
+        if any(t.kind == "string_const" and "://" in t.text for t in plan.tokens):
+            load_httpfs(self.con)
+            hide_credentials(self.con)
+            self.httpfs = True
+
+    def message(self, e: Exception) -> str:
+        """DuckDB's error in one line, in the user's terms: no internal name, and
+        a missing table answered with the tables there are."""
+        return message(e, lambda: self.catalog.tables)
+
+    def sql(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pa.Table:
+        rel = self.run(query, params)
+        if rel is None:
+            return pa.table({})
+        try:
+            return rel.to_arrow_table()
+        except duckdb.Error as e:
+            raise QueryError(self.message(e)) from None
+
+    def reader(
+        self,
+        query: str,
+        batch_size: int = 122_880,
+        *,
+        display: bool = False,
+        params: Sequence[Any] | dict[str, Any] | None = None,
+    ) -> pa.RecordBatchReader:
+        rel = self.run(query, params)
+        if rel is None:
+            return pa.RecordBatchReader.from_batches(pa.schema([]), [])
+        shown: dict[int, str] = {}
+        if display:
+            rel, shown = _as_displayed(rel)
+        try:
+            inner = rel.to_arrow_reader(batch_size)
+        except duckdb.Error as e:
+            raise QueryError(one_line(e)) from None
+        if shown:
+            fields = [
+                f.with_metadata({"castsql.type": shown[i]}) if i in shown else f for i, f in enumerate(inner.schema)
+            ]
+            schema = pa.schema(fields)
+            inner = pa.RecordBatchReader.from_batches(
+                schema, (pa.RecordBatch.from_arrays(b.columns, schema=schema) for b in inner)
+            )
+
+        def batches():
+            # Errors can surface while batches are read (a file vanished, an
+            # interrupt): give them the same one-line form as sql().
+            try:
+                yield from inner
+            except (duckdb.Error, pa.ArrowException, OSError) as e:
+                raise QueryError(one_line(e)) from None
+
+        return pa.RecordBatchReader.from_batches(inner.schema, batches())
+
+
+def _as_displayed(rel: duckdb.DuckDBPyRelation) -> tuple[duckdb.DuckDBPyRelation, dict[int, str]]:
+    """``rel`` with its temporal columns cast to DuckDB's own text; which ones, with their types."""
+    shown = {i: str(t) for i, t in enumerate(rel.types) if t.id in _SPELLED or t.id.startswith("timestamp")}
+    if not shown:
+        return rel, shown
+    cols = [
+        f"CAST(#{i + 1} AS VARCHAR) AS {ident(c)}" if i in shown else f"#{i + 1} AS {ident(c)}"
+        for i, c in enumerate(rel.columns)
+    ]
+    return rel.project(", ".join(cols)), shown
