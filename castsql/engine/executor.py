@@ -69,7 +69,7 @@ class Executor:
         if plan.used_params and positional is not None:
             params = [p for i, p in enumerate(positional) if i not in plan.used_params]
         try:
-            policy.check(self.con, prepared, self.scope, safe=self.safe, kinds=plan.kinds)
+            policy.check(self.con, prepared, lambda: self.scope, safe=self.safe, kinds=plan.kinds)
             self._load_httpfs_for(plan)
             return self.con.sql(prepared, params=params)
         except duckdb.Error as e:

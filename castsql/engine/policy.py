@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -148,7 +148,7 @@ def read_only(table: str) -> ForbiddenStatement:
 def check(
     con: duckdb.DuckDBPyConnection,
     sql: str,
-    scope: Scope,
+    scope: Scope | Callable[[], Scope],
     *,
     safe: bool = False,
     kinds: Sequence[str] | None = None,
@@ -165,9 +165,12 @@ def check(
     ``sql`` are those of the plan: when they are all SELECT,
     normal mode runs them without parsing ``sql`` again. Anything else (and
     safe mode, which reads every table function's arguments) is decided on
-    DuckDB's parse of ``sql`` itself, the text that runs: a second parse."""
+    DuckDB's parse of ``sql`` itself, the text that runs: a second parse.
+    ``scope`` may be a function that gives it, called only when it is read."""
     if kinds and not safe and all(k == "SELECT" for k in kinds):
         return
+    if callable(scope):  # computed only when a statement needs it (it costs a query)
+        scope = scope()
     _refuse_import(sql, safe)
     try:
         statements = con.extract_statements(sql)
