@@ -7,7 +7,7 @@ castsql append URI --from FILE... [--primary-key COL] [--format parquet|csv|json
 castsql delete URI --where CONDITION [--engine spark|duckdb]
 castsql update URI --set "COL = EXPR" [--set ...] [--where CONDITION] [--merge-schema] [--engine spark|duckdb]
 castsql merge URI --from FILE... --on COL[,COL] [--delete-matched-when COND] [--no-update] [--no-insert]
-              [--delete-not-matched-by-source] [--merge-schema] [--engine spark|duckdb]
+              [--delete-not-matched-by-source] [--merge-schema] [--allow-duplicate-keys] [--engine spark|duckdb]
 castsql compact URI [--threshold 0.5]
 castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
 castsql restore URI (--version N | --timestamp T)   commit an older version's content as the newest

@@ -272,3 +272,192 @@ def test_cli_in_a_real_process_without_pyspark_or_tracebacks(spark, tmp_path):
     assert len(lines) == 1 and "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
     assert "[CAST_INVALID_INPUT] The value 'view'" in lines[0] and "nothing was committed" in lines[0]
     assert TableLog(open_storage(uri)).latest().version == 2
+
+
+# ---------------------------------------------------------------------- issue 19: type rule and primary key
+
+_TYPED = pa.schema([("id", pa.int64()), ("n", pa.int32()), ("s", pa.int16()), ("b", pa.int64()), ("x", pa.float64())])
+
+
+def _typed(ids, **cols) -> pa.Table:
+    """Rows of the typed table (``id`` BIGINT key, ``n`` INT, ``s`` SMALLINT,
+    ``b`` BIGINT, ``x`` DOUBLE); ``cols`` replaces columns (name -> array)."""
+    ids = list(ids)
+    data = {
+        "id": pa.array(ids, pa.int64()),
+        "n": pa.array([i * 10 for i in ids], pa.int32()),
+        "s": pa.array([i % 100 for i in ids], pa.int16()),
+        "b": pa.array([i * 1000 for i in ids], pa.int64()),
+        "x": pa.array([i / 4 for i in ids], pa.float64()),
+    }
+    data.update(cols)
+    return pa.table(data)
+
+
+def _typed_table(spark, uri: str, ids) -> None:
+    append(spark, uri, spark.createDataFrame(_typed(ids)).coalesce(1), primary_key="id")
+
+
+def _upsert(spark, uri: str, t: pa.Table, **kw):
+    return (
+        merge(spark, uri, spark.createDataFrame(t), on="id", **kw)
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+    )
+
+
+def test_merge_type_rule_refuses_narrowing_before_any_job(spark, tmp_path):
+    """The one type rule (issue 19): a source column must fit its table column
+    losslessly; a double into BIGINT, BIGINT into INT, BIGINT into DOUBLE or a
+    string into a number is refused naming the column and both types, and
+    nothing is written. Widenings (INT into BIGINT, SMALLINT into INT) merge."""
+    from castsql.errors import SchemaMismatch
+
+    uri = str(tmp_path / "typed")
+    _typed_table(spark, uri, range(10))
+    before = _objects(uri)
+    ids = [3, 4, 20]
+    cases = [
+        ({"b": pa.array([3.0, 4.0, 20.0], pa.float64())}, "column 'b' is double in the data, the table has int64"),
+        ({"n": pa.array([1, 2, 3], pa.int64())}, "column 'n' is int64 in the data, the table has int32"),
+        ({"s": pa.array([1, 2, 3], pa.int32())}, "column 's' is int32 in the data, the table has int16"),
+        ({"x": pa.array([1, 2, 3], pa.int64())}, "column 'x' is int64 in the data, the table has double"),
+        ({"n": pa.array(["1", "2", "3"], pa.string())}, "column 'n' is string in the data, the table has int32"),
+    ]
+    for cols, needle in cases:
+        src = _typed(ids, **cols)
+        for build in (
+            lambda src=src: _upsert(spark, uri, src),
+            lambda src=src: merge(spark, uri, spark.createDataFrame(src), on="id").when_not_matched_insert_all(),
+        ):
+            with pytest.raises(SchemaMismatch) as e:
+                build().execute()
+            msg = str(e.value)
+            assert needle in msg and uri in msg and "nothing was written" in msg and "\n" not in msg, msg
+    assert _objects(uri) == before and TableLog(open_storage(uri)).latest().version == 1
+    # Lossless widenings are cast: INT into BIGINT, SMALLINT into INT, INT into DOUBLE.
+    src = _typed(
+        ids,
+        b=pa.array([7, 8, 9], pa.int32()),
+        n=pa.array([-1, -2, -3], pa.int16()),
+        x=pa.array([1, 2, 3], pa.int32()),
+    )
+    m = _upsert(spark, uri, src).execute()
+    assert (m.version, m.num_target_rows_updated, m.num_target_rows_inserted) == (2, 2, 1)
+    got = _rows(uri)
+    assert [(got[i]["b"], got[i]["n"], got[i]["x"]) for i in ids] == [(7, -1, 1.0), (8, -2, 2.0), (9, -3, 3.0)]
+    with castsql.open(uri) as t:
+        assert t.to_arrow().schema == _TYPED  # the table's types, unchanged
+
+
+def test_merge_expression_values_are_stored_only_unchanged(spark, tmp_path):
+    """A number a clause's SQL computes in another type (Spark types ``1`` as
+    INT, ``target.b / 2`` as DOUBLE) is stored when no value changes (``0``
+    into SMALLINT); one it would change is refused naming the column, the
+    expression and a value, before anything is written."""
+    uri = str(tmp_path / "typed")
+    _typed_table(spark, uri, range(10))
+    src = spark.createDataFrame(_typed([2, 3]))
+    m = merge(spark, uri, src, on="id").when_matched_update(set={"s": "target.s + 1", "b": "target.b / 2"}).execute()
+    assert m.version == 2 and m.num_target_rows_updated == 2
+    got = _rows(uri)
+    assert [(got[i]["s"], got[i]["b"]) for i in (2, 3)] == [(3, 1000), (4, 1500)]
+    before = _objects(uri)
+    for set_, needle in [
+        ({"b": "target.b / 7"}, "column b is bigint, and the value 'target.b / 7' is double: 142.857"),
+        (
+            {"n": "source.x"},
+            "column n is int, and the value 'source.x' is double: 0.5 cannot be stored as int unchanged",
+        ),
+        ({"s": "source.b * 100"}, "column s is smallint, and the value 'source.b * 100' is bigint: 200000"),
+    ]:
+        with pytest.raises(MergeError) as e:
+            merge(spark, uri, src, on="id").when_matched_update(set=set_).execute()
+        msg = str(e.value)
+        assert needle in msg and "nothing was committed" in msg and "\n" not in msg, msg
+    with pytest.raises(MergeError, match="column b is bigint, and the value 'b / 7' is double"):
+        update(spark, uri, {"b": "b / 7"}, "id = 2")
+    assert _objects(uri) == before and TableLog(open_storage(uri)).latest().version == 2
+
+
+def test_merge_inserted_keys_must_be_unique_and_not_null(spark, tmp_path):
+    """Issue 19: a merge's inserts may not write a NULL primary key or one key
+    twice (the source repeating a key no row matches), nor, when the inserted
+    key is not the source's ``on`` key, a key a live row holds; DuplicateKey
+    names the first keys and nothing is written. ``allow_duplicate_keys=True``
+    writes them."""
+    from castsql.write.keys import DuplicateKey
+
+    uri = str(tmp_path / "typed")
+    _typed_table(spark, uri, range(10))
+    log = TableLog(open_storage(uri))
+    before = _objects(uri)
+    repeated = _typed([3, 40, 40, 41, 41, 42])
+    nulls = _typed([3, 50, 51], id=pa.array([3, None, 51], pa.int64()))
+    cases = [
+        (
+            lambda: _upsert(spark, uri, repeated),
+            "the data holds key id = 40 more than once (and 1 more duplicated key: 41)",
+        ),
+        (lambda: _upsert(spark, uri, nulls), "1 row(s) have a NULL primary key 'id'"),
+        # Not on the key: a source row matching nothing may carry a key the table has.
+        (
+            lambda: merge(
+                spark, uri, spark.createDataFrame(_typed([7, 60], n=pa.array([-1, 0], pa.int32()))), on="n"
+            ).when_not_matched_insert_all(),
+            "1 key(s) are already in the table at version 1 (id = 7)",
+        ),
+        (
+            lambda: merge(spark, uri, spark.createDataFrame(_typed([103, 104, 200])), on="id").when_not_matched_insert(
+                values={"id": "source.id - 100", "n": "source.n"}
+            ),
+            "2 key(s) are already in the table at version 1 (id = 3, id = 4)",
+        ),
+        (
+            lambda: merge(
+                spark, uri, spark.createDataFrame(_typed([5, 61])), on="target.n = source.n + 1"
+            ).when_not_matched_insert_all(),
+            "1 key(s) are already in the table at version 1 (id = 5)",
+        ),
+    ]
+    for build, needle in cases:
+        with pytest.raises(DuplicateKey) as e:
+            build().execute()
+        msg = str(e.value)
+        assert needle in msg and uri in msg and "nothing was committed" in msg and "\n" not in msg, msg
+        assert "NULL" in msg or "allow_duplicate_keys=True" in msg, msg
+    assert _objects(uri) == before and log.latest().version == 1
+    # A merge on the key inserting its source keys: keys the table has match, so nothing is looked up.
+    m = _upsert(spark, uri, _typed([3, 70, 71])).execute()
+    assert (m.version, m.num_target_rows_updated, m.num_target_rows_inserted) == (2, 1, 2)
+    # The option writes the duplicates and the NULL key.
+    m = _upsert(spark, uri, repeated, allow_duplicate_keys=True).execute()
+    assert (m.version, m.num_target_rows_inserted) == (3, 5)
+    m = _upsert(spark, uri, nulls, allow_duplicate_keys=True).execute()
+    assert (m.version, m.num_target_rows_inserted) == (4, 2)
+    with castsql.open(uri) as t:
+        ids = t.to_arrow().column("id").to_pylist()
+    assert sorted(ids, key=lambda i: (i is None, i)) == [*range(10), 40, 40, 41, 41, 42, 51, 70, 71, None]
+
+
+def test_cli_merge_allow_duplicate_keys_and_type_rule(spark, tmp_path, capsys):
+    uri = str(tmp_path / "typed")
+    _typed_table(spark, uri, range(10))
+    pq.write_table(_typed([5, 30, 30]), dup := str(tmp_path / "dup.parquet"))
+    pq.write_table(_typed([5, 31], b=pa.array([2.5, 3.0])), wide := str(tmp_path / "double.parquet"))
+    before = _objects(uri)
+    rc, out, err = _cli(capsys, "merge", uri, "--from", dup, "--on", "id")
+    assert rc == 1 and out == "" and len(err.splitlines()) == 1, err
+    assert "key id = 30 more than once" in err and "--allow-duplicate-keys" in err
+    rc, out, err = _cli(capsys, "merge", uri, "--from", wide, "--on", "id")
+    assert rc == 1 and out == "" and len(err.splitlines()) == 1, err
+    assert "column 'b' is double in the data, the table has int64" in err
+    assert _objects(uri) == before
+    rc, out, err = _cli(capsys, "merge", uri, "--from", dup, "--on", "id", "--allow-duplicate-keys")
+    assert rc == 0 and out.startswith("merge: committed version 2; 2 inserted, 1 updated"), err
+    assert sorted(_rows_list(uri)) == [*range(10), 30, 30]
+
+
+def _rows_list(uri: str) -> list:
+    with castsql.open(uri) as t:
+        return t.to_arrow().column("id").to_pylist()

@@ -7,7 +7,7 @@
     castsql update URI --set "COL = EXPR" [--set ...] [--where "COND"] [--merge-schema] [--engine spark|duckdb]
     castsql merge URI --from FILE... --on COL[,COL] [--format F] [--no-update] [--no-insert]
                   [--delete-matched-when "COND"] [--delete-not-matched-by-source] [--merge-schema]
-                  [--engine spark|duckdb]
+                  [--allow-duplicate-keys] [--engine spark|duckdb]
     castsql compact URI [--threshold F]
     castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
     castsql restore URI (--version N | --timestamp T)
@@ -147,6 +147,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     m.add_argument(
         "--merge-schema", action="store_true", help="add the input's new columns and widen columns (FORMAT.md §3.4)"
+    )
+    m.add_argument(
+        "--allow-duplicate-keys",
+        action="store_true",
+        help="do not refuse inserted rows whose primary key is NULL, repeated or already taken",
     )
     _engine(m)
     c = sub.add_parser("compact", help="rewrite heavily deleted files, merge tombstones")
@@ -324,7 +329,14 @@ def _spark_command(spark: Any, args: Any) -> str:
         from castsql.spark.merge import merge
 
         df = _read_input(spark, args.uri, args.sources, _input_format(args.sources, args.format), "merge")
-        builder = merge(spark, args.uri, df, on=args.on, merge_schema=args.merge_schema)
+        builder = merge(
+            spark,
+            args.uri,
+            df,
+            on=args.on,
+            merge_schema=args.merge_schema,
+            allow_duplicate_keys=args.allow_duplicate_keys,
+        )
         return _merge_summary(args.uri, _clauses(builder, args).execute())
     from castsql.spark.compactor import compact
 
@@ -417,7 +429,9 @@ def _embedded_command(args: Any) -> str:
             m = table.update(args.assign, args.where, merge_schema=args.merge_schema)
             return "update: no row matched; nothing committed" if m is None else _summary("update", m)
         source = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri)
-        builder = table.merge(source, on=args.on, merge_schema=args.merge_schema)
+        builder = table.merge(
+            source, on=args.on, merge_schema=args.merge_schema, allow_duplicate_keys=args.allow_duplicate_keys
+        )
         return _merge_summary(args.uri, _clauses(builder, args).execute())
 
 

@@ -12,11 +12,16 @@ clauses in order, first match wins, ``execute()`` gives
 2. the shared :func:`castsql.write.merge.actions_sql` runs in Spark SQL over
    the two views: one row per changed row, with its action (update, delete,
    insert) and how many source rows matched its target row. Types are checked
-   before any job runs (a string column compared with a number is refused, as
-   is a value that does not fit its column);
+   before any job runs: the source's table columns by the one type rule
+   (:func:`check_source_types`: lossless widenings only, SchemaMismatch), a
+   string column compared with a number, a value of another kind than its
+   column's;
 3. one job counts the actions and refuses Delta's multiple-match case
    (several source rows updating or deleting one target row: MergeError
-   naming up to five keys, nothing written);
+   naming up to five keys, nothing written), a number a clause computes that
+   its column cannot hold unchanged, and (unless ``allow_duplicate_keys``)
+   inserted primary keys that are NULL, repeated, or already live
+   (:func:`_check_inserted_keys`, DuplicateKey);
 4. the replaced and deleted rows' positions are turned into per-row-group
    bitmaps on the workers (:func:`positions_task`) and the shared planner
    (:func:`castsql.write.records.plan_records`) picks the tombstone records;
@@ -50,7 +55,7 @@ import json
 import math
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -60,13 +65,15 @@ from pyroaring import BitMap
 
 from castsql.errors import CastSQLError, SchemaMismatch
 from castsql.format import DataFile, Manifest, Schema, TableLog
-from castsql.format.evolution import merged, rebase, widens
+from castsql.format.evolution import fits, merged, rebase, refusal, widens
 from castsql.format.manifest import json_stat
+from castsql.format.schema import type_from_name
 from castsql.format.tombstone import serialize_tombstones
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import Snapshot, resolve
 from castsql.storage import S3Config, open_storage
 from castsql.write.commit import commit_dml, with_retries
+from castsql.write.keys import check_input_keys, existing_keys, refuse_existing
 from castsql.write.merge import (
     ACTION_COL,
     ACTION_DELETE,
@@ -162,38 +169,111 @@ def _write_rows(log: TableLog, snap: Snapshot, df: DataFrame, what: str, rgs: in
     return [DataFile.from_json(json.loads(r.entry), f"{what} task") for r in rows]
 
 
-def _fits(got: DataType, want: DataType) -> bool:
-    """May a value of Spark type ``got`` be stored in a column of ``want``
-    without a row-by-row conversion that fails on some values?"""
-    from pyspark.sql.types import NullType, NumericType
+def _arrow_of(t: DataType) -> pa.DataType | None:
+    """The Arrow type of Spark type ``t`` as a writer stores it (None: none)."""
+    from pyspark.sql.pandas.types import to_arrow_type
 
-    if got == want or isinstance(got, NullType):
+    try:
+        return to_arrow_type(t, timestamp_utc=True)
+    except Exception:  # arrays, maps, intervals…: no table column takes them
+        return None
+
+
+def check_source_types(source: DataFrame, schema: Schema, where: str) -> None:
+    """The one type rule (:func:`castsql.format.evolution.fits`, FORMAT.md
+    §3.4) for the source's columns that are table columns (by name, any
+    case), as the embedded merge applies it: only lossless widenings
+    (``int`` into ``bigint``); a double into a BIGINT column, a BIGINT into an
+    INT one or a string into a number is refused naming the column and both
+    types, before any job runs."""
+    types = {c.name.lower(): c for c in schema.columns}
+    for field in source.schema.fields:
+        col = types.get(field.name.lower())
+        if col is None:
+            continue
+        want = type_from_name(col.type)
+        got = _arrow_of(field.dataType)
+        if got is None:
+            raise SchemaMismatch(
+                f"{where}: column {col.name!r} is {field.dataType.simpleString()} in the data, the table has "
+                f"{want} (only lossless widenings are accepted); nothing was written"
+            )
+        if not fits(got, want):
+            raise refusal(where, col.name, got, want)
+
+
+# A value a clause computes whose type does not fit its column (a SQL
+# expression's number): (column, Spark type of the value, column's Spark
+# type, the expression's text or None, the Column giving the value as text
+# where the conversion would change it, else NULL).
+Lossy = tuple[str, "DataType", "DataType", "str | None", "Column"]
+
+
+def _fits_value(got: DataType, want: pa.DataType) -> bool:
+    """May the value of a clause (of Spark type ``got``) be stored in a column
+    of ``want`` as it is? The one type rule, and (as before) a timestamp of
+    either kind in a timestamp column: Spark converts between them in the
+    session's time zone (UTC in CastSQL's sessions)."""
+    src = _arrow_of(got)
+    if src is not None and fits(src, want):
         return True
-    if isinstance(got, NumericType) and isinstance(want, NumericType):
-        return True  # widened or narrowed as SQL casts do (an overflow fails the job)
-    return type(got).__name__.startswith("Timestamp") and type(want).__name__.startswith("Timestamp")
+    return type(got).__name__.startswith("Timestamp") and pa.types.is_timestamp(want)
 
 
-def _cast_columns(df: DataFrame, snap: Snapshot, table: str, what: str, texts: Mapping[str, str]) -> list[Column]:
+def _cast_columns(
+    df: DataFrame, snap: Snapshot, table: str, what: str, texts: Mapping[str, str]
+) -> tuple[list[Column], list[Lossy]]:
     """``df``'s table columns cast to the table's types, after checking that
-    each fits (one line naming the table, the column and both types if not)."""
+    each fits (one line naming the table, the column and both types if not).
+
+    The source's columns are checked before (:func:`check_source_types`:
+    their types must fit). A number that a SQL expression of a clause
+    computes in another numeric type (``0`` into a SMALLINT column,
+    ``target.n / 2`` into a BIGINT one) is stored only where the conversion
+    changes no value: the second list gives, per such column, a Column that
+    is the value as text where it would change (a fraction dropped, an
+    overflow, digits lost), for :func:`_refuse_lossy` before anything is
+    written."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import NumericType
 
     from castsql.spark.types import spark_type
 
-    out = []
+    out: list[Column] = []
+    lossy: list[Lossy] = []
     for f in snap.schema.to_arrow():
         want = spark_type(f.type)
         got = df.schema[f.name].dataType
-        if not _fits(got, want):
-            source = texts.get(f.name.lower())
+        col = F.col(_quote(f.name))
+        source = texts.get(f.name.lower())
+        if _fits_value(got, f.type):
+            out.append(col.cast(want).alias(f.name))
+        elif isinstance(got, NumericType) and isinstance(want, NumericType):
+            stored = col.try_cast(want)
+            changed = col.isNotNull() & (stored.isNull() | ~stored.cast(got).eqNullSafe(col))
+            lossy.append((f.name, got, want, source, F.when(changed, col.cast("string"))))
+            out.append(stored.alias(f.name))
+        else:
             value = f"the value {source!r}" if source else "the source's value"
             raise MergeError(
                 f"table {table}: {what}: column {f.name} is {want.simpleString()}, and {value} is "
                 f"{got.simpleString()} (CAST it explicitly)"
             )
-        out.append(F.col(_quote(f.name)).cast(want).alias(f.name))
-    return out
+    return out, lossy
+
+
+def _refuse_lossy(table: str, what: str, lossy: list[Lossy], examples: Sequence[Any]) -> None:
+    """MergeError for the first column of ``lossy`` whose example (a value as
+    text that its conversion would change, or None) is not None."""
+    for (name, got, want, source, _), value in zip(lossy, examples, strict=True):
+        if value is None:
+            continue
+        expr = f"the value {source!r}" if source else "the source's value"
+        raise MergeError(
+            f"table {table}: {what}: column {name} is {want.simpleString()}, and {expr} is {got.simpleString()}: "
+            f"{value} cannot be stored as {want.simpleString()} unchanged (CAST it explicitly to convert); "
+            "nothing was committed"
+        )
 
 
 def evolve_snapshot(snap: Snapshot, schema: Schema, where: str) -> Snapshot:
@@ -228,6 +308,7 @@ def merge(
     row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
     target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
     merge_schema: bool = False,
+    allow_duplicate_keys: bool = False,
 ) -> MergeBuilder:
     """A merge of the Spark DataFrame ``source`` into the table at ``uri``,
     run by Spark: add clauses, then ``execute()`` (see the module docs).
@@ -241,6 +322,15 @@ def merge(
     the source's type) and columns whose source type is an allowed widening
     are widened, in the version the merge commits (FORMAT.md §3.4); target
     rows the merge leaves alone read NULL in an added column.
+
+    The source's columns that are table columns must fit them losslessly
+    (the one type rule, :func:`castsql.format.evolution.fits`: ``int`` into
+    ``bigint``; a double into a BIGINT column is SchemaMismatch naming the
+    column and both types), before any job runs. On a table with a primary
+    key, inserted rows whose key is NULL, repeated among the inserts, or
+    (when the inserted key is not the source's ``on`` key) already live in
+    the table are refused (:class:`castsql.write.keys.DuplicateKey`, naming
+    the first keys; nothing written) unless ``allow_duplicate_keys=True``.
 
     Example::
 
@@ -256,7 +346,15 @@ def merge(
 
     def run(spec: MergeSpec, src: Any) -> MergeMetrics:
         return _execute_merge(
-            spark, log, spec, src, attempts, row_group_size, target_file_bytes, merge_schema=merge_schema
+            spark,
+            log,
+            spec,
+            src,
+            attempts,
+            row_group_size,
+            target_file_bytes,
+            merge_schema=merge_schema,
+            allow_duplicate_keys=allow_duplicate_keys,
         )
 
     return MergeBuilder(log.uri, source, on, run, source_alias=source_alias, target_alias=target_alias)
@@ -336,10 +434,12 @@ def _execute_merge(
     *,
     stream: tuple[str, int] | None = None,
     merge_schema: bool = False,
+    allow_duplicate_keys: bool = False,
 ) -> MergeMetrics:
     """``stream``: (query, batch id) recorded in the commit; a batch the table
     already has for that query commits nothing (``extra["skipped_batch"]``).
-    ``merge_schema``: the source's new columns added, widenings made (see :func:`merge`)."""
+    ``merge_schema``: the source's new columns added, widenings made;
+    ``allow_duplicate_keys``: inserted keys not checked (see :func:`merge`)."""
     from pyspark import StorageLevel
     from pyspark.errors import AnalysisException
     from pyspark.sql import DataFrame as SparkDataFrame
@@ -364,10 +464,11 @@ def _execute_merge(
             src_schema = schema_from_spark(source.schema).to_arrow()
         except SchemaMismatch as e:
             raise SchemaMismatch(f"{where}: the source: {e}") from None
-        columns = merged(head.schema, src_schema, where, head.primary_key).names
+        target = merged(head.schema, src_schema, where, head.primary_key)
     else:
-        columns = head.schema.names
-    validate(spec, table, columns, source.columns)
+        target = head.schema
+    validate(spec, table, target.names, source.columns)
+    check_source_types(source, target, where)  # the one type rule, before any job
     tag = uuid.uuid4().hex[:12]
     source_view, target_view = f"_castsql_source_{tag}", f"_castsql_target_{tag}"
     source.createOrReplaceTempView(source_view)
@@ -396,13 +497,15 @@ def _execute_merge(
             )
             try:
                 acts = spark.sql(actions_sql(spec, _quote(target_view), _quote(source_view), names, _quote))
+                cast, lossy = _cast_columns(acts, snap, table, "merge", texts)
                 out = acts.select(
                     FILE_COL,
                     RG_COL,
                     POS_COL,
                     ACTION_COL,
                     MATCHES_COL,
-                    *_cast_columns(acts, snap, table, "merge", texts),
+                    *cast,
+                    *[c.alias(f"_castsql_lossy{j}") for j, (*_, c) in enumerate(lossy)],
                 )
                 break
             except AnalysisException as e:
@@ -412,7 +515,10 @@ def _execute_merge(
         check_types(out, table, "merge", _describe(spec))
         out = out.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            return _run_merge(spark, log, snap, spec, out, target_view, metrics, rgs, tfb, stream, new_schema)
+            return _run_merge(
+                spark, log, snap, spec, out, target_view, metrics, rgs, tfb, stream, new_schema,
+                lossy=lossy, check_keys=not allow_duplicate_keys,
+            )  # fmt: skip
         finally:
             out.unpersist()
 
@@ -452,7 +558,14 @@ def _run_merge(
     tfb: int,
     stream: tuple[str, int] | None = None,
     new_schema: Schema | None = None,
+    *,
+    lossy: Sequence[Lossy] = (),
+    check_keys: bool = True,
 ) -> MergeMetrics:
+    """Count the actions (one job), refuse what must not be written (several
+    source rows for one target row, a value its column cannot hold
+    unchanged, inserted primary keys NULL, repeated or already in the table),
+    then write the new rows and commit."""
     from pyspark.sql import functions as F
 
     from castsql.spark.errors import job_errors
@@ -471,11 +584,22 @@ def _run_merge(
     if key is not None:
         k = F.when(action == ACTION_INSERT, F.col(_quote(key)))
         aggs += [F.min(k).alias("lo"), F.max(k).alias("hi")]
+    aggs += [F.min(f"_castsql_lossy{j}").alias(f"lossy{j}") for j in range(len(lossy))]
+    pk = snap.primary_key if check_keys else None
+    if pk is not None:  # NULL and repeated inserted keys, counted in the same job
+        pkc = F.col(_quote(pk))
+        aggs += [
+            F.sum(F.when((action == ACTION_INSERT) & pkc.isNull(), 1).otherwise(0)).alias("null_keys"),
+            F.count_distinct(F.when(action == ACTION_INSERT, pkc)).alias("distinct_keys"),
+        ]
     with job_errors(f"{table}: merge"):
         [stats] = out.agg(*aggs).collect()
     if stats["multiple"] and not spec.multiple_matches_allowed:
         raise _multiple_matches(spark, log, spec, out, target_view)
     updated, deleted, inserted = stats["updated"], stats["deleted"], stats["inserted"] or 0
+    _refuse_lossy(table, "merge", list(lossy), [stats[f"lossy{j}"] for j in range(len(lossy))])
+    if pk is not None and inserted:
+        _check_inserted_keys(log, snap, spec, out, pk, inserted, stats["null_keys"], stats["distinct_keys"])
     metrics.num_target_rows_updated, metrics.num_target_rows_deleted = updated, deleted
     metrics.num_target_rows_inserted = inserted
     metrics.num_output_rows = updated + inserted
@@ -519,6 +643,54 @@ def _run_merge(
     metrics.extra["tombstone_records"] = len(plan.records)
     metrics.extra["tombstone_bytes"] = len(serialize_tombstones(plan.records)) if plan.records else 0
     return metrics
+
+
+def _inserted_keys(table: str, out: DataFrame, pk: str) -> pa.Array:
+    """The primary keys of the rows the merge inserts, on the driver."""
+    from pyspark.sql import functions as F
+
+    from castsql.spark.errors import job_errors
+
+    with job_errors(f"{table}: merge"):
+        keys = out.where(F.col(ACTION_COL) == ACTION_INSERT).select(_quote(pk)).toArrow()
+    return keys.column(0).combine_chunks()
+
+
+def _source_keys_inserted(spec: MergeSpec, pk: str) -> bool:
+    """Is every inserted row's primary key the key of its source row, which
+    (the merge being on that key alone) matches no live row of the table?
+    Then no inserted key can already be in the table: its row would have
+    matched. Not so for a merge on other columns or a predicate, or an insert
+    computing its key (``values={"id": "source.id + 1000"}``)."""
+    if spec.keys is None or [k.lower() for k in spec.keys] != [pk.lower()]:
+        return False
+    same = {pk.lower(), f"{spec.source_alias}.{pk}".lower()}
+    for c in spec.of("not_matched"):
+        expr = next((e for n, e in (c.set or {}).items() if n.lower() == pk.lower()), None)
+        if c.set is not None and expr is not None and expr.replace("`", "").strip().lower() not in same:
+            return False  # a computed key (a clause without one inserts NULL: refused as such)
+    return True
+
+
+def _check_inserted_keys(
+    log: TableLog, snap: Snapshot, spec: MergeSpec, out: DataFrame, pk: str, inserted: int, nulls: int, distinct: int
+) -> None:
+    """DuplicateKey (:mod:`castsql.write.keys`: the embedded merge's rule and
+    messages) for inserted rows whose primary key is NULL, repeated among the
+    inserts, or already live in ``snap``. The job counting the actions counted
+    NULL and distinct keys; the keys come to the driver only to name the
+    offending ones, or to look them up in the table's files when they are not
+    the source's ``on`` key (pyarrow, key-range pruning: :func:`existing_keys`)."""
+    table = log.uri
+    keys = None
+    if nulls or distinct != inserted:
+        keys = _inserted_keys(table, out, pk)
+        check_input_keys(table, pk, keys, "merge")
+    if not _source_keys_inserted(spec, pk):
+        keys = keys if keys is not None else _inserted_keys(table, out, pk)
+        found = existing_keys(log.storage, snap, pk, keys)
+        if found:
+            raise refuse_existing(table, pk, found, snap.version, "merge")
 
 
 def _multiple_matches(spark: SparkSession, log: TableLog, spec: MergeSpec, out: DataFrame, view: str) -> MergeError:
@@ -588,7 +760,7 @@ def update(
     from pyspark.sql import functions as F
 
     from castsql.spark.deleter import plan_delete
-    from castsql.spark.errors import check_types
+    from castsql.spark.errors import check_types, job_errors
     from castsql.spark.reader import read_snapshot
 
     log = TableLog(open_storage(uri, s3=s3))
@@ -628,12 +800,17 @@ def update(
             check_types(df.select(F.expr(cond)), table, "condition", cond)
             for c, e in assign.items():
                 check_types(df.select(F.expr(e)), table, f"value of {c}", e)
-            cast = new.select(*_cast_columns(new, snap, table, "update", {c.lower(): e for c, e in assign.items()}))
+            cols, lossy = _cast_columns(new, snap, table, "update", {c.lower(): e for c, e in assign.items()})
+            cast = new.select(*cols)
         except AnalysisException as e:
             raise _analysis(table, "update", e) from None
         plan = plan_delete(spark, log, snap, cond)
         if not plan.records:
             return None
+        if lossy:  # one job: a value its column cannot hold unchanged refuses the update
+            with job_errors(f"{table}: update"):
+                [row] = new.agg(*[F.min(c).alias(f"v{j}") for j, (*_, c) in enumerate(lossy)]).collect()
+            _refuse_lossy(table, "update", lossy, list(row))
         files = _write_rows(log, snap, cast, "update", row_group_size, target_file_bytes)
         written = sum(f.total_rows for f in files)
         if written != plan.rows:
