@@ -34,6 +34,7 @@ counts and selective filters and at parity on full scans. Versions without delet
 
 from __future__ import annotations
 
+import array
 import bisect
 import contextlib
 import hashlib
@@ -55,6 +56,7 @@ from castsql.engine.duck import load_extension
 from castsql.engine.guard import INTERNAL_CATALOG
 from castsql.engine.quoting import ident as _ident
 from castsql.engine.quoting import sql_str as _q
+from castsql.engine.quoting import sql_value
 
 CATALOG = INTERNAL_CATALOG
 KEEP_VERSIONS = 16  # versions of a table remembered beyond those a view shows (``Lake.trim``)
@@ -139,7 +141,7 @@ class Lake:
         cols = ", ".join(f"{_ident(n)} {t}" for n, t in columns)
         self.con.execute(f"CREATE TABLE {qualified} ({cols})")
         tid = self.con.execute(
-            f"SELECT table_id FROM {_META}.ducklake_table WHERE table_name = ? AND end_snapshot IS NULL", [table]
+            f"SELECT table_id FROM {_META}.ducklake_table WHERE table_name = {_q(table)} AND end_snapshot IS NULL"
         ).fetchone()[0]
         return _Lineage(table, qualified, tid)
 
@@ -159,7 +161,7 @@ class Lake:
                 raise
             ids = dict(
                 con.execute(
-                    f"SELECT path, data_file_id FROM {_META}.ducklake_data_file WHERE table_id = ?", [lin.table_id]
+                    f"SELECT path, data_file_id FROM {_META}.ducklake_data_file WHERE table_id = {int(lin.table_id)}"
                 ).fetchall()
             )
             for uri in new:
@@ -185,25 +187,27 @@ class Lake:
             lin.files[uri] = _LakeFile(lf.data_file_id, digest, next_file + i, bm, version)
         con.execute("BEGIN")
         try:
+            # Literals, not bound parameters: binding one imports pandas (quoting.py).
             con.execute(
-                f"INSERT INTO {_META}.ducklake_snapshot VALUES (?, now(), ?, ?, ?)",
-                [snap + 1, schema_v, next_cat, next_file + len(rows)],
+                f"INSERT INTO {_META}.ducklake_snapshot VALUES "
+                f"({_values([snap + 1])}, now(), {_values([schema_v, next_cat, next_file + len(rows)])})"
             )
             con.execute(
-                f"INSERT INTO {_META}.ducklake_snapshot_changes (snapshot_id, changes_made) VALUES (?, ?)",
-                [snap + 1, f"deleted_from_table:{lin.table_id}"],
+                f"INSERT INTO {_META}.ducklake_snapshot_changes (snapshot_id, changes_made) "
+                f"VALUES ({_values([snap + 1, f'deleted_from_table:{lin.table_id}'])})"
             )
             if ended:
                 con.execute(
-                    f"UPDATE {_META}.ducklake_delete_file SET end_snapshot = ? WHERE delete_file_id IN "
-                    f"({', '.join('?' for _ in ended)})",
-                    [snap + 1, *ended],
+                    f"UPDATE {_META}.ducklake_delete_file SET end_snapshot = {int(snap + 1)} "
+                    f"WHERE delete_file_id IN ({_values(ended)})"
                 )
-            con.executemany(
+            values = ", ".join(
+                f"({_values(r[:3])}, NULL, {_values(r[3:5])}, false, 'parquet', {_values(r[5:])})" for r in rows
+            )
+            con.execute(
                 f"INSERT INTO {_META}.ducklake_delete_file (delete_file_id, table_id, begin_snapshot, end_snapshot, "
-                "data_file_id, path, path_is_relative, format, delete_count, file_size_bytes, footer_size) "
-                "VALUES (?, ?, ?, NULL, ?, ?, false, 'parquet', ?, ?, ?)",
-                rows,
+                f"data_file_id, path, path_is_relative, format, delete_count, file_size_bytes, footer_size) "
+                f"VALUES {values}"
             )
             con.execute("COMMIT")
         except BaseException:
@@ -261,7 +265,7 @@ class Lake:
         # 3x faster; DuckLake reads a file's delete file on every query, and
         # writing 200,000 positions takes 10 ms instead of 127 (docs/PERFORMANCE.md).
         pq.write_table(
-            pa.table({"file_path": pa.repeat(pa.scalar(uri, pa.string()), len(arr)), "pos": pos}),
+            pa.table({"file_path": _repeated(uri, len(arr)), "pos": pos}),
             path,
             compression="none",
             use_dictionary=["file_path"],
@@ -277,6 +281,20 @@ class Lake:
 
 
 Signature = Sequence[tuple[str, str | None]]
+
+
+def _repeated(text: str, n: int) -> pa.Array:
+    """``text`` ``n`` times, as a dictionary array built from buffers
+    (``pa.scalar`` of a string imports pandas: quoting.py)."""
+    data = text.encode()
+    offsets = array.array("i", [0, len(data)])
+    dictionary = pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    indices = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bytes(4 * n))])
+    return pa.DictionaryArray.from_arrays(indices, dictionary)
+
+
+def _values(values: Sequence[Any]) -> str:
+    return ", ".join(sql_value(v) for v in values)
 
 
 def _changed(lin: _Lineage, files: dict[str, BitMap]) -> list[tuple[str, BitMap]]:
