@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from conftest import events_rows
@@ -242,6 +243,31 @@ def test_cli_merge_and_update(spark, tmp_path, capsys, engine):
         assert (rc, out) == (code, "") and needle in err and len(err.splitlines()) == 1, err
         assert "Traceback" not in err
     assert _objects(uri) == before
+
+
+def test_cli_embedded_merge_applies_the_type_rule_to_its_input(spark, tmp_path, capsys):
+    """``castsql merge --engine duckdb``: CSV text is parsed into the table's
+    types (a bad value names the file, the row and the column); a typed input
+    column that is no lossless widening (double into the BIGINT key, even of
+    whole numbers) is refused, not cast; nothing is written either way."""
+    uri = str(tmp_path / "events")
+    _table(spark, uri, range(10))
+    rows = events_rows([3, 4]).set_column(4, "amount", pa.array([1.5, 2.5]))
+    ok, bad = tmp_path / "ok.csv", tmp_path / "bad.csv"
+    pacsv.write_csv(rows, ok)
+    merge = ["--on", "id", "--engine", "duckdb"]
+    rc, _, err = _cli(capsys, "merge", uri, "--from", str(ok), *merge, "--no-insert")
+    assert rc == 0, err
+    assert _rows(uri)[3]["amount"] == 1.5 and _rows(uri)[4]["amount"] == 2.5
+    before = _objects(uri)
+    bad.write_text(ok.read_text().replace(",2.5", ",lots"))
+    rc, _, err = _cli(capsys, "merge", uri, "--from", str(bad), *merge)
+    assert rc == 1 and str(bad) in err and "data row 2" in err and "'amount'" in err and "'lots'" in err, err
+    wide = tmp_path / "double_ids.parquet"
+    pq.write_table(events_rows([1, 2]).set_column(0, "id", pa.array([1.0, 2.0])), wide)
+    rc, _, err = _cli(capsys, "merge", uri, "--from", str(wide), *merge, "--no-insert")
+    assert rc == 1 and "'id'" in err and "double" in err and "int64" in err and len(err.splitlines()) == 1, err
+    assert _objects(uri) == before and _rows(uri)[1]["amount"] == _model([1])[1]["amount"]
 
 
 def test_cli_in_a_real_process_without_pyspark_or_tracebacks(spark, tmp_path):

@@ -375,21 +375,37 @@ def _merge_summary(uri: str, metrics: Any, s3: Any = None) -> str:
 
 
 def _read_arrow(sources: list[str], fmt: str, uri: str) -> Any:
-    """The input files as one Arrow table, columns the table has cast to its types."""
+    """The input files as one Arrow table, for the embedded merge.
+
+    The one type rule (FORMAT.md §3.4): text input (CSV, JSON) is parsed into
+    the table's types, and a value that does not parse is refused naming the
+    file, the row and the column; typed input (Parquet) is cast only where
+    that is a lossless widening, and any other type is left for the merge to
+    refuse (or, with ``--merge-schema``, to widen the column to)."""
     import pyarrow as pa
 
-    from castsql.errors import SchemaMismatch
+    from castsql.format.evolution import fits
+
+    target = {f.name.lower(): f for f in TableLog(open_storage(uri)).latest().schema.to_arrow()}
 
     def one(path: str) -> pa.Table:
         try:
             if fmt == "csv":
                 import pyarrow.csv as pacsv
 
-                return pacsv.read_csv(path)
+                names = pacsv.read_csv(path).column_names
+                types = {n: target[n.lower()].type for n in names if n.lower() in target}
+                try:
+                    return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=types))
+                except pa.ArrowInvalid:
+                    raise _bad_csv_value(path, types) from None
             if fmt == "json":
                 import pyarrow.json as pajson
 
-                return pajson.read_json(path)
+                names = pajson.read_json(path).column_names
+                schema = pa.schema([target[n.lower()].with_name(n) for n in names if n.lower() in target])
+                opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer")
+                return pajson.read_json(path, parse_options=opts)
             import pyarrow.parquet as pq
 
             return pq.read_table(path)
@@ -401,19 +417,35 @@ def _read_arrow(sources: list[str], fmt: str, uri: str) -> Any:
         data = pa.concat_tables(tables, promote_options="permissive")
     except pa.ArrowException as e:
         raise CastSQLError(f"merge: the input files do not have the same columns: {e}") from None
-    target = {f.name.lower(): f for f in TableLog(open_storage(uri)).latest().schema.to_arrow()}
     cols = []
     for name, col in zip(data.column_names, data.columns, strict=True):
         f = target.get(name.lower())
-        if f is not None and col.type != f.type:
-            try:
-                col = col.cast(f.type)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise SchemaMismatch(
-                    f"merge: column {name} of the input ({col.type}) cannot be read as the table's {f.type}: {e}"
-                ) from None
+        if f is not None and col.type != f.type and fits(col.type, f.type):
+            col = col.cast(f.type)
         cols.append(col)
     return pa.Table.from_arrays(cols, names=data.column_names)
+
+
+def _bad_csv_value(path: str, types: dict[str, Any]) -> CastSQLError:
+    """The first value of a CSV file that does not parse as its column's type,
+    as an error naming the file, the row and the column (pyarrow's own names
+    neither the row nor the value's column by name)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    strings = pacsv.ConvertOptions(column_types=dict.fromkeys(types, pa.string()), strings_can_be_null=True)
+    text = pacsv.read_csv(path, convert_options=strings)
+    for name, t in types.items():
+        for row, value in enumerate(text.column(name).to_pylist(), start=1):
+            if value is None:
+                continue
+            try:
+                pa.array([value], pa.string()).cast(t)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                return CastSQLError(
+                    f"merge: {path}: data row {row}: column {name!r}: {value!r} is not a {t} value; nothing was written"
+                )
+    return CastSQLError(f"merge: {path}: a value does not parse as its column's type; nothing was written")
 
 
 def _embedded_command(args: Any) -> str:
