@@ -166,6 +166,44 @@ def test_forgotten_pruned_views_take_their_position_tables_with_them(tmp_path, m
         assert left.fetchone()[0] == 2  # one per pruned view still kept
 
 
+def test_a_commit_elsewhere_keeps_the_pruned_view_and_one_in_its_files_rebuilds_it(tmp_path):
+    """The first selective query after a commit builds nothing when the commit
+    left the files it reads as they were; it sees the commit when it did not."""
+    from castsql.format.change import alter
+
+    root = three_files_one_delete(str(tmp_path / "t"), BitMap([0, 1]))  # ids 10, 11
+    log = TableLog(open_storage(root))
+    query = "SELECT id FROM t WHERE id BETWEEN 12 AND 14 ORDER BY id"
+
+    def pruned_view() -> str:
+        (name,) = re.findall(r'"(castsql/p/[^"]+)"', s.prepare(query))
+        return name
+
+    def ids() -> list[int]:
+        return [r["id"] for r in s.sql(query).to_pylist()]
+
+    with Session(root) as s:
+        first = pruned_view()
+        assert ids() == [12, 13, 14]
+        log.delete([PositionDelete(log.latest().data_files[0].name, None, BitMap([3]))])  # id 3: elsewhere
+        log.append(write_data_files(log.storage, rows(range(30, 40)), log.latest().schema))  # elsewhere
+        assert pruned_view() == first
+        assert ids() == [12, 13, 14]
+        assert s.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 37}]  # the new version is read
+        log.delete([PositionDelete(log.latest().data_files[1].name, None, BitMap([3]))])  # id 13: in its file
+        assert pruned_view() != first
+        assert ids() == [12, 14]
+        after_delete = pruned_view()
+        alter(log, add={"extra": "int64"})  # the same files and deletes, one more column
+        assert pruned_view() != after_delete
+        assert s.sql("SELECT * FROM t WHERE id BETWEEN 12 AND 14").column_names[-1] == "extra"
+        assert s.sql("SELECT id FROM t AS OF VERSION 4 WHERE id BETWEEN 12 AND 14").to_pylist() == [
+            {"id": 12},
+            {"id": 13},
+            {"id": 14},
+        ]
+
+
 # ---------------------------------------------------------------- property: same rows as every file
 
 

@@ -58,6 +58,8 @@ class Planner:
         self._read_before: set[str] = set()  # URIs of the tables a view was made for
         # (view, version, predicates) -> view of the files they may match, None if every file
         self._pruned: OrderedDict[tuple, str | None] = OrderedDict()
+        # (view, table URI, predicates) -> (newest pruned view made for them, what it shows)
+        self._pruned_shows: dict[tuple, tuple[str, tuple]] = {}
         self._pruned_seq = itertools.count()
 
     def refresh(self) -> None:
@@ -215,11 +217,30 @@ class Planner:
         small = len(dirty) <= _ANTIJOIN_FILES and sum(f.total_rows for f in dirty) <= _ANTIJOIN_POSITIONS
         name = None
         if pruned is not snap and small:
-            name = names.pruned_view(view, next(self._pruned_seq))
-            self._create_view(name, pruned, table, within=preds)
+            # A commit that left these files and their deletes as they were (one
+            # that wrote elsewhere in the table) keeps the view an earlier
+            # version made for the same predicates: the first selective query
+            # after it builds nothing (docs/PERFORMANCE.md, issue 21).
+            shows = _shows(pruned)
+            same = (view.lower(), snap.table_uri, preds)
+            earlier = self._pruned_shows.get(same)
+            if earlier is not None and earlier[1] == shows and earlier[0] in self._pruned.values():
+                name = earlier[0]
+            else:
+                name = names.pruned_view(view, next(self._pruned_seq))
+                self._create_view(name, pruned, table, within=preds)
+                self._pruned_shows[same] = (name, shows)
         self._pruned[key] = name
         while len(self._pruned) > _PRUNED_VIEWS:
             _, old = self._pruned.popitem(last=False)
-            if old is not None:
+            if old is not None and old not in self._pruned.values():
                 self.views.drop(old)
+                for k in [k for k, (n, _) in self._pruned_shows.items() if n == old]:
+                    del self._pruned_shows[k]
         return name
+
+
+def _shows(snap: Snapshot) -> tuple:
+    """What a view of ``snap``'s files shows: its schema, its files and their
+    deletes (compared with ``==``: bitmaps by content)."""
+    return (snap.schema, snap.primary_key, tuple((f.uri, f.deleted, f.key_ranges) for f in snap.files))

@@ -71,6 +71,8 @@ class Views:
         self.signatures = Signatures(con)
         self._seq = itertools.count()
         self._lake_at: dict[str, tuple[object, int]] = {}  # view -> (DuckLake lineage, version) it reads
+        self._tables: dict[str, list[str]] = {}  # view -> the position tables its anti-joins read
+        self._new_tables: list[str] = []  # made for the view being created
 
     @property
     def lake(self) -> Lake:
@@ -148,7 +150,8 @@ class Views:
         """
         files = prune_files(snap.files, predicates, {c.name: c.type for c in snap.schema.columns})
         con = self.con
-        owned = self._owned(name)
+        self._drop_tables(self._new_tables)  # left by a create that failed before its view existed
+        self._new_tables = []
         provisional = False
         lake_at = None
         if positions:
@@ -182,8 +185,16 @@ class Views:
                     provisional = provisional or whole
                     branches.append(self._anti_join(name, snap, proj, group, dirty, within))
             body = " UNION ALL ".join(branches)
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
-        self._drop_tables(owned)  # the position tables of what the view showed before
+        made, self._new_tables = self._new_tables, []
+        try:
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
+        except BaseException:
+            self._drop_tables(made)
+            raise
+        # The position tables of what the view showed before.
+        self._drop_tables(self._tables.pop(name, []))
+        if made:
+            self._tables[name] = made
         before = self._lake_at.pop(name, None)
         if lake_at is not None:
             self._lake_at[name] = lake_at
@@ -255,6 +266,7 @@ class Views:
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE {ident(name)} AS SELECT {cols} FROM {ident(arrow)}")
         finally:
             self.con.unregister(arrow)
+        self._new_tables.append(name)
         return ident(name)
 
     def _reachable(self, uri: str, group: Group, snap: Snapshot, within: Sequence) -> BitMap | None:
@@ -323,19 +335,11 @@ class Views:
     def drop(self, name: str) -> None:
         """Drop the view ``name`` and the position tables of its anti-joins (one
         over files without deletes: no DuckLake table behind it)."""
-        owned = self._owned(name)
         self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
-        self._drop_tables(owned)
+        self._drop_tables(self._tables.pop(name, []))
         before = self._lake_at.pop(name, None)
         if before is not None:
             self._trim(before[0])
-
-    def _owned(self, view: str) -> list[str]:
-        """The position tables of the anti-joins of ``view`` (``castsql/del/<seq>/<i>/<view>``)."""
-        found = self.con.execute(
-            "SELECT table_name FROM duckdb_tables() WHERE temporary AND starts_with(table_name, 'castsql/del/')"
-        ).fetchall()
-        return [t for (t,) in found if t.split("/", 4)[-1] == view]
 
     def _drop_tables(self, tables: Sequence[str]) -> None:
         for table in tables:
