@@ -19,7 +19,9 @@ and writes the same rows (``spark.range(...).selectExpr(...)``, generated in
 the job) to a fresh directory three ways: ``df.write.parquet`` (Spark's
 defaults: snappy; the goal's baseline), the same with zstd (castsql's codec:
 what the codec costs apart from the Python transfer) and
-``df.write.format("castsql")`` (zstd, a new table, one commit). The order of
+``df.write.format("castsql")`` (zstd, a new table, one commit), and hands
+the same rows to Python workers that drop them (``mapInArrow`` into Spark's
+``noop`` sink: the floor of any writer in Python). The order of
 the contestants alternates from round to round (forward, then mirrored), a
 round 0 warms the workers up and is not counted, and each cell is the median
 over the rounds of (time / the Parquet time of the same round): the machine is
@@ -65,6 +67,12 @@ def _timed(fn) -> float:
         return time.perf_counter() - t
     finally:
         gc.enable()
+
+
+def _drain(batches):
+    for _ in batches:
+        pass
+    yield from ()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,14 +144,24 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(out, ignore_errors=True)
             source().write.format("castsql").mode("append").save(str(out))
 
-        writes = {"parquet": write_parquet, "parquet_zstd": write_parquet_zstd, "castsql": write_castsql}
+        def hand_to_python() -> None:
+            # The floor of any writer in Python (a data source, mapInArrow):
+            # the same rows converted to Arrow, sent to Python workers and dropped.
+            source().mapInArrow(_drain, "n long").write.format("noop").mode("overwrite").save()
+
+        writes = {
+            "parquet": write_parquet,
+            "parquet_zstd": write_parquet_zstd,
+            "castsql": write_castsql,
+            "to_python": hand_to_python,
+        }
 
         times: dict[str, list[float]] = {
-            k: [] for k in ("parquet", "format", "native", "w_parquet", "w_parquet_zstd", "w_castsql")
+            k: [] for k in ("parquet", "format", "native", "w_parquet", "w_parquet_zstd", "w_castsql", "w_to_python")
         }
         for r in range(args.rounds + 1):
             order = ["parquet", "format", "native"]
-            worder = ["parquet", "parquet_zstd", "castsql"]
+            worder = ["parquet", "parquet_zstd", "castsql", "to_python"]
             if r % 2:
                 order.reverse()
                 worder.reverse()
@@ -170,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             ("write", "df.write.parquet, zstd", "w_parquet_zstd", "w_parquet", None),
             ("write", 'df.write.format("castsql")', "w_castsql", "w_parquet", "write"),
             ("write", "  the same / zstd parquet", "w_castsql", "w_parquet_zstd", None),
+            ("write", "rows to Python workers, dropped", "w_to_python", "w_parquet", None),
         ]
         print(f"\n{args.rows:,} rows, {args.rounds} rounds, medians:")
         print(f"{'':<6}{'contestant':<34}{'median s':>10}{'ratio':>8}{'goal':>7}")

@@ -118,6 +118,7 @@ def test_pruning_machinery_skips_files_and_row_groups(tmp_path):
     from castsql.snapshot import resolve
     from castsql.spark.datasource import CastSQLPushdownReader
     from castsql.spark.reader import table_ref
+    from castsql.spark.units import Splits
 
     uri = str(tmp_path / "events")
     ev = build_events(open_storage(uri))
@@ -135,7 +136,7 @@ def test_pruning_machinery_skips_files_and_row_groups(tmp_path):
         f.write(data)
 
     def rows_read(*filters) -> list[int]:
-        reader = CastSQLPushdownReader(table_ref(ev.log, snap), 6, ["id", "grp", "val", "ts"])
+        reader = CastSQLPushdownReader(table_ref(ev.log, snap), 6, ["id", "grp", "val", "ts"], Splits(slots=2))
         assert list(reader.pushFilters(list(filters))) == list(filters)  # Spark still evaluates them all
         parts = reader.partitions()
         return sorted(i for p in parts for b in reader.read(p) for i in b.column(0).to_pylist())
@@ -165,9 +166,57 @@ def test_partitions_are_files_or_groups_of_row_groups(spark, tmp_path):
     assert len(units) == 30
     parts = plan_partitions(units, rows_per_partition=1000)  # one file each
     assert [[(u.key, len(u.row_groups)) for u in p] for p in parts] == [[(u.key, 10)] for u in units[::10]]
-    parts = plan_partitions(units, rows_per_partition=250)  # groups of two row groups
-    assert len(parts) == 15 and all(len(p) == 1 and len(p[0].row_groups) == 2 for p in parts)
+    parts = plan_partitions(units, rows_per_partition=500)  # halves of files, never a sliver
+    assert [[len(u.row_groups) for u in p] for p in parts] == [[5]] * 6
+    parts = plan_partitions(units, rows_per_partition=300)  # near-equal runs of consecutive row groups
+    assert [[[rg[0] for rg in u.row_groups] for u in p] for p in parts] == [
+        [[0, 1, 2, 3]],
+        [[4, 5, 6]],
+        [[7, 8, 9]],
+    ] * 3
     assert len(plan_partitions(units, rows_per_partition=3000)) == 1  # small files share one
+    assert sorted(rg[1] for p in parts for u in p for rg in u.row_groups) == sorted(u.row_groups[0][1] for u in units)
+
+
+def test_reads_are_cut_as_spark_cuts_parquet_files(spark, tmp_path):
+    """Few large tasks (a Python task costs ~0.2-0.5 s of its own here), at
+    least one per slot when there is enough to share, a multiple of the slots
+    after that: the session's rule rides on the registered class."""
+    from castsql.format import write_data_files
+    from castsql.spark.units import Splits
+
+    two = Splits(slots=2)
+    assert two.rows_per_split(rows=3000, size=30_000, files=3) == 3000  # tiny: one task
+    assert two.rows_per_split(rows=2_000_000, size=34_000_000, files=2) == 1_000_000  # one per slot
+    # 342 MB is 3 splits of 128 MB: rounded up to 4 so that no slot idles in the last wave.
+    assert two.rows_per_split(rows=20_000_000, size=342_000_000, files=2) == 5_000_000
+    assert Splits(slots=16).rows_per_split(rows=20_000_000, size=342_000_000, files=2) == 1_250_000
+    assert Splits.of(spark) == Splits(spark.sparkContext.defaultParallelism)
+    try:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", "1000")
+        spark.conf.set("spark.sql.files.openCostInBytes", "10")
+        assert Splits.of(spark) == Splits(spark.sparkContext.defaultParallelism, 1000, 10)
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        spark.conf.unset("spark.sql.files.openCostInBytes")
+
+    # The planner runs in a process of its own: the rule travels pickled with the class.
+    from pyspark import cloudpickle
+
+    from castsql.spark.datasource import CastSQLDataSource, CastSQLPartition, for_session
+
+    uri = str(tmp_path / "t")
+    st = open_storage(uri)
+    log = TableLog.create(st, SCHEMA, primary_key="id")
+    for lo in range(0, 4000, 1000):
+        log.append(write_data_files(st, rows(lo, lo + 1000), row_group_size=100))
+    cls = cloudpickle.loads(cloudpickle.dumps(for_session(Splits(slots=4, max_bytes=1, open_cost=1))))
+    assert cls is not CastSQLDataSource and issubclass(cls, CastSQLDataSource) and cls.name() == "castsql"
+    source = cls({"path": uri})
+    parts = source.reader(source.schema()).partitions()
+    assert len(parts) == 40 and all(isinstance(p, CastSQLPartition) for p in parts)  # one per row group
+    plain = CastSQLDataSource({"path": uri})
+    assert len(plain.reader(plain.schema()).partitions()) == 1  # this machine's cores: a tiny table is one task
 
 
 def test_a_load_is_fixed_to_its_version(spark, tmp_path):

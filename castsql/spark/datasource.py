@@ -38,6 +38,7 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+from pyroaring import BitMap
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -63,6 +64,7 @@ from castsql.snapshot import Predicate, Snapshot, resolve
 from castsql.snapshot.prune import may_match
 from castsql.spark.tasks import TableRef, Unit, _for_spark, live_row_groups, open_parquet
 from castsql.spark.types import spark_schema
+from castsql.spark.units import Splits
 from castsql.storage import S3Config, Storage, open_storage
 
 NAME = "castsql"
@@ -82,8 +84,6 @@ S3_OPTIONS = {
 # Set by Spark itself on some paths; never the user's typo.
 SPARK_OPTIONS = ("paths", "checkpointLocation", "queryName", "__partition_columns")
 KNOWN = {o.lower() for o in (*READ_OPTIONS, *WRITE_OPTIONS, *S3_OPTIONS, *SPARK_OPTIONS)}
-
-ROWS_PER_PARTITION = 500_000
 
 
 class BadOption(CastSQLError):
@@ -305,27 +305,38 @@ def _rows(u: Unit) -> int:
     return sum(n for _, _, n in u.row_groups)
 
 
-def plan_partitions(units: list[Unit], rows_per_partition: int = ROWS_PER_PARTITION) -> list[list[Unit]]:
-    """Row-group units grouped into partitions: consecutive row groups of a
-    file stay together (one unit) up to ``rows_per_partition`` live-or-not
-    rows; small files share a partition."""
-    merged: list[Unit] = []
+def plan_partitions(units: list[Unit], rows_per_partition: int) -> list[list[Unit]]:
+    """Row-group units grouped into partitions of about ``rows_per_partition``
+    rows: each file's row groups are cut into that many near-equal runs of
+    consecutive row groups (a 10M-row file at 5M rows a partition is two
+    halves, not 5M + 5M + a sliver of a row group), and files smaller than
+    that share a partition."""
+    files: list[Unit] = []
     for u in units:
-        last = merged[-1] if merged else None
-        rows = sum(n for _, _, n in u.row_groups)
-        if (
-            last is not None
-            and last.key == u.key
-            and sum(n for _, _, n in last.row_groups) + rows <= rows_per_partition
-        ):
+        last = files[-1] if files else None
+        if last is not None and last.key == u.key:
             last.row_groups.extend(u.row_groups)
             last.deleted |= u.deleted
         else:
-            merged.append(Unit(u.key, u.size, list(u.row_groups), u.deleted.copy(), list(u.ranges)))
+            files.append(Unit(u.key, u.size, list(u.row_groups), u.deleted.copy(), list(u.ranges)))
+    runs: list[Unit] = []
+    for f in files:
+        rows = _rows(f)
+        count = max(1, round(rows / rows_per_partition))
+        cut: list[list[tuple[int, int, int]]] = [[] for _ in range(count)]
+        seen = 0
+        for rg in f.row_groups:
+            cut[min(count - 1, seen * count // max(1, rows))].append(rg)
+            seen += rg[2]
+        for rgs in cut:
+            if rgs:
+                lo, hi = rgs[0][1], rgs[-1][1] + rgs[-1][2]
+                dels = f.deleted & BitMap(range(lo, hi)) if f.deleted else BitMap()
+                runs.append(Unit(f.key, f.size, rgs, dels, list(f.ranges)))
     parts: list[list[Unit]] = []
     size = 0
-    for u in merged:
-        rows = sum(n for _, _, n in u.row_groups)
+    for u in runs:
+        rows = _rows(u)
         if parts and size + rows <= rows_per_partition:
             parts[-1].append(u)
             size += rows
@@ -339,10 +350,11 @@ class CastSQLReader(DataSourceReader):
     """Reads one pinned version; without filter pushdown (Spark refuses a
     reader that implements ``pushFilters`` while the setting is off)."""
 
-    def __init__(self, ref: TableRef, version: int, columns: list[str]) -> None:
+    def __init__(self, ref: TableRef, version: int, columns: list[str], splits: Splits) -> None:
         self.ref = ref
         self.version = version
         self.columns = columns
+        self.splits = splits
         self.preds: list[Predicate] = []
 
     def partitions(self) -> list[InputPartition]:
@@ -353,7 +365,9 @@ class CastSQLReader(DataSourceReader):
         snap = resolve(log, self.version)
         if self.preds:
             snap = snap.prune(self.preds)
-        return [CastSQLPartition([u.to_json() for u in p]) for p in plan_partitions(row_group_units(log, snap))]
+        units = row_group_units(log, snap)
+        parts = plan_partitions(units, self.splits.for_units(units))
+        return [CastSQLPartition([u.to_json() for u in p]) for p in parts]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         storage = self.ref.storage()
@@ -664,6 +678,9 @@ def last_batch(log: TableLog, query: str) -> int:
 class CastSQLDataSource(DataSource):
     """``format("castsql")``: see the module's documentation."""
 
+    # How reads are cut into tasks; set on the class :func:`for_session` makes.
+    splits: Splits | None = None
+
     @classmethod
     def name(cls) -> str:
         return NAME
@@ -700,7 +717,7 @@ class CastSQLDataSource(DataSource):
         snap_pk = log.manifest(self._version).primary_key  # type: ignore[arg-type]
         ref = TableRef(storage.root, getattr(storage, "config", None), table_schema.to_json(), snap_pk)
         cls = CastSQLPushdownReader if PRUNE_PUSHED_FILTERS and _pushdown_planning() else CastSQLReader
-        return cls(ref, self._version, columns)  # type: ignore[arg-type]
+        return cls(ref, self._version, columns, type(self).splits or Splits.local())  # type: ignore[arg-type]
 
     def writer(self, schema: StructType, overwrite: bool) -> CastSQLWriter:
         return CastSQLWriter(_plan_write(self.options, schema, overwrite))
@@ -708,3 +725,16 @@ class CastSQLDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> CastSQLStreamWriter:
         query = _get(self.options, "queryId") or _get(self.options, "checkpointLocation") or _path(self.options)
         return CastSQLStreamWriter(_plan_write(self.options, schema, overwrite), query)
+
+
+def for_session(splits: Splits) -> type[CastSQLDataSource]:
+    """The data source class :func:`castsql.spark.register` registers: the
+    planner runs in a Python process of its own that cannot ask the session
+    how many task slots it has, so the session's split rule rides on the
+    class. Spark pickles a registered class; this one is not importable by
+    name, so it travels by value, ``splits`` with it."""
+    return type(
+        CastSQLDataSource.__name__,
+        (CastSQLDataSource,),
+        {"splits": splits, "__module__": __name__, "__qualname__": CastSQLDataSource.__qualname__},
+    )

@@ -29,7 +29,7 @@ from castsql.format import Schema, TableLog
 from castsql.snapshot import Snapshot
 from castsql.spark.tasks import FILE_COL, POS_COL, RG_COL, UNIT_COL, TableRef, Unit, read_task
 from castsql.spark.types import spark_schema
-from castsql.spark.units import file_row_groups, file_unit, row_group_units
+from castsql.spark.units import Splits, file_row_groups, file_unit, row_group_units
 from castsql.storage import S3Config, open_storage
 
 if TYPE_CHECKING:
@@ -43,16 +43,17 @@ def table_ref(log: TableLog, snap: Snapshot) -> TableRef:
     return TableRef(storage.root, getattr(storage, "config", None), snap.schema.to_json(), snap.primary_key)
 
 
-ROWS_PER_TASK = 500_000
+ROWS_PER_TASK = 500_000  # what a merge's output is coalesced to (castsql.spark.merge)
 
 
 def units_frame(spark: SparkSession, units: list[Unit]) -> DataFrame:
-    """A DataFrame of JSON units, one row each, over as few partitions as keep
-    the cores busy: a Python task costs ~0.2 s of overhead here, so small
-    tables get one task and big ones about one per ``ROWS_PER_TASK`` rows."""
+    """A DataFrame of JSON units, one row each, cut into as many partitions
+    as ``spark.read.parquet`` would cut the same files into (:class:`Splits`):
+    a Python task costs ~0.2-0.5 s of its own here, so few large tasks, but
+    at least one per task slot while there is enough to share."""
     sc = spark.sparkContext
     rows = sum(n for u in units for _, _, n in u.row_groups)
-    slices = max(1, min(len(units), sc.defaultParallelism * 4, math.ceil(rows / ROWS_PER_TASK)))
+    slices = max(1, min(len(units), math.ceil(rows / Splits.of(spark).for_units(units))))
     rdd = sc.parallelize([(u.to_json(),) for u in units], slices)
     return spark.createDataFrame(rdd, f"{UNIT_COL} string")
 

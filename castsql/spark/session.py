@@ -145,12 +145,13 @@ def register(spark: SparkSession) -> SparkSession:
         >>> register(spark).read.format("castsql").option("versionAsOf", 2).load("/data/events")  # doctest: +SKIP
         DataFrame[id: bigint, ts: timestamp, user: string, kind: string, amount: double]
     """
-    from castsql.spark.datasource import CastSQLDataSource
+    from castsql.spark.datasource import CastSQLDataSource, for_session
+    from castsql.spark.units import Splits
 
     prepare_workers(spark)
     manager = spark._jsparkSession.sessionState().dataSourceManager()
     if not manager.dataSourceExists(CastSQLDataSource.name()):
-        spark.dataSource.register(CastSQLDataSource)
+        spark.dataSource.register(for_session(Splits.of(spark)))
     return spark
 
 
