@@ -50,7 +50,7 @@ def test_small_batches_are_buffered_into_full_row_groups(local):
 
 def test_files_are_cut_at_the_target_size(local):
     t = pa.table({"x": pa.array(range(200_000), pa.int64())})
-    files = write_data_files(local, t, row_group_size=10_000, target_file_bytes=200_000)
+    files = write_data_files(local, t, row_group_size=10_000, target_file_bytes=50_000)
     assert len(files) > 1
     assert sum(f.total_rows for f in files) == 200_000
     assert files[0].max["x"] < files[1].min["x"]
@@ -65,3 +65,28 @@ def test_nan_and_all_null_columns_have_no_stats(local):
     t = pa.table({"f": [float("nan"), 1.0], "n": pa.array([None, None], pa.int64())})
     [f] = write_data_files(local, t)
     assert "n" not in f.min
+
+
+def test_dictionaries_only_where_values_repeat(local):
+    """Distinct ids and times are stored plain (a dictionary of every value
+    plus an index per row is bigger and slower), repeated numbers, strings
+    and decimals as a dictionary; the rows read back are the same."""
+    from decimal import Decimal
+
+    n = 10_000
+    t = pa.table(
+        {
+            "id": pa.array(range(n), pa.int64()),
+            "ts": pa.array([datetime(2025, 1, 1, tzinfo=UTC).timestamp() + i for i in range(n)], pa.float64()),
+            "status": pa.array([i % 5 for i in range(n)], pa.int32()),
+            "user": [f"u{i}" for i in range(n)],
+            "amount": pa.array([Decimal(i) / 100 for i in range(n)], pa.decimal128(14, 2)),
+        }
+    )
+    (f,) = write_data_files(local, t, row_group_size=4000)
+    md = pq.ParquetFile(local.uri(f.path)).metadata
+    for rg in range(md.num_row_groups):
+        enc = {md.row_group(rg).column(i).path_in_schema: md.row_group(rg).column(i).encodings for i in range(5)}
+        assert "RLE_DICTIONARY" not in enc["id"] and "RLE_DICTIONARY" not in enc["ts"], enc
+        assert all("RLE_DICTIONARY" in enc[c] for c in ("status", "user", "amount")), enc
+    assert pq.read_table(local.uri(f.path)).equals(t)

@@ -109,23 +109,52 @@ def _lt(a: Any, b: Any) -> bool:
     return a < b
 
 
+def _fixed_width(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
+
+
+def dictionary_columns(first: pa.Table) -> list[str] | bool:
+    """The columns a data file dictionary-encodes, decided on its first row group.
+
+    pyarrow tries a dictionary for every column and gives up only past a 1 MB
+    dictionary page, which a row group of 122,880 distinct int64s never
+    reaches: ids and timestamps were written as a dictionary of every value
+    plus an index per row, bigger and slower to write and to read than plain.
+    So a fixed-width column (integers, floats, times) gets a dictionary only
+    where its first row group repeats values (at most half distinct);
+    strings, decimals and everything else keep it (filters and GROUP BY on
+    them read the dictionary). Measured on the events rows (2.5M rows): writes
+    0.80x the time, files 28% smaller, DuckDB reads 0.76-1.0x (PERFORMANCE.md)."""
+    if first.num_rows == 0:
+        return True
+    return [
+        f.name
+        for f in first.schema
+        if not _fixed_width(f.type) or pc.count_distinct(first.column(f.name)).as_py() <= first.num_rows // 2
+    ]
+
+
 class _FileBuilder:
     def __init__(self, storage: Storage, schema: pa.Schema, now: datetime | None) -> None:
         self.storage = storage
         self.key = new_data_key(now)
         self.sink = io.BytesIO()
-        self.writer = pq.ParquetWriter(
-            self.sink,
-            schema,
-            compression="zstd",
-            write_statistics=True,
-            # Page indexes let DuckDB skip pages within a row group.
-            write_page_index=True,
-        )
+        self.schema = schema
+        self.writer: pq.ParquetWriter | None = None  # made with the first row group
         self.stats = _Stats(schema)
         self.row_group_rows: list[int] = []
 
     def write_row_group(self, table: pa.Table) -> None:
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(
+                self.sink,
+                self.schema,
+                compression="zstd",
+                write_statistics=True,
+                # Page indexes let DuckDB skip pages within a row group.
+                write_page_index=True,
+                use_dictionary=dictionary_columns(table),
+            )
         self.writer.write_table(table, row_group_size=table.num_rows)
         self.row_group_rows.append(table.num_rows)
         self.stats.update(table)
@@ -134,6 +163,8 @@ class _FileBuilder:
         return self.sink.tell()
 
     def finish(self) -> DataFile:
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.sink, self.schema, compression="zstd")
         self.writer.close()
         data = self.sink.getvalue()
         self.storage.put_new(self.key, data)
