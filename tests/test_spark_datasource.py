@@ -196,9 +196,12 @@ def test_reads_are_cut_as_spark_cuts_parquet_files(spark, tmp_path):
         spark.conf.set("spark.sql.files.maxPartitionBytes", "1000")
         spark.conf.set("spark.sql.files.openCostInBytes", "10")
         assert Splits.of(spark) == Splits(spark.sparkContext.defaultParallelism, 1000, 10)
+        spark.conf.set("spark.sql.files.minPartitionNum", "7")  # Spark's own override of the slots
+        assert Splits.of(spark) == Splits(7, 1000, 10)
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
         spark.conf.unset("spark.sql.files.openCostInBytes")
+        spark.conf.unset("spark.sql.files.minPartitionNum")
 
     # The planner runs in a process of its own: the rule travels pickled with the class.
     from pyspark import cloudpickle
