@@ -156,12 +156,9 @@ def main(argv: list[str] | None = None) -> int:
             "to_python": hand_to_python,
         }
 
-        times: dict[str, list[float]] = {
-            k: [] for k in ("parquet", "format", "native", "w_parquet", "w_parquet_zstd", "w_castsql", "w_to_python")
-        }
+        times: dict[str, list[float]] = {k: [] for k in [*reads, *(f"w_{k}" for k in writes)]}
         for r in range(args.rounds + 1):
-            order = ["parquet", "format", "native"]
-            worder = ["parquet", "parquet_zstd", "castsql", "to_python"]
+            order, worder = list(reads), list(writes)
             if r % 2:
                 order.reverse()
                 worder.reverse()

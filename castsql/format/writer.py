@@ -135,26 +135,24 @@ def dictionary_columns(first: pa.Table) -> list[str] | bool:
 
 
 class _FileBuilder:
-    def __init__(self, storage: Storage, schema: pa.Schema, now: datetime | None) -> None:
+    def __init__(self, storage: Storage, schema: pa.Schema, now: datetime | None, first: pa.Table) -> None:
+        """A file about to get its first row group, ``first``: the encodings are chosen from it."""
         self.storage = storage
         self.key = new_data_key(now)
         self.sink = io.BytesIO()
-        self.schema = schema
-        self.writer: pq.ParquetWriter | None = None  # made with the first row group
+        self.writer = pq.ParquetWriter(
+            self.sink,
+            schema,
+            compression="zstd",
+            write_statistics=True,
+            # Page indexes let DuckDB skip pages within a row group.
+            write_page_index=True,
+            use_dictionary=dictionary_columns(first),
+        )
         self.stats = _Stats(schema)
         self.row_group_rows: list[int] = []
 
     def write_row_group(self, table: pa.Table) -> None:
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(
-                self.sink,
-                self.schema,
-                compression="zstd",
-                write_statistics=True,
-                # Page indexes let DuckDB skip pages within a row group.
-                write_page_index=True,
-                use_dictionary=dictionary_columns(table),
-            )
         self.writer.write_table(table, row_group_size=table.num_rows)
         self.row_group_rows.append(table.num_rows)
         self.stats.update(table)
@@ -163,8 +161,6 @@ class _FileBuilder:
         return self.sink.tell()
 
     def finish(self) -> DataFile:
-        if self.writer is None:
-            self.writer = pq.ParquetWriter(self.sink, self.schema, compression="zstd")
         self.writer.close()
         data = self.sink.getvalue()
         self.storage.put_new(self.key, data)
@@ -212,10 +208,10 @@ def write_data_files(
         nonlocal builder, pending, pending_rows
         table = pa.concat_tables(pending)
         for start in range(0, rows, row_group_size):
-            chunk = table.slice(start, min(row_group_size, rows - start))
+            chunk = table.slice(start, min(row_group_size, rows - start)).combine_chunks()
             if builder is None:
-                builder = _FileBuilder(storage, arrow_schema, now)
-            builder.write_row_group(chunk.combine_chunks())
+                builder = _FileBuilder(storage, arrow_schema, now, chunk)
+            builder.write_row_group(chunk)
             if builder.size() >= target_file_bytes:
                 out.append(builder.finish())
                 builder = None

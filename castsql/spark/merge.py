@@ -95,6 +95,8 @@ if TYPE_CHECKING:
 
 __all__ = ["cdc_merge", "merge", "update"]
 
+ROWS_PER_TASK = 500_000  # new rows per output task of a merge: a few large files, not one per shuffle partition
+
 
 def _quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
@@ -569,7 +571,6 @@ def _run_merge(
     from pyspark.sql import functions as F
 
     from castsql.spark.errors import job_errors
-    from castsql.spark.reader import ROWS_PER_TASK
 
     table = log.uri
     action = F.col(ACTION_COL)

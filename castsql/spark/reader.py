@@ -43,9 +43,6 @@ def table_ref(log: TableLog, snap: Snapshot) -> TableRef:
     return TableRef(storage.root, getattr(storage, "config", None), snap.schema.to_json(), snap.primary_key)
 
 
-ROWS_PER_TASK = 500_000  # what a merge's output is coalesced to (castsql.spark.merge)
-
-
 def units_frame(spark: SparkSession, units: list[Unit]) -> DataFrame:
     """A DataFrame of JSON units, one row each, cut into as many partitions
     as ``spark.read.parquet`` would cut the same files into (:class:`Splits`):
