@@ -191,6 +191,8 @@ def test_reads_are_cut_as_spark_cuts_parquet_files(spark, tmp_path):
     # 342 MB is 3 splits of 128 MB: rounded up to 4 so that no slot idles in the last wave.
     assert two.rows_per_split(rows=20_000_000, size=342_000_000, files=2) == 5_000_000
     assert Splits(slots=16).rows_per_split(rows=20_000_000, size=342_000_000, files=2) == 1_250_000
+    # Spark accepts spark.sql.files.maxPartitionBytes=0: every row group is then a split of its own.
+    assert Splits(slots=2, max_bytes=0).rows_per_split(rows=20_000_000, size=342_000_000, files=2) == 1
     assert Splits.of(spark) == Splits(spark.sparkContext.defaultParallelism)
     try:
         spark.conf.set("spark.sql.files.maxPartitionBytes", "1000")

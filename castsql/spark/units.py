@@ -78,7 +78,8 @@ class Splits:
         if rows <= 0 or size <= 0:
             return max(1, rows)
         total = size + files * self.open_cost
-        split = min(self.max_bytes, max(self.open_cost, total // self.slots))
+        # At least a byte: Spark accepts maxPartitionBytes=0 (then every row group is a split).
+        split = max(1, min(self.max_bytes, max(self.open_cost, total // self.slots)))
         count = math.ceil(size / split)
         if count > self.slots:
             count = math.ceil(count / self.slots) * self.slots
