@@ -73,7 +73,8 @@ def test_the_first_read_and_the_later_ones_give_the_live_rows(table, s3_config, 
         assert _ids(s, sql) == want  # provisional: an anti-join, no DuckLake
         assert s.views._lake is None
         assert _ids(s, sql) == want  # the table read again: DuckLake
-        assert _ids(s, "SELECT id FROM t") == sorted(live)
+        for _ in range(2):  # with CastSQL's extension a version's first view is provisional too
+            assert _ids(s, "SELECT id FROM t") == sorted(live)
         assert _lake_tables(s) == 1
         assert _ids(s, sql) == want
 
@@ -154,7 +155,8 @@ def test_a_session_following_a_busy_table_keeps_a_bounded_work_directory(tmp_pat
             log.delete([PositionDelete(f.path, None, BitMap([p]))])
             live = live - {f.min["id"] + p}
             models[log.latest_version()] = set(live)
-            assert _ids(s, "SELECT id FROM t") == sorted(live)
+            for _ in range(2):  # the second read settles the version in DuckLake (with CastSQL's extension)
+                assert _ids(s, "SELECT id FROM t") == sorted(live)
             lake = os.path.join(s._workdir, "lake")
             if n > KEEP_VERSIONS + 2:
                 # One delete file per version the catalog remembers and per file, no more.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import duckdb
 
+from castsql.engine import native
 from castsql.engine.quoting import sql_list
 from castsql.engine.quoting import sql_str as _sql_str
 from castsql.errors import CastSQLError
@@ -95,8 +96,18 @@ def configure_s3(con: duckdb.DuckDBPyConnection, config: S3Config, name: str = S
 def new_connection(*, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """CastSQL's own connection: no extension is installed or auto-loaded
     behind its back (an auto-loaded httpfs would copy AWS_* variables into
-    readable settings; other extensions run code past CastSQL's checks)."""
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
+    readable settings; other extensions run code past CastSQL's checks). It
+    has CastSQL's own extension where that was built (:mod:`castsql.engine.native`)."""
+    config: dict[str, object] = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    ext = native.extension()
+    if ext is not None:
+        # CastSQL's own extension carries no DuckDB signature. User SQL cannot
+        # use this to load another: the guard refuses LOAD, INSTALL and every
+        # extension setting (policy.py).
+        config["allow_unsigned_extensions"] = True
+    con = duckdb.connect(config=config)
+    if ext is not None:
+        native.load(con, ext)
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     # Parquet footers of immutable files never go stale: keep them.

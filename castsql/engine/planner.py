@@ -190,8 +190,11 @@ class Planner:
             self._create_view(name, snap, table, settle=True)
 
     def _create_view(self, name: str, snap: Snapshot, table: str, **kw: Any) -> bool:
-        """``Views.create``; settled (DuckLake) unless this is the first view of the table."""
-        kw.setdefault("settle", snap.table_uri in self._read_before)
+        """``Views.create``; settled (DuckLake) unless this is the first view of
+        the table, or, with CastSQL's extension, of the version."""
+        # With CastSQL's extension every new version starts provisional
+        # (Views.create): settled when the session reads it again.
+        kw.setdefault("settle", snap.table_uri in self._read_before and self.views.bitmaps is None)
         self._read_before.add(snap.table_uri)
         try:
             return self.views.create(name, snap, **kw)

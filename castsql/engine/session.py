@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import weakref
@@ -248,6 +249,8 @@ class Session:
         return audit.changes(self, table, start, end)
 
     def close(self) -> None:
+        with contextlib.suppress(duckdb.Error):  # closed already
+            self.views.close()
         self.con.close()
         self._cleanup()
 

@@ -10,9 +10,12 @@ Design (measured in bench/read_bench.py, see docs/ENGINE.md):
   Parquet scan; each version is a snapshot of its table's DuckLake table, so
   the next version only adds what changed. Row-group deletes and key ranges
   become positions first (key ranges with one pushed-down query per file);
-- a few files with deletes pruned from a version for a selective query are
-  scanned and anti-joined with their deleted positions in the row groups the
-  query can reach (cheaper than DuckLake per query);
+- a few files with deletes pruned from a version for a selective query, and
+  a version's provisional view (its table's first in the session; with
+  CastSQL's extension, any new version's first), are scanned and filtered by
+  their deleted positions in the row groups the query can reach: through
+  CastSQL's extension (:mod:`castsql.engine.native`, a bit per row read in
+  the pipeline) where it is built, else with an anti-join;
 - audits need row identity, so their views carry ``_file`` and ``_pos`` and
   apply deletes with an anti-join on (file_index, file_row_number).
 """
@@ -30,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap
 
-from castsql.engine import names
+from castsql.engine import names, native
 from castsql.engine.physical import Group, Signatures, duck_type, projection
 from castsql.engine.quoting import ident, sql_str, sql_value
 from castsql.errors import SchemaMismatch
@@ -71,8 +74,11 @@ class Views:
         self.signatures = Signatures(con)
         self._seq = itertools.count()
         self._lake_at: dict[str, tuple[object, int]] = {}  # view -> (DuckLake lineage, version) it reads
-        self._tables: dict[str, list[str]] = {}  # view -> the position tables its anti-joins read
-        self._new_tables: list[str] = []  # made for the view being created
+        # view -> what its deletes read: position tables (names) and bitmap sets
+        # of CastSQL's extension (numbers)
+        self._tables: dict[str, list[str | int]] = {}
+        self._new_tables: list[str | int] = []  # made for the view being created
+        self.bitmaps = native.Bitmaps(con) if native.loaded(con) else None
 
     @property
     def lake(self) -> Lake:
@@ -170,7 +176,12 @@ class Views:
                 if clean:
                     branches.append(f"SELECT {proj} FROM read_parquet({_file_list([f.uri for f in clean])})")
                 lineage = (snap.table_uri, group.signature)
-                if dirty and whole and (settle or (self._lake is not None and self._lake.has(lineage))):
+                # With CastSQL's extension a new version of a table DuckLake
+                # already holds is provisional too: its first query binds the
+                # bitmaps of the files the commit changed instead of waiting for
+                # a catalog write (~70 ms); the session settles it when read again.
+                known = self._lake is not None and self._lake.has(lineage) and not self._fits_native(dirty)
+                if dirty and whole and (settle or known):
                     # The DuckLake table holds the files as they are; the projection maps them.
                     scan = self.lake.scan(
                         lineage,
@@ -224,6 +235,9 @@ class Views:
             keep = self._reachable(f.uri, group, snap, within)
             if keep is not None:
                 dead = dead & keep
+            if self.bitmaps is not None and self.bitmaps.holds(f.uri, dead):
+                scattered.append((f, None, dead))  # scattered when bound before: no runs to count
+                continue
             arr = np.frombuffer(dead.to_array(), dtype=np.uint32)
             runs = _runs(arr)
             if len(runs) <= _RANGE_RUNS:  # none, or whole row groups: a filter DuckDB applies while scanning
@@ -231,9 +245,11 @@ class Views:
                 where = f" WHERE NOT ({cut})" if runs else ""
                 branches.append(f"SELECT {proj} FROM read_parquet({sql_str(f.uri)}){where}")
             else:
-                scattered.append((f, arr))
-        if len(scattered) == 1:
-            ((f, arr),) = scattered
+                scattered.append((f, arr, dead))
+        if scattered and self.bitmaps is not None:
+            branches.append(self._live_filter(proj, [(f, dead) for f, _, dead in scattered]))
+        elif len(scattered) == 1:
+            ((f, arr, _),) = scattered
             table = self._positions_table(names.internal("del", seq, 0, owner=view), {"pos": _uint32(arr)})
             branches.append(
                 f"SELECT {proj} FROM (SELECT *, file_row_number AS {_POS} FROM read_parquet({sql_str(f.uri)})) p "
@@ -242,17 +258,37 @@ class Views:
         elif scattered:
             # One scan of them all, not a branch per file: a plan of thousands of
             # branches takes longer to bind than the join takes to run.
-            index = np.concatenate([np.full(len(a), i, dtype=np.uint32) for i, (_, a) in enumerate(scattered)])
-            pos = np.concatenate([a for _, a in scattered])
+            index = np.concatenate([np.full(len(a), i, dtype=np.uint32) for i, (_, a, _) in enumerate(scattered)])
+            pos = np.concatenate([a for _, a, _ in scattered])
             table = self._positions_table(
                 names.internal("del", seq, 0, owner=view), {"file_index": _uint32(index), "pos": _uint32(pos)}
             )
-            uris = _file_list([f.uri for f, _ in scattered])
+            uris = _file_list([f.uri for f, _, _ in scattered])
             branches.append(
                 f"SELECT {proj} FROM (SELECT *, file_index AS {_FI}, file_row_number AS {_POS} "
                 f"FROM read_parquet({uris})) p ANTI JOIN {table} d ON p.{_FI} = d.file_index AND p.{_POS} = d.pos"
             )
         return " UNION ALL ".join(branches)
+
+    def _fits_native(self, files: list[ResolvedFile]) -> bool:
+        """Whether the extension can hold these files' deletes within
+        ``_NATIVE_BYTES`` (a bit per row where dense, four bytes per deleted
+        row where sparse; a key range counts as every row)."""
+        if self.bitmaps is None:
+            return False
+        size = sum(min(f.total_rows // 8, 4 * (f.total_rows if f.key_ranges else len(f.deleted))) for f in files)
+        return size <= _NATIVE_BYTES
+
+    def _live_filter(self, proj: str, files: list[tuple[ResolvedFile, BitMap]]) -> str:
+        """One scan of ``files`` whose rows pass through CastSQL's extension
+        with their deleted positions: a bit read per row in the pipeline,
+        where an anti-join hashes every position and probes every row
+        (docs/PERFORMANCE.md, "Deletes applied in the pipeline")."""
+        assert self.bitmaps is not None
+        set_id = self.bitmaps.bind([(f.uri, f.total_rows, dead) for f, dead in files])
+        self._new_tables.append(set_id)
+        uris = _file_list([f.uri for f, _ in files])
+        return f'SELECT {proj} FROM read_parquet({uris}) WHERE "castsql/live"({set_id}, file_index, file_row_number)'
 
     def _positions_table(self, name: str, columns: dict[str, pa.Array]) -> str:
         """A temp table of ``columns`` (BIGINT), named ``name``; returns its quoted name.
@@ -341,9 +377,20 @@ class Views:
         if before is not None:
             self._trim(before[0])
 
-    def _drop_tables(self, tables: Sequence[str]) -> None:
+    def close(self) -> None:
+        """Free the extension's bitmaps (they live in the process, not in the
+        connection, which is about to close)."""
+        if self.bitmaps is not None:
+            self.bitmaps.close()
+        self._tables = {k: [t for t in v if not isinstance(t, int)] for k, v in self._tables.items()}
+
+    def _drop_tables(self, tables: Sequence[str | int]) -> None:
         for table in tables:
-            self.con.execute(f"DROP TABLE IF EXISTS temp.{ident(table)}")
+            if isinstance(table, int):
+                assert self.bitmaps is not None
+                self.bitmaps.forget(table)
+            else:
+                self.con.execute(f"DROP TABLE IF EXISTS temp.{ident(table)}")
 
     def _positional_body(self, name: str, snap: Snapshot, files: list[ResolvedFile]) -> str:
         if not files:
@@ -388,6 +435,7 @@ _FI, _POS = "__castsql_file_index", "__castsql_pos"
 
 
 _RANGE_CACHE = 1024  # files' key-range positions kept (a session's memory stays bounded)
+_NATIVE_BYTES = 256 << 20  # a whole version's deletes the extension may hold for its provisional view
 _RANGE_RUNS = 32  # deleted positions in at most this many runs are a range filter, not an anti-join
 
 
@@ -396,6 +444,9 @@ def _runs(positions: np.ndarray) -> list[tuple[int, int]]:
     (first, last) pairs; stops counting past ``_RANGE_RUNS``."""
     if not len(positions):
         return []
+    head = positions[: 64 * _RANGE_RUNS]  # scattered positions show it early: no pass over all of them
+    if len(head) < len(positions) and np.count_nonzero(np.diff(head) != 1) >= _RANGE_RUNS:
+        return [(0, 0)] * (_RANGE_RUNS + 1)
     breaks = np.flatnonzero(np.diff(positions) != 1)
     if len(breaks) >= _RANGE_RUNS:
         return [(0, 0)] * (_RANGE_RUNS + 1)

@@ -1,0 +1,195 @@
+"""CastSQL's own DuckDB extension: deleted positions tested inside the scan's
+pipeline (``castsql_live.cpp``).
+
+It is compiled from this package's C++ source by ``scripts/setup`` (through
+:mod:`castsql.engine.native.build`), against the C extension API headers of the
+installed DuckDB, fetched from DuckDB's source distribution on PyPI. Where it
+was not built (no compiler, an installed wheel) or ``CASTSQL_NATIVE=0`` is
+set, CastSQL applies deletes with an anti-join instead: the same answers,
+slower selective queries (docs/PERFORMANCE.md, "Deletes applied in the pipeline").
+
+Example::
+
+    >>> from castsql.engine.duck import new_connection
+    >>> con = new_connection()
+    >>> loaded(con) == (extension() is not None)
+    True
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+from pyroaring import BitMap
+
+NAME = "castsql_live"
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / f"{NAME}.cpp"
+BUILT = HERE / f"{NAME}.duckdb_extension"
+
+_loaded: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
+
+
+def extension() -> Path | None:
+    """The built extension, or None where it was not built or ``CASTSQL_NATIVE=0``."""
+    if os.environ.get("CASTSQL_NATIVE", "1") == "0" or not BUILT.exists():
+        return None
+    return BUILT
+
+
+def load(con: duckdb.DuckDBPyConnection, path: Path) -> bool:
+    """Load the extension at ``path`` into ``con`` (made with
+    ``allow_unsigned_extensions``); False, and ``con`` unchanged, if DuckDB
+    refuses it (a build for another platform, say)."""
+    try:
+        con.execute(f"LOAD '{path.as_posix()}'")
+    except duckdb.Error:
+        return False
+    _loaded.add(con)
+    return True
+
+
+def loaded(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether ``con`` has the extension's functions."""
+    return con in _loaded
+
+
+_sets = itertools.count(1)
+
+
+def new_set() -> int:
+    """A set or bitmap number nothing else in this process uses: the
+    extension's state lives in the process, shared by every connection that
+    loaded it."""
+    return next(_sets)
+
+
+class Bitmaps:
+    """The extension's bitmaps and sets that one connection's views use.
+
+    A set binds the files of one scan (by index) to bitmaps of their deleted
+    positions; a bitmap is shared by every set whose file has the same deletes
+    (the resolver hands unchanged files' deletes on as the same object), so a
+    new version registers only the files it changed. A bitmap no set binds is
+    dropped at once, except the newest ``idle`` positions' worth of them: a
+    version's view replaced by DuckLake's, then a commit, then the next
+    version's view, finds them still there.
+
+    Example::
+
+        >>> from castsql.engine.duck import new_connection
+        >>> con = new_connection()
+        >>> bm = Bitmaps(con)
+        >>> s = bm.bind([("f.parquet", 10, BitMap([3]))])
+        >>> con.execute(f'SELECT "castsql/live"({s}, 0::UBIGINT, 3), "castsql/live"({s}, 0::UBIGINT, 4)').fetchall()
+        [(False, True)]
+        >>> bm.forget(s)
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, idle: int = 16_000_000) -> None:
+        self.con = con
+        self.idle = idle
+        self._by_uri: dict[str, list[tuple[BitMap, int]]] = {}
+        self._refs: dict[int, int] = {}
+        self._uri: dict[int, str] = {}
+        self._size: dict[int, int] = {}
+        self._sets: dict[int, list[int]] = {}
+        self._unbound: OrderedDict[int, None] = OrderedDict()  # oldest first
+
+    @property
+    def sets(self) -> int:
+        """Sets held: one per scan of a view that exists."""
+        return len(self._sets)
+
+    def holds(self, uri: str, dead: BitMap) -> bool:
+        """Whether a bitmap of ``uri`` is registered for this very ``dead`` object."""
+        return any(bm is dead for bm, _ in self._by_uri.get(uri, ()))
+
+    def bind(self, files: Sequence[tuple[str, int, BitMap]]) -> int:
+        """A new set over ``files`` (URI, rows, deleted positions; in the order of
+        the scan's file list); returns its number, for ``"castsql/live"``."""
+        set_id, ids, new = new_set(), [], []
+        for uri, rows, dead in files:
+            bid = next((b for bm, b in self._by_uri.get(uri, ()) if bm is dead), None)
+            if bid is None:
+                bid = next((b for bm, b in self._by_uri.get(uri, ()) if bm == dead), None)
+            if bid is None:
+                bid = new_set()
+                new.append((bid, rows, dead))
+            ids.append(bid)
+        try:
+            if new:
+                self._register(new)
+            pairs = ", ".join(f"({i}, {b})" for i, b in enumerate(ids))
+            self.con.execute(f'SELECT count("castsql/bind"({set_id}, f::UBIGINT, b)) FROM (VALUES {pairs}) t(f, b)')
+        except BaseException:
+            self.con.execute(f'SELECT "castsql/forget"({set_id})')
+            for bid, _, _ in new:
+                self.con.execute(f'SELECT "castsql/drop"({bid})')
+            raise
+        for (uri, _, dead), bid in zip(files, ids, strict=True):
+            if bid not in self._refs:
+                self._by_uri.setdefault(uri, []).append((dead, bid))
+                self._uri[bid], self._size[bid], self._refs[bid] = uri, len(dead), 0
+            self._refs[bid] += 1
+            self._unbound.pop(bid, None)
+        self._sets[set_id] = ids
+        return set_id
+
+    def _register(self, new: list[tuple[int, int, BitMap]]) -> None:
+        sizes = ", ".join(f"({b}, {int(rows)}, {len(dead)})" for b, rows, dead in new)
+        self.con.execute(f'SELECT count("castsql/alloc"(b, n, k)) FROM (VALUES {sizes}) t(b, n, k)')
+        arrays = [np.frombuffer(dead.to_array(), dtype=np.uint32) for _, _, dead in new]
+        ids = np.concatenate([np.full(len(a), b, dtype=np.int64) for (b, _, _), a in zip(new, arrays, strict=True)])
+        idx = np.concatenate([np.arange(len(a), dtype=np.int64) for a in arrays])
+        pos = np.concatenate(arrays)
+        cols = {"b": _array(pa.int64(), ids), "i": _array(pa.int64(), idx), "p": _array(pa.uint32(), pos)}
+        name = f"castsql/marks/{new[0][0]}/native"
+        # Through the C stream: registering an Arrow table imports pandas (quoting.py).
+        self.con.register(name, pa.table(cols).__arrow_c_stream__())
+        try:
+            self.con.execute(f'SELECT count("castsql/mark"(b, i, p::BIGINT)) FROM "{name}"')
+        finally:
+            self.con.unregister(name)
+
+    def forget(self, set_id: int) -> None:
+        """Drop a set; bitmaps no set binds go, past the newest ``idle`` positions."""
+        self.con.execute(f'SELECT "castsql/forget"({set_id})')
+        for bid in self._sets.pop(set_id, []):
+            self._refs[bid] -= 1
+            if self._refs[bid] == 0:
+                self._unbound[bid] = None
+        kept = 0
+        for bid in reversed(list(self._unbound)):
+            kept += self._size[bid]
+            if kept > self.idle:
+                self._drop(bid)
+
+    def _drop(self, bid: int) -> None:
+        self.con.execute(f'SELECT "castsql/drop"({bid})')
+        uri = self._uri.pop(bid)
+        self._by_uri[uri] = [(bm, b) for bm, b in self._by_uri[uri] if b != bid]
+        if not self._by_uri[uri]:
+            del self._by_uri[uri]
+        del self._refs[bid], self._size[bid], self._unbound[bid]
+
+    def close(self) -> None:
+        """Drop every set and bitmap (they live in the process, not the connection)."""
+        for set_id in list(self._sets):
+            self.forget(set_id)
+        for bid in list(self._unbound):
+            self._drop(bid)
+
+
+def _array(type_: pa.DataType, values: np.ndarray) -> pa.Array:
+    """``values`` as an Arrow array from its buffer: ``pa.array`` of a NumPy
+    array imports pandas (quoting.py)."""
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])

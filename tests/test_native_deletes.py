@@ -1,0 +1,153 @@
+"""CastSQL's DuckDB extension (castsql/engine/native): deleted positions tested
+inside the scan's pipeline for selective queries, the same rows as the
+anti-join it replaces, out of reach of user SQL, and its memory freed with the
+views that use it."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pyarrow as pa
+import pytest
+from pyroaring import BitMap
+
+from castsql.engine import Session, native
+from castsql.engine import planner as planner_module
+from castsql.engine.duck import new_connection
+from castsql.errors import CastSQLError
+from castsql.format import PositionDelete, TableLog, write_data_files
+from castsql.storage import open_storage
+
+SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64())])
+
+
+@pytest.fixture
+def table(storage):
+    """Five files of 2,000 ids (row groups of 250), four with 40% of their
+    positions deleted at random (more runs per row group than a range filter
+    takes); returns the log and the live ids."""
+    return _table(storage.child("t"))
+
+
+@pytest.fixture
+def local_table(tmp_path):
+    return _table(open_storage(str(tmp_path / "t")))
+
+
+def _table(storage):
+    log = TableLog.create(storage, SCHEMA, primary_key="id")
+    for k in range(5):
+        ids = list(range(k * 2000, k * 2000 + 2000))
+        log.append(write_data_files(storage, pa.table({"id": ids, "v": ids}, schema=SCHEMA), row_group_size=250))
+    files = sorted(log.state(log.latest()).entries(), key=lambda f: f.min["id"])
+    rnd = random.Random(7)
+    live = set(range(10_000))
+    records = []
+    for f in files[1:]:
+        pos = rnd.sample(range(2000), 800)
+        records.append(PositionDelete(f.path, None, BitMap(pos)))
+        live -= {f.min["id"] + p for p in pos}
+    log.delete(records)
+    return log, live
+
+
+# Ranges reaching files with deletes: one row group, a few, several files.
+SELECTIVE = [(lo, lo + span) for lo, span in [(1990, 40), (2100, 300), (3000, 2500), (5100, 4900)]]
+
+
+def _pruned_sql(s: Session, sql: str) -> str:
+    """The body of the pruned view ``sql`` reads."""
+    view = s.prepare(sql).split("FROM ", 1)[1].split()[0].strip('"')
+    return s.con.execute(f"SELECT sql FROM duckdb_views() WHERE view_name = '{view}'").fetchone()[0]
+
+
+def test_setup_built_the_extension_and_sessions_load_it():
+    """scripts/setup builds it where a C++ compiler exists, as on every
+    machine the README's commands set up; without it CastSQL falls back."""
+    assert native.extension() is not None, "run `python -m castsql.engine.native.build` (scripts/setup does)"
+    assert native.loaded(new_connection())
+
+
+def test_selective_reads_give_the_live_rows_with_and_without_the_extension(table, s3_config, monkeypatch):
+    log, live = table
+    for lo, hi in SELECTIVE:
+        want = sorted(i for i in live if lo <= i < hi)
+        sql = f"SELECT id FROM t WHERE id >= {lo} AND id < {hi}"
+        with Session(log.uri, s3=s3_config) as s:
+            assert '"castsql/live"' in _pruned_sql(s, sql)
+            assert sorted(s.sql(sql).column("id").to_pylist()) == want
+        monkeypatch.setenv("CASTSQL_NATIVE", "0")
+        with Session(log.uri, s3=s3_config) as s:
+            assert not native.loaded(s.con)
+            assert "ANTI JOIN" in _pruned_sql(s, sql)
+            assert sorted(s.sql(sql).column("id").to_pylist()) == want
+        monkeypatch.delenv("CASTSQL_NATIVE")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        'SELECT "castsql/alloc"(1, 0::UBIGINT, 10)',
+        'SELECT "castsql/forget"(1)',
+        'SELECT count(*) FROM t WHERE "castsql/live"(1, 0::UBIGINT, id)',
+        "SET allow_unsigned_extensions = false",
+        "LOAD 'castsql/engine/native/castsql_live.duckdb_extension'",
+    ],
+)
+def test_sql_cannot_reach_the_extension(local_table, sql):
+    """Its functions would let a query un-delete rows of another view (or
+    delete them): the guard refuses any name under castsql/, and loading."""
+    log, live = local_table
+    with Session(log.uri) as s:
+        with pytest.raises(CastSQLError):
+            s.sql(sql)
+        assert s.sql("SELECT count(*) AS n FROM t WHERE id < 4000").column("n").to_pylist() == [
+            sum(1 for i in live if i < 4000)
+        ]
+
+
+def bitmaps_held() -> int:
+    return new_connection().execute('SELECT "castsql/bitmaps"()').fetchone()[0]
+
+
+def test_bitmaps_are_freed_with_their_views(local_table, monkeypatch):
+    """They live in the process, outside DuckDB's memory limit: a session
+    holds those of the views it keeps, and none once closed."""
+    log, live = local_table
+    monkeypatch.setattr(planner_module, "_PRUNED_VIEWS", 2)
+    before = bitmaps_held()
+    with Session(log.uri) as s:
+        s.views.bitmaps.idle = 0  # no bitmap kept for a later version
+        for lo in range(2000, 9000, 500):
+            got = s.sql(f"SELECT count(*) AS n FROM t WHERE id >= {lo} AND id < {lo + 400}").column("n")
+            assert got.to_pylist() == [sum(1 for i in live if lo <= i < lo + 400)]
+        # Two pruned views of one file each: a set and a bitmap each.
+        assert s.views.bitmaps.sets == 2
+        assert bitmaps_held() - before == 4
+    assert bitmaps_held() == before
+
+
+def test_the_first_query_after_a_commit_binds_only_what_changed(local_table):
+    """A one-row delete: the next version's first query binds one new bitmap
+    (the others are the version before's) and writes nothing to DuckLake's
+    catalog; reading it again settles it there. Every version reads right."""
+    log, live = local_table
+    files = sorted(log.state(log.latest()).entries(), key=lambda f: f.min["id"])
+    with Session(log.uri) as s:
+        lake = os.path.join(s._workdir, "lake")
+        for _ in range(2):  # provisional, then settled: the catalog exists
+            assert s.sql("SELECT count(id) AS n FROM t").column("n").to_pylist() == [len(live)]
+        catalog = os.stat(os.path.join(lake, "catalog.ducklake")).st_mtime_ns
+        rnd = random.Random(3)
+        for k in range(4):
+            f = files[1 + k]
+            p = rnd.choice([i - f.min["id"] for i in live if f.min["id"] <= i <= f.max["id"]])
+            log.delete([PositionDelete(f.path, None, BitMap([p]))])
+            live = live - {f.min["id"] + p}
+            held = bitmaps_held()
+            assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live)
+            assert bitmaps_held() - held == 2  # the changed file's bitmap and the view's set
+            assert os.stat(os.path.join(lake, "catalog.ducklake")).st_mtime_ns == catalog
+            assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live)  # settled
+            catalog = os.stat(os.path.join(lake, "catalog.ducklake")).st_mtime_ns
