@@ -5,6 +5,7 @@ views that use it."""
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 
@@ -151,3 +152,45 @@ def test_the_first_query_after_a_commit_binds_only_what_changed(local_table):
             assert os.stat(os.path.join(lake, "catalog.ducklake")).st_mtime_ns == catalog
             assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live)  # settled
             catalog = os.stat(os.path.join(lake, "catalog.ducklake")).st_mtime_ns
+
+
+def test_a_session_dropped_without_close_frees_its_bitmaps(local_table):
+    log, live = local_table
+    before = bitmaps_held()
+    s = Session(log.uri)
+    assert s.sql("SELECT count(*) AS n FROM t WHERE id >= 2100 AND id < 2400").column("n").to_pylist() == [
+        sum(1 for i in live if 2100 <= i < 2400)
+    ]
+    assert bitmaps_held() > before
+    del s
+    gc.collect()
+    assert bitmaps_held() == before
+
+
+@pytest.mark.parametrize("density", [0.001, 0.2], ids=["sparse", "dense"])
+def test_bitmaps_grown_version_by_version_test_exactly_their_positions(density):
+    """A file's deletes grow with each version; each new bitmap is the one
+    before it plus the new positions (copied, then merged in order). Every
+    row's answer is checked, for the sorted-array form and the bitset form."""
+    rows = 50_000
+    rnd = random.Random(11)
+    con = new_connection()
+    bitmaps = native.Bitmaps(con)
+    dead = BitMap(rnd.sample(range(rows), int(rows * density)))
+    sets = []
+    for step in range(5):
+        if step:
+            dead = dead | BitMap(rnd.sample(range(rows), 1 + step * 7))  # anywhere: before and after the old ones
+        held = bitmaps_held()
+        set_id = bitmaps.bind([("a.parquet", 1000, BitMap([1])), ("b.parquet", rows, dead)])
+        if step:
+            assert bitmaps_held() - held == 2  # b's new bitmap and the set; a's is shared
+        got = con.execute(
+            f'SELECT i FROM range({rows}) t(i) WHERE NOT "castsql/live"({set_id}, 1::UBIGINT, i) ORDER BY i'
+        ).fetchall()
+        assert [i for (i,) in got] == list(dead)
+        sets.append(set_id)
+    for set_id in sets:
+        bitmaps.forget(set_id)
+    bitmaps.close()
+    assert bitmaps.sets == 0

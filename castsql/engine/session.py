@@ -76,8 +76,11 @@ class Session:
             # DuckDB's spill files go to the work directory, never to ./.tmp
             # (which may lie in a table); SQL cannot move them (policy.py).
             self.con.execute(f"SET temp_directory = {sql_str(self._workdir + '/duckdb-tmp')}")
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self._workdir, True)
         self.views = Views(self.con, self._workdir)
+        # A session dropped without close() still frees what it holds outside
+        # DuckDB: its work directory and its bitmaps in CastSQL's extension,
+        # which live in the process.
+        self._cleanup = weakref.finalize(self, _release, self._workdir, self.views)
         self.s3 = s3
         self.catalog = Catalog()
         self.planner = Planner(self.con, self.catalog, self.views, lambda call: audit.register(self, call))
@@ -249,13 +252,17 @@ class Session:
         return audit.changes(self, table, start, end)
 
     def close(self) -> None:
-        with contextlib.suppress(duckdb.Error):  # closed already
-            self.views.close()
-        self.con.close()
         self._cleanup()
+        self.con.close()
 
     def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _release(workdir: str, views: Views) -> None:
+    with contextlib.suppress(duckdb.Error):  # the connection closed already
+        views.close()
+    shutil.rmtree(workdir, True)

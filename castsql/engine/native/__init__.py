@@ -63,6 +63,7 @@ def loaded(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 _sets = itertools.count(1)
+_LITERAL_MARKS = 256
 
 
 def new_set() -> int:
@@ -118,12 +119,16 @@ class Bitmaps:
         the scan's file list); returns its number, for ``"castsql/live"``."""
         set_id, ids, new = new_set(), [], []
         for uri, rows, dead in files:
-            bid = next((b for bm, b in self._by_uri.get(uri, ()) if bm is dead), None)
+            known = self._by_uri.get(uri, ())
+            bid = next((b for bm, b in known if bm is dead), None)
             if bid is None:
-                bid = next((b for bm, b in self._by_uri.get(uri, ()) if bm == dead), None)
+                bid = next((b for bm, b in known if bm == dead), None)
             if bid is None:
                 bid = new_set()
-                new.append((bid, rows, dead))
+                # A file's deletes only grow: the version before's bitmap plus
+                # the new positions (a one-row delete copies a bitmap and marks one).
+                base = max(((bm, b) for bm, b in known if len(bm) < len(dead) and bm <= dead), default=None, key=_len)
+                new.append((bid, rows, dead, base))
             ids.append(bid)
         try:
             if new:
@@ -132,7 +137,7 @@ class Bitmaps:
             self.con.execute(f'SELECT count("castsql/bind"({set_id}, f::UBIGINT, b)) FROM (VALUES {pairs}) t(f, b)')
         except BaseException:
             self.con.execute(f'SELECT "castsql/forget"({set_id})')
-            for bid, _, _ in new:
+            for bid, *_ in new:
                 self.con.execute(f'SELECT "castsql/drop"({bid})')
             raise
         for (uri, _, dead), bid in zip(files, ids, strict=True):
@@ -144,21 +149,38 @@ class Bitmaps:
         self._sets[set_id] = ids
         return set_id
 
-    def _register(self, new: list[tuple[int, int, BitMap]]) -> None:
-        sizes = ", ".join(f"({b}, {int(rows)}, {len(dead)})" for b, rows, dead in new)
-        self.con.execute(f'SELECT count("castsql/alloc"(b, n, k)) FROM (VALUES {sizes}) t(b, n, k)')
-        arrays = [np.frombuffer(dead.to_array(), dtype=np.uint32) for _, _, dead in new]
-        ids = np.concatenate([np.full(len(a), b, dtype=np.int64) for (b, _, _), a in zip(new, arrays, strict=True)])
-        idx = np.concatenate([np.arange(len(a), dtype=np.int64) for a in arrays])
+    def _register(self, new: list[tuple[int, int, BitMap, tuple[BitMap, int] | None]]) -> None:
+        fresh = [(b, rows, dead) for b, rows, dead, base in new if base is None]
+        cloned = [(b, base, dead - base[0]) for b, _, dead, base in new if base is not None]
+        if fresh:
+            sizes = ", ".join(f"({b}, {int(rows)}, {len(dead)})" for b, rows, dead in fresh)
+            self.con.execute(f'SELECT count("castsql/alloc"(b, n, k)) FROM (VALUES {sizes}) t(b, n, k)')
+        if cloned:
+            sizes = ", ".join(f"({b}, {of}, {len(extra)})" for b, (_, of), extra in cloned)
+            self.con.execute(f'SELECT count("castsql/clone"(b, o, k)) FROM (VALUES {sizes}) t(b, o, k)')
+        # Each position with its index in its bitmap's list (a clone's come after its copy's).
+        marks = [(b, 0, dead) for b, _, dead in fresh] + [(b, len(bm), extra) for b, (bm, _), extra in cloned]
+        arrays = [np.frombuffer(dead.to_array(), dtype=np.uint32) for _, _, dead in marks]
+        pairs = list(zip(marks, arrays, strict=True))
+        ids = np.concatenate([np.full(len(a), b, dtype=np.int64) for (b, _, _), a in pairs])
+        idx = np.concatenate([np.arange(at, at + len(a), dtype=np.int64) for (_, at, _), a in pairs])
         pos = np.concatenate(arrays)
-        cols = {"b": _array(pa.int64(), ids), "i": _array(pa.int64(), idx), "p": _array(pa.uint32(), pos)}
-        name = f"castsql/marks/{new[0][0]}/native"
-        # Through the C stream: registering an Arrow table imports pandas (quoting.py).
-        self.con.register(name, pa.table(cols).__arrow_c_stream__())
-        try:
-            self.con.execute(f'SELECT count("castsql/mark"(b, i, p::BIGINT)) FROM "{name}"')
-        finally:
-            self.con.unregister(name)
+        if len(pos) <= _LITERAL_MARKS:  # a one-row delete's: cheaper as literals than as a registered stream
+            rows = zip(ids.tolist(), idx.tolist(), pos.tolist(), strict=True)
+            values = ", ".join(f"({b}, {i}, {p})" for b, i, p in rows)
+            self.con.execute(f'SELECT count("castsql/mark"(b, i, p)) FROM (VALUES {values}) t(b, i, p)')
+        else:
+            cols = {"b": _array(pa.int64(), ids), "i": _array(pa.int64(), idx), "p": _array(pa.uint32(), pos)}
+            name = f"castsql/marks/{new[0][0]}/native"
+            # Through the C stream: registering an Arrow table imports pandas (quoting.py).
+            self.con.register(name, pa.table(cols).__arrow_c_stream__())
+            try:
+                self.con.execute(f'SELECT count("castsql/mark"(b, i, p::BIGINT)) FROM "{name}"')
+            finally:
+                self.con.unregister(name)
+        if cloned:
+            sealed = ", ".join(f"({b})" for b, _, _ in cloned)
+            self.con.execute(f'SELECT count("castsql/seal"(b)) FROM (VALUES {sealed}) t(b)')
 
     def forget(self, set_id: int) -> None:
         """Drop a set; bitmaps no set binds go, past the newest ``idle`` positions."""
@@ -187,6 +209,10 @@ class Bitmaps:
             self.forget(set_id)
         for bid in list(self._unbound):
             self._drop(bid)
+
+
+def _len(entry: tuple[BitMap, int]) -> int:
+    return len(entry[0])
 
 
 def _array(type_: pa.DataType, values: np.ndarray) -> pa.Array:

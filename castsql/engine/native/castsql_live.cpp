@@ -12,6 +12,8 @@
 //
 //   "castsql/alloc"(bitmap, rows, n) -> BOOLEAN  room for n deleted positions of rows
 //   "castsql/mark"(bitmap, i, pos)   -> BOOLEAN  the i-th deleted position (ascending)
+//   "castsql/clone"(bitmap, of, n)   -> BOOLEAN  a copy of bitmap `of`, room for n more
+//   "castsql/seal"(bitmap)           -> BOOLEAN  positions marked after a clone, merged in
 //   "castsql/bind"(set, file, bitmap) -> BOOLEAN  the set's file reads the bitmap
 //   "castsql/live"(set, file, pos)    -> BOOLEAN  false where deleted
 //   "castsql/forget"(set)             -> BIGINT   drop a set (its bitmaps stay)
@@ -45,6 +47,7 @@ struct Bits {
 	std::vector<std::atomic<uint64_t>> words; // dense
 	std::vector<uint32_t> sorted;             // sparse
 	bool dense;
+	size_t merged = 0; // sparse: sorted[0, merged) is sorted; the rest, if any, waits for seal()
 	Bits(int64_t n, int64_t count) : rows(n), dense(count * 32 >= n) {
 		if (dense) {
 			words = std::vector<std::atomic<uint64_t>>(static_cast<size_t>((n + 63) / 64));
@@ -53,6 +56,27 @@ struct Bits {
 			}
 		} else {
 			sorted.resize(static_cast<size_t>(count));
+			merged = sorted.size(); // they arrive in order
+		}
+	}
+	// A copy of `o` with room for `extra` more positions (at o's count on).
+	Bits(const Bits &o, int64_t extra) : rows(o.rows), dense(o.dense) {
+		if (dense) {
+			words = std::vector<std::atomic<uint64_t>>(o.words.size());
+			for (size_t i = 0; i < words.size(); i++) {
+				words[i].store(o.words[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+			}
+		} else {
+			sorted = o.sorted;
+			merged = sorted.size();
+			sorted.resize(sorted.size() + static_cast<size_t>(extra));
+		}
+	}
+	void seal() {
+		if (!dense && merged < sorted.size()) {
+			std::sort(sorted.begin() + merged, sorted.end());
+			std::inplace_merge(sorted.begin(), sorted.begin() + merged, sorted.end());
+			merged = sorted.size();
 		}
 	}
 	// Positions arrive with their index in the file's sorted list; threads
@@ -253,6 +277,44 @@ void live_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out)
 	}
 }
 
+void clone_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
+	idx_t n = duckdb_data_chunk_get_size(in);
+	if (any_null(info, in, n)) {
+		return;
+	}
+	auto *id = column<int64_t>(in, 0);
+	auto *from = column<int64_t>(in, 1);
+	auto *extra = column<int64_t>(in, 2);
+	std::unique_lock<std::shared_mutex> lock(mu);
+	for (idx_t i = 0; i < n; i++) {
+		auto o = bitmaps.find(from[i]);
+		if (o == bitmaps.end() || extra[i] < 0 || extra[i] > o->second->rows) {
+			duckdb_scalar_function_set_error(info, "castsql/clone: no such bitmap, or count out of range");
+			return;
+		}
+		bitmaps[id[i]] = std::make_shared<Bits>(*o->second, extra[i]);
+		result<bool>(out)[i] = true;
+	}
+}
+
+void seal_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
+	idx_t n = duckdb_data_chunk_get_size(in);
+	if (any_null(info, in, n)) {
+		return;
+	}
+	auto *id = column<int64_t>(in, 0);
+	std::unique_lock<std::shared_mutex> lock(mu);
+	for (idx_t i = 0; i < n; i++) {
+		auto b = bitmaps.find(id[i]);
+		if (b == bitmaps.end()) {
+			duckdb_scalar_function_set_error(info, "castsql/seal: no such bitmap");
+			return;
+		}
+		b->second->seal();
+		result<bool>(out)[i] = true;
+	}
+}
+
 void forget_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
 	idx_t n = duckdb_data_chunk_get_size(in);
 	if (any_null(info, in, n)) {
@@ -312,5 +374,6 @@ DUCKDB_EXTENSION_ENTRYPOINT(duckdb_connection con, duckdb_extension_info info, s
 	return add(con, "castsql/alloc", {I, I, I}, B, alloc_fn) && add(con, "castsql/mark", {I, I, I}, B, mark_fn) &&
 	       add(con, "castsql/bind", {I, U, I}, B, bind_fn) && add(con, "castsql/live", {I, U, I}, B, live_fn) &&
 	       add(con, "castsql/forget", {I}, I, forget_fn) && add(con, "castsql/drop", {I}, B, drop_fn) &&
+	       add(con, "castsql/clone", {I, I, I}, B, clone_fn) && add(con, "castsql/seal", {I}, B, seal_fn) &&
 	       add(con, "castsql/bitmaps", {}, I, count_fn);
 }
