@@ -167,12 +167,16 @@ def test_a_session_dropped_without_close_frees_its_bitmaps(local_table):
     assert bitmaps_held() == before
 
 
-@pytest.mark.parametrize("density", [0.001, 0.2], ids=["sparse", "dense"])
-def test_bitmaps_grown_version_by_version_test_exactly_their_positions(density):
+@pytest.mark.parametrize(
+    "rows,density",
+    [((1 << 24) + 50_000, 0.0005), (50_000, 0.001), (50_000, 0.2)],
+    ids=["large-sparse", "small-sparse", "dense"],
+)
+def test_bitmaps_grown_version_by_version_test_exactly_their_positions(rows, density):
     """A file's deletes grow with each version; each new bitmap is the one
     before it plus the new positions (copied, then merged in order). Every
-    row's answer is checked, for the sorted-array form and the bitset form."""
-    rows = 50_000
+    row's answer is checked, for the sorted-array form (a file past 2**24
+    rows with sparse deletes) and the bitset form."""
     rnd = random.Random(11)
     con = new_connection()
     bitmaps = native.Bitmaps(con)

@@ -272,11 +272,10 @@ class Views:
 
     def _fits_native(self, files: list[ResolvedFile]) -> bool:
         """Whether the extension can hold these files' deletes within
-        ``_NATIVE_BYTES`` (a bit per row where dense, four bytes per deleted
-        row where sparse; a key range counts as every row)."""
+        ``_NATIVE_BYTES`` (a key range counts as every row deleted)."""
         if self.bitmaps is None:
             return False
-        size = sum(min(f.total_rows // 8, 4 * (f.total_rows if f.key_ranges else len(f.deleted))) for f in files)
+        size = sum(native.bitmap_bytes(f.total_rows, f.total_rows if f.key_ranges else len(f.deleted)) for f in files)
         return size <= _NATIVE_BYTES
 
     def _live_filter(self, proj: str, files: list[tuple[ResolvedFile, BitMap]]) -> str:

@@ -64,6 +64,16 @@ def loaded(con: duckdb.DuckDBPyConnection) -> bool:
 
 _sets = itertools.count(1)
 _LITERAL_MARKS = 256
+_DENSE_ROWS = 1 << 24  # castsql_live.cpp DENSE_ROWS
+
+
+def bitmap_bytes(rows: int, deleted: int) -> int:
+    """The memory the extension takes for one file's deletes (castsql_live.cpp,
+    ``Bits``): a bitset, or four bytes per deleted row for a large file with
+    sparse deletes."""
+    if rows <= _DENSE_ROWS or deleted * 32 >= rows:
+        return (rows + 7) // 8
+    return 4 * deleted
 
 
 def new_set() -> int:
