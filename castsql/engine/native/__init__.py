@@ -90,7 +90,7 @@ class Bitmaps:
     positions; a bitmap is shared by every set whose file has the same deletes
     (the resolver hands unchanged files' deletes on as the same object), so a
     new version registers only the files it changed. A bitmap no set binds is
-    dropped at once, except the newest ``idle`` positions' worth of them: a
+    dropped at once, except the newest ``idle`` bytes' worth of them: a
     version's view replaced by DuckLake's, then a commit, then the next
     version's view, finds them still there.
 
@@ -105,7 +105,7 @@ class Bitmaps:
         >>> bm.forget(s)
     """
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, idle: int = 16_000_000) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, idle: int = 64 << 20) -> None:
         self.con = con
         self.idle = idle
         self._by_uri: dict[str, list[tuple[BitMap, int]]] = {}
@@ -150,10 +150,10 @@ class Bitmaps:
             for bid, *_ in new:
                 self.con.execute(f'SELECT "castsql/drop"({bid})')
             raise
-        for (uri, _, dead), bid in zip(files, ids, strict=True):
+        for (uri, rows, dead), bid in zip(files, ids, strict=True):
             if bid not in self._refs:
                 self._by_uri.setdefault(uri, []).append((dead, bid))
-                self._uri[bid], self._size[bid], self._refs[bid] = uri, len(dead), 0
+                self._uri[bid], self._size[bid], self._refs[bid] = uri, bitmap_bytes(rows, len(dead)), 0
             self._refs[bid] += 1
             self._unbound.pop(bid, None)
         self._sets[set_id] = ids
@@ -193,7 +193,7 @@ class Bitmaps:
             self.con.execute(f'SELECT count("castsql/seal"(b)) FROM (VALUES {sealed}) t(b)')
 
     def forget(self, set_id: int) -> None:
-        """Drop a set; bitmaps no set binds go, past the newest ``idle`` positions."""
+        """Drop a set; bitmaps no set binds go, past the newest ``idle`` bytes of them."""
         self.con.execute(f'SELECT "castsql/forget"({set_id})')
         for bid in self._sets.pop(set_id, []):
             self._refs[bid] -= 1
