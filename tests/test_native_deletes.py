@@ -112,7 +112,17 @@ def bitmaps_held() -> int:
     return new_connection().execute('SELECT "castsql/bitmaps"()').fetchone()[0]
 
 
-def test_bitmaps_are_freed_with_their_views(local_table, monkeypatch):
+@pytest.fixture
+def still_gc():
+    """No garbage collection while a test counts the process's bitmaps: a
+    session an earlier test dropped would free its own in the middle."""
+    gc.collect()
+    gc.disable()
+    yield
+    gc.enable()
+
+
+def test_bitmaps_are_freed_with_their_views(local_table, monkeypatch, still_gc):
     """They live in the process, outside DuckDB's memory limit: a session
     holds those of the views it keeps, and none once closed."""
     log, live = local_table
@@ -129,7 +139,7 @@ def test_bitmaps_are_freed_with_their_views(local_table, monkeypatch):
     assert bitmaps_held() == before
 
 
-def test_the_first_query_after_a_commit_binds_only_what_changed(local_table):
+def test_the_first_query_after_a_commit_binds_only_what_changed(local_table, still_gc):
     """A one-row delete: the next version's first query binds one new bitmap
     (the others are the version before's) and writes nothing to DuckLake's
     catalog; reading it again settles it there. Every version reads right."""
@@ -154,7 +164,7 @@ def test_the_first_query_after_a_commit_binds_only_what_changed(local_table):
             catalog = os.stat(os.path.join(lake, "catalog.ducklake")).st_mtime_ns
 
 
-def test_a_session_dropped_without_close_frees_its_bitmaps(local_table):
+def test_a_session_dropped_without_close_frees_its_bitmaps(local_table, still_gc):
     log, live = local_table
     before = bitmaps_held()
     s = Session(log.uri)
@@ -172,7 +182,7 @@ def test_a_session_dropped_without_close_frees_its_bitmaps(local_table):
     [((1 << 24) + 50_000, 0.0005), (50_000, 0.001), (50_000, 0.2)],
     ids=["large-sparse", "small-sparse", "dense"],
 )
-def test_bitmaps_grown_version_by_version_test_exactly_their_positions(rows, density):
+def test_bitmaps_grown_version_by_version_test_exactly_their_positions(rows, density, still_gc):
     """A file's deletes grow with each version; each new bitmap is the one
     before it plus the new positions (copied, then merged in order). Every
     row's answer is checked, for the sorted-array form (a file past 2**24
