@@ -15,6 +15,7 @@ from pyroaring import BitMap
 
 from castsql.engine import Session, native
 from castsql.engine import planner as planner_module
+from castsql.engine import views as views_module
 from castsql.engine.duck import new_connection
 from castsql.errors import CastSQLError
 from castsql.format import PositionDelete, TableLog, write_data_files
@@ -208,3 +209,26 @@ def test_bitmaps_grown_version_by_version_test_exactly_their_positions(rows, den
         bitmaps.forget(set_id)
     bitmaps.close()
     assert bitmaps.sets == 0
+
+
+def test_deletes_past_the_bound_are_anti_joined_as_before(local_table, monkeypatch):
+    """The extension's memory is outside DuckDB's limit: a view whose bitmaps
+    would pass ``_NATIVE_BYTES`` anti-joins instead, with the same rows, and a
+    new version of a table DuckLake holds goes straight to DuckLake."""
+    log, live = local_table
+    monkeypatch.setattr(views_module, "_NATIVE_BYTES", 0)
+    files = sorted(log.state(log.latest()).entries(), key=lambda f: f.min["id"])
+    with Session(log.uri) as s:
+        held = s.views.bitmaps.sets
+        assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live)
+        sql = s.con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 't'").fetchone()[0]
+        assert "ANTI JOIN" in sql and '"castsql/live"' not in sql
+        assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live)  # settled
+        f = files[1]
+        p = next(i - f.min["id"] for i in sorted(live) if f.min["id"] <= i <= f.max["id"])
+        log.delete([PositionDelete(f.path, None, BitMap([p]))])
+        live = live - {f.min["id"] + p}
+        assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live)
+        sql = s.con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 't'").fetchone()[0]
+        assert "castsql_lake" in sql
+        assert s.views.bitmaps.sets == held

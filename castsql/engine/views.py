@@ -25,7 +25,7 @@ from __future__ import annotations
 import array
 import itertools
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -180,7 +180,9 @@ class Views:
                 # already holds is provisional too: its first query binds the
                 # bitmaps of the files the commit changed instead of waiting for
                 # a catalog write (~70 ms); the session settles it when read again.
-                known = self._lake is not None and self._lake.has(lineage) and not self._fits_native(dirty)
+                # (A key range counts as every row deleted: its positions are not read yet.)
+                sizes = [(f.total_rows, f.total_rows if f.key_ranges else len(f.deleted)) for f in dirty]
+                known = self._lake is not None and self._lake.has(lineage) and not self._fits_native(sizes)
                 if dirty and whole and (settle or known):
                     # The DuckLake table holds the files as they are; the projection maps them.
                     scan = self.lake.scan(
@@ -230,12 +232,14 @@ class Views:
         (docs/PERFORMANCE.md, "Selective queries")."""
         branches, scattered = [], []
         seq = next(self._seq)
+        deads = []
         for f in files:
             dead = self.deleted(snap, f)
             keep = self._reachable(f.uri, group, snap, within)
-            if keep is not None:
-                dead = dead & keep
-            if self.bitmaps is not None and self.bitmaps.holds(f.uri, dead):
+            deads.append((f, dead if keep is None else dead & keep))
+        live = self._fits_native((f.total_rows, len(dead)) for f, dead in deads)
+        for f, dead in deads:
+            if live and self.bitmaps.holds(f.uri, dead):
                 scattered.append((f, None, dead))  # scattered when bound before: no runs to count
                 continue
             arr = np.frombuffer(dead.to_array(), dtype=np.uint32)
@@ -246,7 +250,7 @@ class Views:
                 branches.append(f"SELECT {proj} FROM read_parquet({sql_str(f.uri)}){where}")
             else:
                 scattered.append((f, arr, dead))
-        if scattered and self.bitmaps is not None:
+        if scattered and live:
             branches.append(self._live_filter(proj, [(f, dead) for f, _, dead in scattered]))
         elif len(scattered) == 1:
             ((f, arr, _),) = scattered
@@ -270,13 +274,12 @@ class Views:
             )
         return " UNION ALL ".join(branches)
 
-    def _fits_native(self, files: list[ResolvedFile]) -> bool:
-        """Whether the extension can hold these files' deletes within
-        ``_NATIVE_BYTES`` (a key range counts as every row deleted)."""
+    def _fits_native(self, files: Iterable[tuple[int, int]]) -> bool:
+        """Whether the extension is loaded and can hold the deletes of ``files``
+        (rows, deleted rows) within ``_NATIVE_BYTES``."""
         if self.bitmaps is None:
             return False
-        size = sum(native.bitmap_bytes(f.total_rows, f.total_rows if f.key_ranges else len(f.deleted)) for f in files)
-        return size <= _NATIVE_BYTES
+        return sum(native.bitmap_bytes(rows, deleted) for rows, deleted in files) <= _NATIVE_BYTES
 
     def _live_filter(self, proj: str, files: list[tuple[ResolvedFile, BitMap]]) -> str:
         """One scan of ``files`` whose rows pass through CastSQL's extension
