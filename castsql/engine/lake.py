@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyroaring import BitMap
 
-from castsql.engine import names
+from castsql.engine import names, native
 from castsql.engine.duck import load_extension
 from castsql.engine.guard import INTERNAL_CATALOG
 from castsql.engine.quoting import ident as _ident
@@ -260,7 +260,7 @@ class Lake:
             return found
         path = os.path.join(self.directory, f"del-{next(self._seq)}.parquet")
         arr = bm.to_array()
-        pos = pa.Array.from_buffers(pa.uint32(), len(arr), [None, pa.py_buffer(arr)]).cast(pa.int64())
+        pos = native.buffer_array(pa.uint32(), arr).cast(pa.int64())
         # Sorted positions delta-encode to a fraction of a zstd page and decode
         # 3x faster; DuckLake reads a file's delete file on every query, and
         # writing 200,000 positions takes 10 ms instead of 127 (docs/PERFORMANCE.md).

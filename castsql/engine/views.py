@@ -53,9 +53,7 @@ def types_of(snap: Snapshot) -> dict[str, str]:
 
 
 def _uint32(values: np.ndarray | array.array) -> pa.Array:
-    """``values`` (uint32) as an Arrow array, zero-copy; ``pa.array`` of a
-    NumPy array would import pandas (quoting.py)."""
-    return pa.Array.from_buffers(pa.uint32(), len(values), [None, pa.py_buffer(values)])
+    return native.buffer_array(pa.uint32(), values)
 
 
 def _bitmap_array(bm: BitMap) -> pa.Array:

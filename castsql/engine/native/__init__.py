@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+import array
 import itertools
 import os
 import weakref
@@ -180,7 +181,11 @@ class Bitmaps:
             values = ", ".join(f"({b}, {i}, {p})" for b, i, p in rows)
             self.con.execute(f'SELECT count("castsql/mark"(b, i, p)) FROM (VALUES {values}) t(b, i, p)')
         else:
-            cols = {"b": _array(pa.int64(), ids), "i": _array(pa.int64(), idx), "p": _array(pa.uint32(), pos)}
+            cols = {
+                "b": buffer_array(pa.int64(), ids),
+                "i": buffer_array(pa.int64(), idx),
+                "p": buffer_array(pa.uint32(), pos),
+            }
             name = f"castsql/marks/{new[0][0]}/native"
             # Through the C stream: registering an Arrow table imports pandas (quoting.py).
             self.con.register(name, pa.table(cols).__arrow_c_stream__())
@@ -225,7 +230,7 @@ def _len(entry: tuple[BitMap, int]) -> int:
     return len(entry[0])
 
 
-def _array(type_: pa.DataType, values: np.ndarray) -> pa.Array:
-    """``values`` as an Arrow array from its buffer: ``pa.array`` of a NumPy
-    array imports pandas (quoting.py)."""
+def buffer_array(type_: pa.DataType, values: np.ndarray | array.array) -> pa.Array:
+    """``values`` (of ``type_``'s width) as an Arrow array, zero-copy from its
+    buffer: ``pa.array`` of a NumPy array imports pandas (quoting.py)."""
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
