@@ -159,8 +159,10 @@ T *result(duckdb_vector out) {
 }
 
 // Every argument is a number CastSQL writes itself, never NULL; a NULL would
-// read as whatever the vector holds, so it is refused instead.
-bool any_null(duckdb_function_info info, duckdb_data_chunk in, idx_t n) {
+// read as whatever the vector holds, so it is refused instead. Returns the
+// chunk's row count, or 0 (nothing to do) after setting the error.
+idx_t checked_rows(duckdb_function_info info, duckdb_data_chunk in) {
+	idx_t n = duckdb_data_chunk_get_size(in);
 	idx_t columns = duckdb_data_chunk_get_column_count(in);
 	for (idx_t c = 0; c < columns; c++) {
 		uint64_t *validity = duckdb_vector_get_validity(duckdb_data_chunk_get_vector(in, c));
@@ -170,18 +172,15 @@ bool any_null(duckdb_function_info info, duckdb_data_chunk in, idx_t n) {
 		for (idx_t i = 0; i < n; i++) {
 			if (!duckdb_validity_row_is_valid(validity, i)) {
 				duckdb_scalar_function_set_error(info, "castsql/live: NULL argument");
-				return true;
+				return 0;
 			}
 		}
 	}
-	return false;
+	return n;
 }
 
 void alloc_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
-	idx_t n = duckdb_data_chunk_get_size(in);
-	if (any_null(info, in, n)) {
-		return;
-	}
+	idx_t n = checked_rows(info, in);
 	auto *id = column<int64_t>(in, 0);
 	auto *rows = column<int64_t>(in, 1);
 	auto *count = column<int64_t>(in, 2);
@@ -197,10 +196,7 @@ void alloc_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out
 }
 
 void mark_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
-	idx_t n = duckdb_data_chunk_get_size(in);
-	if (any_null(info, in, n)) {
-		return;
-	}
+	idx_t n = checked_rows(info, in);
 	auto *id = column<int64_t>(in, 0);
 	auto *idx = column<int64_t>(in, 1);
 	auto *pos = column<int64_t>(in, 2);
@@ -220,10 +216,7 @@ void mark_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out)
 }
 
 void bind_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
-	idx_t n = duckdb_data_chunk_get_size(in);
-	if (any_null(info, in, n)) {
-		return;
-	}
+	idx_t n = checked_rows(info, in);
 	auto *set = column<int64_t>(in, 0);
 	auto *file = column<uint64_t>(in, 1);
 	auto *id = column<int64_t>(in, 2);
@@ -247,10 +240,7 @@ void bind_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out)
 }
 
 void live_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
-	idx_t n = duckdb_data_chunk_get_size(in);
-	if (any_null(info, in, n)) {
-		return;
-	}
+	idx_t n = checked_rows(info, in);
 	auto *set = column<int64_t>(in, 0);
 	auto *file = column<uint64_t>(in, 1);
 	auto *pos = column<int64_t>(in, 2);
@@ -281,10 +271,7 @@ void live_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out)
 }
 
 void clone_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
-	idx_t n = duckdb_data_chunk_get_size(in);
-	if (any_null(info, in, n)) {
-		return;
-	}
+	idx_t n = checked_rows(info, in);
 	auto *id = column<int64_t>(in, 0);
 	auto *from = column<int64_t>(in, 1);
 	auto *extra = column<int64_t>(in, 2);
@@ -301,10 +288,7 @@ void clone_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out
 }
 
 void seal_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
-	idx_t n = duckdb_data_chunk_get_size(in);
-	if (any_null(info, in, n)) {
-		return;
-	}
+	idx_t n = checked_rows(info, in);
 	auto *id = column<int64_t>(in, 0);
 	std::unique_lock<std::shared_mutex> lock(mu);
 	for (idx_t i = 0; i < n; i++) {
@@ -319,10 +303,7 @@ void seal_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out)
 }
 
 void forget_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
-	idx_t n = duckdb_data_chunk_get_size(in);
-	if (any_null(info, in, n)) {
-		return;
-	}
+	idx_t n = checked_rows(info, in);
 	auto *set = column<int64_t>(in, 0);
 	std::unique_lock<std::shared_mutex> lock(mu);
 	for (idx_t i = 0; i < n; i++) {
@@ -331,10 +312,7 @@ void forget_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector ou
 }
 
 void drop_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
-	idx_t n = duckdb_data_chunk_get_size(in);
-	if (any_null(info, in, n)) {
-		return;
-	}
+	idx_t n = checked_rows(info, in);
 	auto *id = column<int64_t>(in, 0);
 	std::unique_lock<std::shared_mutex> lock(mu);
 	for (idx_t i = 0; i < n; i++) {
