@@ -232,3 +232,18 @@ def test_deletes_past_the_bound_are_anti_joined_as_before(local_table, monkeypat
         sql = s.con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 't'").fetchone()[0]
         assert "castsql_lake" in sql
         assert s.views.bitmaps.sets == held
+
+
+def test_a_failed_build_keeps_the_last_good_one(monkeypatch):
+    """A compiler that fails: an error naming the command, the extension
+    that was built before untouched, no half-written file left."""
+    import subprocess
+
+    from castsql.engine.native import build
+
+    before = native.BUILT.read_bytes()
+    monkeypatch.setenv("CXX", "false")
+    with pytest.raises(subprocess.CalledProcessError):
+        build.build(force=True)
+    assert native.BUILT.read_bytes() == before
+    assert not native.BUILT.with_suffix(".part").exists()

@@ -55,7 +55,9 @@ def headers(version: str) -> Path:
     )
     with urllib.request.urlopen(req, timeout=60) as r:
         files = json.load(r)["files"]
-    sdist = next(f for f in files if f["filename"] == f"duckdb-{version}.tar.gz")
+    sdist = next((f for f in files if f["filename"] == f"duckdb-{version}.tar.gz"), None)
+    if sdist is None:
+        raise RuntimeError(f"PyPI lists no source distribution duckdb-{version}.tar.gz to read the C API headers from")
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / sdist["filename"]
         with urllib.request.urlopen(sdist["url"], timeout=300) as r, open(archive, "wb") as fh:
@@ -63,8 +65,9 @@ def headers(version: str) -> Path:
         digest = hashlib.sha256(archive.read_bytes()).hexdigest()
         if digest != sdist["hashes"]["sha256"]:
             raise RuntimeError(f"{sdist['filename']}: sha256 {digest} is not PyPI's {sdist['hashes']['sha256']}")
-        part = inc.with_name(inc.name + ".part")
-        shutil.rmtree(part, ignore_errors=True)
+        # Extracted in the temporary directory and moved into place: a failed
+        # fetch leaves nothing behind.
+        part = Path(tmp) / "include"
         part.mkdir()
         with tarfile.open(archive) as tar:
             for m in tar.getmembers():
@@ -74,7 +77,7 @@ def headers(version: str) -> Path:
         if missing:
             raise RuntimeError(f"{sdist['filename']} holds no {', '.join(missing)}")
         shutil.rmtree(inc, ignore_errors=True)
-        part.rename(inc)
+        shutil.move(str(part), inc)
     return inc
 
 
@@ -98,9 +101,13 @@ def build(force: bool = False) -> Path | None:
     inc = headers(version)
     tmp = BUILT.with_suffix(".part")
     cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", f"-I{inc}", str(SOURCE), "-o", str(tmp)]
-    subprocess.run(cmd, check=True)
-    with open(tmp, "ab") as fh:
-        fh.write(footer(platform))
+    try:
+        subprocess.run(cmd, check=True)
+        with open(tmp, "ab") as fh:
+            fh.write(footer(platform))
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # the last good build, if any, stays as it was
+        raise
     tmp.replace(BUILT)
     _STAMP.write_text(want)
     return BUILT
