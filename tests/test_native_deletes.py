@@ -1,7 +1,8 @@
-"""CastSQL's DuckDB extension (castsql/engine/native): deleted positions tested
-inside the scan's pipeline for selective queries, the same rows as the
-anti-join it replaces, out of reach of user SQL, and its memory freed with the
-views that use it."""
+"""CastSQL's DuckDB extensions (castsql/engine/native): deleted positions held
+as bitmaps and skipped inside DuckDB's Parquet reader (castsql_scan), or tested
+in the scan's pipeline (castsql_live alone); the same rows as the anti-join
+they replace, out of reach of user SQL, and their memory freed with the views
+that use them."""
 
 from __future__ import annotations
 
@@ -68,23 +69,51 @@ def test_setup_built_the_extension_and_sessions_load_it():
     """scripts/setup builds it where a C++ compiler exists, as on every
     machine the README's commands set up; without it CastSQL falls back."""
     assert native.extension() is not None, "run `python -m castsql.engine.native.build` (scripts/setup does)"
-    assert native.loaded(new_connection())
+    assert native.SCAN_BUILT.exists(), "castsql_scan did not build: see scripts/setup's output"
+    con = new_connection()
+    assert native.loaded(con) and native.scans(con)
 
 
-def test_selective_reads_give_the_live_rows_with_and_without_the_extension(table, s3_config, monkeypatch):
+# How a view applies scattered deletes: inside the reader, a filter in the
+# pipeline (castsql_scan not loaded), an anti-join (no extension at all).
+MODES = {
+    "reader": ({}, '"castsql/parquet"'),
+    "filter": ({"CASTSQL_NATIVE_SCAN": "0"}, '"castsql/live"'),
+    "anti-join": ({"CASTSQL_NATIVE": "0"}, "ANTI JOIN"),
+}
+
+
+@pytest.fixture(params=list(MODES))
+def mode(request, monkeypatch):
+    env, marker = MODES[request.param]
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return marker
+
+
+def test_selective_reads_give_the_live_rows_every_way(table, s3_config, mode):
     log, live = table
     for lo, hi in SELECTIVE:
         want = sorted(i for i in live if lo <= i < hi)
         sql = f"SELECT id FROM t WHERE id >= {lo} AND id < {hi}"
         with Session(log.uri, s3=s3_config) as s:
-            assert '"castsql/live"' in _pruned_sql(s, sql)
+            assert mode in _pruned_sql(s, sql)
             assert sorted(s.sql(sql).column("id").to_pylist()) == want
-        monkeypatch.setenv("CASTSQL_NATIVE", "0")
-        with Session(log.uri, s3=s3_config) as s:
-            assert not native.loaded(s.con)
-            assert "ANTI JOIN" in _pruned_sql(s, sql)
-            assert sorted(s.sql(sql).column("id").to_pylist()) == want
-        monkeypatch.delenv("CASTSQL_NATIVE")
+            n = s.sql(f"SELECT count(*) AS n FROM t WHERE id >= {lo} AND id < {hi}").column("n").to_pylist()
+            assert n == [len(want)]
+
+
+def test_whole_versions_read_the_live_rows_every_way(table, s3_config, mode):
+    """count(*) included: read_parquet answers it from the footers' row
+    counts, which know nothing of deletes."""
+    log, live = table
+    with Session(log.uri, s3=s3_config) as s:
+        for _ in range(2):  # provisional, then (without castsql_scan) settled in DuckLake
+            assert s.sql("SELECT count(*) AS n FROM t").column("n").to_pylist() == [len(live)]
+            assert s.sql("SELECT sum(v) AS n FROM t").column("n").to_pylist() == [sum(live)]
+            assert sorted(s.sql("SELECT id FROM t WHERE v % 7 = 3").column("id").to_pylist()) == sorted(
+                i for i in live if i % 7 == 3
+            )
 
 
 @pytest.mark.parametrize(
@@ -95,6 +124,7 @@ def test_selective_reads_give_the_live_rows_with_and_without_the_extension(table
         'SELECT count(*) FROM t WHERE "castsql/live"(1, 0::UBIGINT, id)',
         "SET allow_unsigned_extensions = false",
         "LOAD 'castsql/engine/native/castsql_live.duckdb_extension'",
+        "SELECT count(*) FROM \"castsql/parquet\"(['x.parquet'], castsql_set = 1)",
     ],
 )
 def test_sql_cannot_reach_the_extension(local_table, sql):
@@ -140,29 +170,41 @@ def test_bitmaps_are_freed_with_their_views(local_table, monkeypatch, still_gc):
     assert bitmaps_held() == before
 
 
-def test_the_first_query_after_a_commit_binds_only_what_changed(local_table, still_gc):
+@pytest.mark.parametrize("scan", [True, False], ids=["reader", "filter"])
+def test_the_first_query_after_a_commit_binds_only_what_changed(local_table, still_gc, scan, monkeypatch):
     """A one-row delete: the next version's first query binds one new bitmap
     (the others are the version before's) and writes nothing to DuckLake's
-    catalog; reading it again settles it there. Every version reads right."""
+    catalog. Skipped inside the reader, versions never go to DuckLake; with
+    the pipeline filter, reading a version again settles it there. Every
+    version reads right."""
+    if not scan:
+        monkeypatch.setenv("CASTSQL_NATIVE_SCAN", "0")
     log, live = local_table
     files = sorted(log.state(log.latest()).entries(), key=lambda f: f.min["id"])
     with Session(log.uri) as s:
-        lake = os.path.join(s._workdir, "lake")
-        for _ in range(2):  # provisional, then settled: the catalog exists
+        catalog_file = os.path.join(s._workdir, "lake", "catalog.ducklake")
+
+        def catalog() -> int | None:
+            return os.stat(catalog_file).st_mtime_ns if os.path.exists(catalog_file) else None
+
+        for _ in range(2):  # provisional, then settled (without castsql_scan)
             assert s.sql("SELECT count(id) AS n FROM t").column("n").to_pylist() == [len(live)]
-        catalog = os.stat(os.path.join(lake, "catalog.ducklake")).st_mtime_ns
+        assert (catalog() is None) == scan
         rnd = random.Random(3)
         for k in range(4):
             f = files[1 + k]
             p = rnd.choice([i - f.min["id"] for i in live if f.min["id"] <= i <= f.max["id"]])
             log.delete([PositionDelete(f.path, None, BitMap([p]))])
             live = live - {f.min["id"] + p}
-            held = bitmaps_held()
+            held, before = bitmaps_held(), catalog()
             assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live)
-            assert bitmaps_held() - held == 2  # the changed file's bitmap and the view's set
-            assert os.stat(os.path.join(lake, "catalog.ducklake")).st_mtime_ns == catalog
-            assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live)  # settled
-            catalog = os.stat(os.path.join(lake, "catalog.ducklake")).st_mtime_ns
+            # The changed file's bitmap, and the view's set (in the reader, in
+            # place of the version before's; else that one's went with DuckLake).
+            assert bitmaps_held() - held == (1 if scan else 2)
+            assert s.views.bitmaps.sets == 1
+            assert catalog() == before
+            assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live)  # settled, or as it was
+            assert (catalog() is None) == scan
 
 
 def test_a_session_dropped_without_close_frees_its_bitmaps(local_table, still_gc):
@@ -222,7 +264,7 @@ def test_deletes_past_the_bound_are_anti_joined_as_before(local_table, monkeypat
         held = s.views.bitmaps.sets
         assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live)
         sql = s.con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 't'").fetchone()[0]
-        assert "ANTI JOIN" in sql and '"castsql/live"' not in sql
+        assert "ANTI JOIN" in sql and '"castsql/live"' not in sql and '"castsql/parquet"' not in sql
         assert sorted(s.sql("SELECT id FROM t").column("id").to_pylist()) == sorted(live)  # settled
         f = files[1]
         p = next(i - f.min["id"] for i in sorted(live) if f.min["id"] <= i <= f.max["id"])
@@ -247,3 +289,51 @@ def test_a_failed_build_keeps_the_last_good_one(monkeypatch):
         build.build(force=True)
     assert native.BUILT.read_bytes() == before
     assert not native.BUILT.with_suffix(".part").exists()
+    before = native.SCAN_BUILT.read_bytes()
+    with pytest.raises(subprocess.CalledProcessError):
+        build.build_scan(force=True)
+    assert native.SCAN_BUILT.read_bytes() == before
+    assert not native.SCAN_BUILT.with_suffix(".part").exists()
+
+
+@pytest.mark.parametrize(
+    "rows,group,density",
+    [(50_003, 997, 0.01), (50_003, 997, 0.3), ((1 << 24) + 4_099, 1 << 20, 0.0005)],
+    ids=["sparse-bitset", "dense-bitset", "sorted-array"],
+)
+def test_the_reader_skips_exactly_the_deleted_positions(tmp_path, rows, group, density, still_gc):
+    """``"castsql/parquet"`` straight: row groups whose sizes are no multiple of
+    a vector or a bitmap word, scanned by several threads, a file with no
+    bitmap beside one with; a column filter after the deletes; and both of
+    the extension's forms (a file past 2**24 rows with sparse deletes keeps a
+    sorted array). count(*) and the positions that come out are checked."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    a, b = str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")
+    # A small column that repeats: a 2**24-row file stays a few MB.
+    pq.write_table(pa.table({"x": np.arange(rows, dtype=np.int64) % 5}), a, row_group_size=group)
+    pq.write_table(pa.table({"x": np.arange(1000, dtype=np.int64) % 5}), b)
+    rnd = np.random.default_rng(5)
+    dead = BitMap(rnd.choice(rows, int(rows * density), replace=False).tolist()) | BitMap([0, rows - 1])
+    con = new_connection(threads=4)
+    bitmaps = native.Bitmaps(con)
+    set_id = bitmaps.bind([(a, rows, dead)])  # b (index 1): no bitmap, no deletes
+    scan = f"\"castsql/parquet\"(['{a}', '{b}'], castsql_set = {set_id})"
+    live = rows - len(dead)
+    assert con.execute(f"SELECT count(*) FROM {scan}").fetchone()[0] == live + 1000
+    total = rows * (rows - 1) // 2 - sum(dead)
+    got = con.execute(f"SELECT sum(file_row_number), count(*) FROM {scan} WHERE file_index = 0").fetchone()
+    assert got == (total, live)
+    kept = [p for p in range(0, rows, 5) if p not in dead]
+    got = con.execute(f"SELECT count(*), sum(file_row_number) FROM {scan} WHERE x = 0 AND file_index = 0").fetchone()
+    assert got == (len(kept), sum(kept))
+    # The positions themselves, around the row groups' edges.
+    edges = sorted({p for g in range(0, rows, group) for p in range(max(g - 70, 0), min(g + 70, rows))})
+    got = con.execute(
+        f"SELECT file_row_number FROM {scan} WHERE file_index = 0 AND file_row_number IN ({','.join(map(str, edges))})"
+    ).fetchall()
+    assert sorted(p for (p,) in got) == [p for p in edges if p not in dead]
+    with pytest.raises(Exception, match="no such set"):
+        con.execute(f"SELECT count(*) FROM \"castsql/parquet\"(['{a}'], castsql_set = {set_id + 10_000})").fetchall()
+    bitmaps.close()

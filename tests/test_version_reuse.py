@@ -28,6 +28,15 @@ def _tables(s: Session) -> int:
     return s.con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = 'castsql_lake'").fetchone()[0]
 
 
+@pytest.fixture(autouse=True)
+def ducklake(monkeypatch):
+    """DuckLake holds the versions whose deletes DuckDB's reader does not skip
+    itself: where castsql_scan is not built, or their bitmaps would pass its
+    memory bound. Its path, tested here, is forced by not loading castsql_scan
+    (with it, versions never reach DuckLake: test_native_deletes.py)."""
+    monkeypatch.setenv("CASTSQL_NATIVE_SCAN", "0")
+
+
 @pytest.fixture
 def table(tmp_path):
     st = open_storage(str(tmp_path / "t"))

@@ -193,7 +193,9 @@ class Views:
                     branches.append(f"SELECT {proj} FROM {scan}")
                     lake_at = (lineage, snap.version)
                 elif dirty:
-                    provisional = provisional or whole
+                    # Deletes skipped inside DuckDB's reader cost a scan no more than
+                    # DuckLake's would: such a version is never moved into DuckLake.
+                    provisional = provisional or (whole and not self._in_reader(sizes))
                     branches.append(self._anti_join(name, snap, proj, group, dirty, within))
             body = " UNION ALL ".join(branches)
         made, self._new_tables = self._new_tables, []
@@ -279,15 +281,25 @@ class Views:
             return False
         return sum(native.bitmap_bytes(rows, deleted) for rows, deleted in files) <= _NATIVE_BYTES
 
+    def _in_reader(self, files: Iterable[tuple[int, int]]) -> bool:
+        """Whether the deletes of ``files`` (rows, deleted rows) are skipped
+        inside DuckDB's Parquet reader (``"castsql/parquet"``)."""
+        return native.scans(self.con) and self._fits_native(files)
+
     def _live_filter(self, proj: str, files: list[tuple[ResolvedFile, BitMap]]) -> str:
-        """One scan of ``files`` whose rows pass through CastSQL's extension
-        with their deleted positions: a bit read per row in the pipeline,
-        where an anti-join hashes every position and probes every row
-        (docs/PERFORMANCE.md, "Deletes applied in the pipeline")."""
+        """One scan of ``files`` that skips their deleted positions, held as
+        bitmaps by CastSQL's extension: inside DuckDB's Parquet reader, which
+        then decodes only the live rows (``"castsql/parquet"``), or, without
+        ``castsql_scan``, a bit read per row in the pipeline; an anti-join
+        would hash every position and probe every row (docs/PERFORMANCE.md,
+        "Deletes applied in the pipeline")."""
         assert self.bitmaps is not None
         set_id = self.bitmaps.bind([(f.uri, f.total_rows, dead) for f, dead in files])
         self._new_tables.append(set_id)
         uris = _file_list([f.uri for f, _ in files])
+        if native.scans(self.con):
+            # No hive partitioning: files are matched to bitmaps by their index in the list.
+            return f'SELECT {proj} FROM "castsql/parquet"({uris}, castsql_set={set_id}, hive_partitioning=false)'
         return f'SELECT {proj} FROM read_parquet({uris}) WHERE "castsql/live"({set_id}, file_index, file_row_number)'
 
     def _positions_table(self, name: str, columns: dict[str, pa.Array]) -> str:

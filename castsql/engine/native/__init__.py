@@ -1,12 +1,14 @@
-"""CastSQL's own DuckDB extension: deleted positions tested inside the scan's
-pipeline (``castsql_live.cpp``).
+"""CastSQL's own DuckDB extensions: deleted positions held as bitmaps in the
+process (``castsql_live.cpp``) and skipped by DuckDB's Parquet reader
+(``castsql_scan.cpp``), or, where only the first exists, tested by a filter in
+the scan's pipeline.
 
-It is compiled from this package's C++ source by ``scripts/setup`` (through
-:mod:`castsql.engine.native.build`), against the C extension API headers of the
-installed DuckDB, fetched from DuckDB's source distribution on PyPI. Where it
-was not built (no compiler, an installed wheel) or ``CASTSQL_NATIVE=0`` is
-set, CastSQL applies deletes with an anti-join instead: the same answers,
-slower selective queries (docs/PERFORMANCE.md, "Deletes applied in the pipeline").
+They are compiled from this package's C++ sources by ``scripts/setup`` (through
+:mod:`castsql.engine.native.build`), against the headers of the installed
+DuckDB, fetched from DuckDB's source distribution on PyPI. Where they were not
+built (no compiler, an installed wheel) or ``CASTSQL_NATIVE=0`` is set,
+CastSQL applies deletes with an anti-join instead: the same answers, slower
+queries (docs/PERFORMANCE.md, "Deletes applied in the pipeline").
 
 Example::
 
@@ -35,8 +37,12 @@ NAME = "castsql_live"
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / f"{NAME}.cpp"
 BUILT = HERE / f"{NAME}.duckdb_extension"
+SCAN_NAME = "castsql_scan"
+SCAN_SOURCE = HERE / f"{SCAN_NAME}.cpp"
+SCAN_BUILT = HERE / f"{SCAN_NAME}.duckdb_extension"
 
 _loaded: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
+_scanning: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
 
 
 def extension() -> Path | None:
@@ -48,19 +54,32 @@ def extension() -> Path | None:
 
 def load(con: duckdb.DuckDBPyConnection, path: Path) -> bool:
     """Load the extension at ``path`` into ``con`` (made with
-    ``allow_unsigned_extensions``); False, and ``con`` unchanged, if DuckDB
-    refuses it (a build for another platform, say)."""
+    ``allow_unsigned_extensions``), and ``castsql_scan`` after it where that
+    was built; False, and ``con`` unchanged, if DuckDB refuses the first (a
+    build for another platform, say)."""
     try:
         con.execute(f"LOAD '{path.as_posix()}'")
     except duckdb.Error:
         return False
     _loaded.add(con)
+    if path == BUILT and SCAN_BUILT.exists() and os.environ.get("CASTSQL_NATIVE_SCAN", "1") != "0":
+        try:
+            con.execute(f"LOAD '{SCAN_BUILT.as_posix()}'")
+        except duckdb.Error:
+            return True  # built for another DuckDB: the filter still works
+        _scanning.add(con)
     return True
 
 
 def loaded(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether ``con`` has the extension's functions."""
+    """Whether ``con`` has ``castsql_live``'s functions."""
     return con in _loaded
+
+
+def scans(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether ``con`` also has ``"castsql/parquet"``: read_parquet that skips
+    the rows of a set's bitmaps (``castsql_scan.cpp``)."""
+    return con in _scanning
 
 
 _sets = itertools.count(1)

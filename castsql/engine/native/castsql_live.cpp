@@ -350,6 +350,81 @@ bool add(duckdb_connection con, const char *name, std::vector<duckdb_type> param
 
 } // namespace
 
+// The same bitmaps, applied inside DuckDB's Parquet reader by castsql_scan.cpp
+// (a C++ extension linked against this library): a plain C interface, so the
+// two need not share a C++ ABI or DuckDB's headers.
+#define CASTSQL_EXPORT extern "C" __attribute__((visibility("default")))
+
+// 0 when `set` does not exist; else 1, with *out a handle to the file's bitmap
+// (nullptr: the file has no deletes in the set). Handles keep their bitmap
+// alive through a later forget or drop, until released.
+CASTSQL_EXPORT int castsql_live_acquire(int64_t set, uint64_t file, void **out) {
+	*out = nullptr;
+	auto s = find_set(set);
+	if (!s) {
+		return 0;
+	}
+	if (file < s->size() && (*s)[file]) {
+		*out = new std::shared_ptr<Bits>((*s)[file]);
+	}
+	return 1;
+}
+
+CASTSQL_EXPORT void castsql_live_release(void *handle) {
+	delete static_cast<std::shared_ptr<Bits> *>(handle);
+}
+
+// The rows of [start, start + count) that are not deleted: their offsets from
+// `start`, ascending, written to `keep` (room for `count`) unless it is null.
+// Returns how many; the caller asks with a null `keep` first, as most vectors
+// of a scan with scattered deletes still lose a row or two, and none of the
+// vectors between a row group's deletes need a selection at all.
+CASTSQL_EXPORT uint64_t castsql_live_select(const void *handle, int64_t start, uint64_t count, uint32_t *keep) {
+	const Bits &b = **static_cast<const std::shared_ptr<Bits> *>(handle);
+	const int64_t end = std::min<int64_t>(start + static_cast<int64_t>(count), b.rows);
+	uint64_t kept = count;
+	if (b.dense) {
+		// Whole words at a time; the rows past the file's end are live.
+		int64_t p = std::max<int64_t>(start, 0);
+		if (!keep) {
+			while (p < end) {
+				const int64_t n = std::min<int64_t>(64 - (p & 63), end - p);
+				uint64_t w = b.words[p >> 6].load(std::memory_order_relaxed) >> (p & 63);
+				if (n < 64) {
+					w &= (1ULL << n) - 1;
+				}
+				kept -= static_cast<uint64_t>(__builtin_popcountll(w));
+				p += n;
+			}
+			return kept;
+		}
+		kept = 0;
+		for (uint64_t i = 0; i < count; i++) {
+			const int64_t q = start + static_cast<int64_t>(i);
+			if (q < 0 || q >= b.rows || !((b.words[q >> 6].load(std::memory_order_relaxed) >> (q & 63)) & 1ULL)) {
+				keep[kept++] = static_cast<uint32_t>(i);
+			}
+		}
+		return kept;
+	}
+	const auto &a = b.sorted;
+	auto it = std::lower_bound(a.begin(), a.end(), static_cast<uint32_t>(std::max<int64_t>(start, 0)));
+	if (!keep) {
+		auto last = std::lower_bound(it, a.end(), static_cast<uint32_t>(std::max<int64_t>(end, 0)));
+		return count - static_cast<uint64_t>(last - it);
+	}
+	kept = 0;
+	for (uint64_t i = 0; i < count; i++) {
+		const int64_t q = start + static_cast<int64_t>(i);
+		if (it != a.end() && static_cast<int64_t>(*it) == q) {
+			++it;
+			continue;
+		}
+		keep[kept++] = static_cast<uint32_t>(i);
+	}
+	return kept;
+}
+
 DUCKDB_EXTENSION_ENTRYPOINT(duckdb_connection con, duckdb_extension_info info, struct duckdb_extension_access *access) {
 	const auto I = DUCKDB_TYPE_BIGINT, U = DUCKDB_TYPE_UBIGINT, B = DUCKDB_TYPE_BOOLEAN;
 	return add(con, "castsql/alloc", {I, I, I}, B, alloc_fn) && add(con, "castsql/mark", {I, I, I}, B, mark_fn) &&
