@@ -337,3 +337,24 @@ def test_the_reader_skips_exactly_the_deleted_positions(tmp_path, rows, group, d
     with pytest.raises(Exception, match="no such set"):
         con.execute(f"SELECT count(*) FROM \"castsql/parquet\"(['{a}'], castsql_set = {set_id + 10_000})").fetchall()
     bitmaps.close()
+
+
+def test_whole_row_groups_are_filled_as_runs_and_skipped(tmp_path, still_gc):
+    """Deletes that are a few runs (whole row groups) fill a bitset a word at
+    a time instead of marking each position; the reader then skips exactly
+    those rows, and a later version's clone adds scattered ones to them."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    rows, group = 50_003, 997
+    a = str(tmp_path / "a.parquet")
+    pq.write_table(pa.table({"x": np.arange(rows, dtype=np.int64)}), a, row_group_size=group)
+    dead = BitMap(range(group * 3, group * 5)) | BitMap(range(group * 9, group * 10 + 1)) | BitMap([rows - 1])
+    con = new_connection()
+    bitmaps = native.Bitmaps(con)
+    for _ in range(2):  # fresh (filled), then a clone plus marks
+        set_id = bitmaps.bind([(a, rows, dead)])
+        got = con.execute(f"SELECT x FROM \"castsql/parquet\"(['{a}'], castsql_set = {set_id}) ORDER BY x").fetchall()
+        assert [x for (x,) in got] == [x for x in range(rows) if x not in dead]
+        dead = dead | BitMap([5, 70, 40_000])
+    bitmaps.close()

@@ -135,10 +135,11 @@ def test_versions_with_deletes_still_drop_their_rows(tmp_path, monkeypatch):
     root = three_files_one_delete(str(tmp_path / "t"), BitMap([0, 1]))  # ids 10, 11
     with Session(root) as s:
         assert s.sql("SELECT count(*) AS n FROM t WHERE id BETWEEN 5 AND 14").to_pylist() == [{"n": 8}]
-        # A few files with deletes left: each filtered by its runs of deleted positions ...
+        # A few files with deletes left: each filtered by its runs of deleted
+        # positions (skipped in DuckDB's reader, with CastSQL's extensions) ...
         assert "castsql/p/" in s.prepare("SELECT * FROM t WHERE id BETWEEN 5 AND 14")
         sql = s.con.sql("SELECT sql FROM duckdb_views() WHERE view_name = 'castsql/p/0/latest/t'").fetchone()[0]
-        assert "file_row_number BETWEEN 0 AND 1" in sql
+        assert ('"castsql/parquet"' if native.scans(s.con) else "file_row_number BETWEEN 0 AND 1") in sql
         # ... or, past a few runs, skipped by DuckDB's reader with CastSQL's
         # extensions where they are built, else anti-joined with the positions.
         monkeypatch.setattr(views_module, "_RANGE_RUNS", 0)

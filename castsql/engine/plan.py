@@ -141,10 +141,18 @@ def parse(sql: str, catalog: Collection[str], con: duckdb.DuckDBPyConnection) ->
     edits += [(a.start, a.end, a.replacement) for a in audits]
     lowered, to_original = _splice(sql, edits)
 
-    # EXPLAIN [ANALYZE] shows the plan of the statement after it: that one is analysed.
+    # EXPLAIN [ANALYZE] and EXPLAIN (options) show the plan of the statement
+    # after them: that one is analysed, so they show the plan it would run.
     skip = 0
     while skip < len(toks) and toks[skip].word in ("EXPLAIN", "ANALYZE"):
         skip += 1
+    if 0 < skip < len(toks) and toks[skip].text == "(":
+        depth = 0
+        for k in range(skip, len(toks)):
+            depth += toks[k].text.count("(") - toks[k].text.count(")")
+            if depth == 0:
+                skip = k + 1
+                break
     offset = toks[skip].start if 0 < skip < len(toks) else 0  # no edit lies before it
     tree = serialize(con, lowered[offset:])  # DuckDB's parser: once per text
     analysis = analyze_tree(tree) if tree is not None else None

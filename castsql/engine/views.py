@@ -196,8 +196,9 @@ class Views:
                     # Deletes skipped inside DuckDB's reader cost a scan no more than
                     # DuckLake's would: such a version is never moved into DuckLake.
                     provisional = provisional or (whole and not self._in_reader(sizes))
-                    branches.append(self._anti_join(name, snap, proj, group, dirty, within))
-            body = " UNION ALL ".join(branches)
+                    if scan := self._anti_join(name, snap, proj, group, dirty, within):
+                        branches.append(scan)
+            body = " UNION ALL ".join(branches) if branches else self._empty(name, snap)
         made, self._new_tables = self._new_tables, []
         try:
             con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
@@ -236,10 +237,15 @@ class Views:
         for f in files:
             dead = self.deleted(snap, f)
             keep = self._reachable(f.uri, group, snap, within)
+            if keep is not None and not keep:
+                continue  # no row group can match what every query of this view asks
             deads.append((f, dead if keep is None else dead & keep))
         live = self._fits_native((f.total_rows, len(dead)) for f, dead in deads)
+        # Inside DuckDB's reader a bitmap costs no more than a range filter,
+        # which must project file_row_number: runs (whole row groups) too.
+        in_reader = live and native.scans(self.con)
         for f, dead in deads:
-            if live and self.bitmaps.holds(f.uri, dead):
+            if (in_reader and dead) or (live and self.bitmaps.holds(f.uri, dead)):
                 scattered.append((f, None, dead))  # scattered when bound before: no runs to count
                 continue
             arr = np.frombuffer(dead.to_array(), dtype=np.uint32)

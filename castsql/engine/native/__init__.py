@@ -87,11 +87,16 @@ _LITERAL_MARKS = 256
 _DENSE_ROWS = 1 << 24  # castsql_live.cpp DENSE_ROWS
 
 
+def _dense(rows: int, deleted: int) -> bool:
+    """Whether the extension keeps a file's deletes as a bitset (castsql_live.cpp, ``Bits``)."""
+    return rows <= _DENSE_ROWS or deleted * 32 >= rows
+
+
 def bitmap_bytes(rows: int, deleted: int) -> int:
     """The memory the extension takes for one file's deletes (castsql_live.cpp,
     ``Bits``): a bitset, or four bytes per deleted row for a large file with
     sparse deletes."""
-    if rows <= _DENSE_ROWS or deleted * 32 >= rows:
+    if _dense(rows, deleted):
         return (rows + 7) // 8
     return 4 * deleted
 
@@ -188,33 +193,56 @@ class Bitmaps:
         if cloned:
             sizes = ", ".join(f"({b}, {of}, {len(extra)})" for b, (_, of), extra in cloned)
             self.con.execute(f'SELECT count("castsql/clone"(b, o, k)) FROM (VALUES {sizes}) t(b, o, k)')
-        # Each position with its index in its bitmap's list (a clone's come after its copy's).
-        marks = [(b, 0, dead) for b, _, dead in fresh] + [(b, len(bm), extra) for b, (bm, _), extra in cloned]
-        arrays = [np.frombuffer(dead.to_array(), dtype=np.uint32) for _, _, dead in marks]
-        pairs = list(zip(marks, arrays, strict=True))
-        ids = np.concatenate([np.full(len(a), b, dtype=np.int64) for (b, _, _), a in pairs])
-        idx = np.concatenate([np.arange(at, at + len(a), dtype=np.int64) for (_, at, _), a in pairs])
-        pos = np.concatenate(arrays)
-        if len(pos) <= _LITERAL_MARKS:  # a one-row delete's: cheaper as literals than as a registered stream
-            rows = zip(ids.tolist(), idx.tolist(), pos.tolist(), strict=True)
-            values = ", ".join(f"({b}, {i}, {p})" for b, i, p in rows)
-            self.con.execute(f'SELECT count("castsql/mark"(b, i, p)) FROM (VALUES {values}) t(b, i, p)')
-        else:
-            cols = {
-                "b": buffer_array(pa.int64(), ids),
-                "i": buffer_array(pa.int64(), idx),
-                "p": buffer_array(pa.uint32(), pos),
-            }
-            name = f"castsql/marks/{new[0][0]}/native"
-            # Through the C stream: registering an Arrow table imports pandas (quoting.py).
-            self.con.register(name, pa.table(cols).__arrow_c_stream__())
-            try:
-                self.con.execute(f'SELECT count("castsql/mark"(b, i, p::BIGINT)) FROM "{name}"')
-            finally:
-                self.con.unregister(name)
+        # A fresh bitset whose positions are a few runs (whole row groups)
+        # takes a fill per run; every other position is marked one by one,
+        # with its index in its bitmap's list (a clone's come after its copy's).
+        marks, fills = [], []
+        for b, rows, dead in fresh:
+            arr = np.frombuffer(dead.to_array(), dtype=np.uint32)
+            cut = np.flatnonzero(np.diff(arr) != 1) if len(arr) > _LITERAL_MARKS and _dense(rows, len(arr)) else None
+            if cut is not None and (len(cut) + 1) * 8 <= len(arr):
+                fills.append((b, np.concatenate((arr[:1], arr[cut + 1])), np.concatenate((arr[cut], arr[-1:]))))
+            else:
+                marks.append((b, np.arange(len(arr), dtype=np.int64), arr))
+        for b, (bm, _), extra in cloned:
+            marks.append(
+                (
+                    b,
+                    np.arange(len(bm), len(bm) + len(extra), dtype=np.int64),
+                    np.frombuffer(extra.to_array(), dtype=np.uint32),
+                )
+            )
+        self._call("castsql/fill", fills, new[0][0])
+        self._call("castsql/mark", marks, new[0][0])
         if cloned:
             sealed = ", ".join(f"({b})" for b, _, _ in cloned)
             self.con.execute(f'SELECT count("castsql/seal"(b)) FROM (VALUES {sealed}) t(b)')
+
+    def _call(self, fn: str, rows: list[tuple[int, np.ndarray, np.ndarray]], tag: int) -> None:
+        """``fn(b, x, y)`` for every bitmap ``b`` and pair of its arrays ``x``, ``y``."""
+        ids = np.concatenate([np.full(len(x), b, dtype=np.int64) for b, x, _ in rows] or [np.empty(0, np.int64)])
+        if not len(ids):
+            return  # bitmaps of no position (a file whose deletes a pruned view cannot reach)
+        xs = np.concatenate([x.astype(np.int64, copy=False) for _, x, _ in rows])
+        ys = np.concatenate([y.astype(np.int64, copy=False) for _, _, y in rows])
+        if len(ids) <= _LITERAL_MARKS:  # a one-row delete's: cheaper as literals than as a registered stream
+            values = ", ".join(
+                f"({b}, {x}, {y})" for b, x, y in zip(ids.tolist(), xs.tolist(), ys.tolist(), strict=True)
+            )
+            self.con.execute(f'SELECT count("{fn}"(b, x, y)) FROM (VALUES {values}) t(b, x, y)')
+            return
+        cols = {
+            "b": buffer_array(pa.int64(), ids),
+            "x": buffer_array(pa.int64(), xs),
+            "y": buffer_array(pa.int64(), ys),
+        }
+        name = f"castsql/marks/{tag}/native"
+        # Through the C stream: registering an Arrow table imports pandas (quoting.py).
+        self.con.register(name, pa.table(cols).__arrow_c_stream__())
+        try:
+            self.con.execute(f'SELECT count("{fn}"(b, x, y)) FROM "{name}"')
+        finally:
+            self.con.unregister(name)
 
     def forget(self, set_id: int) -> None:
         """Drop a set; bitmaps no set binds go, past the newest ``idle`` bytes of them."""

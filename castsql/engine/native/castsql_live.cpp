@@ -12,6 +12,7 @@
 //
 //   "castsql/alloc"(bitmap, rows, n) -> BOOLEAN  room for n deleted positions of rows
 //   "castsql/mark"(bitmap, i, pos)   -> BOOLEAN  the i-th deleted position (ascending)
+//   "castsql/fill"(bitmap, lo, hi)   -> BOOLEAN  positions lo..hi (a bitset's run: whole row groups)
 //   "castsql/clone"(bitmap, of, n)   -> BOOLEAN  a copy of bitmap `of`, room for n more
 //   "castsql/seal"(bitmap)           -> BOOLEAN  positions marked after a clone, merged in
 //   "castsql/bind"(set, file, bitmap) -> BOOLEAN  the set's file reads the bitmap
@@ -84,6 +85,19 @@ struct Bits {
 	}
 	// Positions arrive with their index in the file's sorted list; threads
 	// write disjoint slots or set bits atomically.
+	// A run of positions, a word at a time (a bitset only).
+	bool fill(int64_t lo, int64_t hi) {
+		if (!dense || lo < 0 || hi < lo || hi >= rows) {
+			return false;
+		}
+		for (int64_t p = lo; p <= hi;) {
+			const int64_t n = std::min<int64_t>(64 - (p & 63), hi - p + 1);
+			const uint64_t bits = n == 64 ? ~0ULL : ((1ULL << n) - 1) << (p & 63);
+			words[p >> 6].fetch_or(bits, std::memory_order_relaxed);
+			p += n;
+		}
+		return true;
+	}
 	bool put(int64_t idx, int64_t p) {
 		if (p < 0 || p >= rows) {
 			return false;
@@ -209,6 +223,21 @@ void mark_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out)
 		}
 		if (!bits || !bits->put(idx[i], pos[i])) {
 			duckdb_scalar_function_set_error(info, "castsql/mark: no such bitmap, or position out of range");
+			return;
+		}
+		result<bool>(out)[i] = true;
+	}
+}
+
+void fill_fn(duckdb_function_info info, duckdb_data_chunk in, duckdb_vector out) {
+	idx_t n = checked_rows(info, in);
+	auto *id = column<int64_t>(in, 0);
+	auto *lo = column<int64_t>(in, 1);
+	auto *hi = column<int64_t>(in, 2);
+	for (idx_t i = 0; i < n; i++) {
+		auto bits = find_bitmap(id[i]);
+		if (!bits || !bits->fill(lo[i], hi[i])) {
+			duckdb_scalar_function_set_error(info, "castsql/fill: no such bitset, or run out of range");
 			return;
 		}
 		result<bool>(out)[i] = true;
@@ -431,5 +460,6 @@ DUCKDB_EXTENSION_ENTRYPOINT(duckdb_connection con, duckdb_extension_info info, s
 	       add(con, "castsql/bind", {I, U, I}, B, bind_fn) && add(con, "castsql/live", {I, U, I}, B, live_fn) &&
 	       add(con, "castsql/forget", {I}, I, forget_fn) && add(con, "castsql/drop", {I}, B, drop_fn) &&
 	       add(con, "castsql/clone", {I, I, I}, B, clone_fn) && add(con, "castsql/seal", {I}, B, seal_fn) &&
+	       add(con, "castsql/fill", {I, I, I}, B, fill_fn) &&
 	       add(con, "castsql/bitmaps", {}, I, count_fn);
 }
