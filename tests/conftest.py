@@ -218,3 +218,12 @@ def events(storage: Storage):
     from tables import build_events
 
     return build_events(storage.child("events"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for ``pytest -n N --dist loadgroup`` (scripts/test): every test
+    that needs Spark on one worker, so the run starts one Spark session; the
+    other tests by module, so a module's fixtures are built once."""
+    for item in items:
+        spark = "spark" in getattr(item, "fixturenames", ()) or item.get_closest_marker("spark") is not None
+        item.add_marker(pytest.mark.xdist_group("spark" if spark else item.module.__name__))
