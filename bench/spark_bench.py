@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/spark_bench.py [--rows 2000000] [--rounds 5] [--dir PATH] [--master local[*]]
     .venv/bin/python bench/spark_bench.py --rows 20000000          # issue 20's size
+    .venv/bin/python bench/spark_bench.py --rows 20000000 --reads-only   # reads, no writes between them
 
 Builds a table of ``--rows`` events rows (``castsql.spark.append``, the
 writer's default files and row groups of 122,880 rows), then deletes 1 % of
@@ -13,7 +14,12 @@ materialized), three ways:
 - ``parquet``: ``spark.read.parquet`` of the version's data files, no deletes
   applied (the floor);
 - ``format``: ``spark.read.format("castsql").option("versionAsOf", v)``;
-- ``native``: ``castsql.spark.read(spark, uri, version=v)``;
+- ``native``: ``castsql.spark.read(spark, uri, version=v)`` (Spark's own
+  Parquet reader, deletes applied by a filter on each row's file and
+  position: ``castsql/spark/native_read.py``);
+- ``workers``: the same version read by CastSQL's Python workers and handed
+  to Spark as Arrow (``castsql.spark.reader.read_snapshot``: what
+  ``castsql.spark.read`` does on S3, and what it did everywhere before);
 
 and writes the same rows (``spark.range(...).selectExpr(...)``, generated in
 the job) to a fresh directory three ways: ``df.write.parquet`` (Spark's
@@ -52,6 +58,7 @@ from castsql.format import TableLog
 from castsql.snapshot import resolve
 from castsql.spark import append, delete, read, spark_session
 from castsql.spark.garbage import format_bytes
+from castsql.spark.reader import read_snapshot
 from castsql.storage import open_storage
 
 DELETE = "pmod(hash(id, 1), 100) = 0"  # 1 % of the rows, scattered
@@ -81,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="counted rounds (plus one warm-up round)")
     ap.add_argument("--dir", help="where to build the tables (default: a temporary directory, removed at the end)")
     ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--reads-only", action="store_true", help="no writes between the reads (quieter read ratios)")
     args = ap.parse_args(argv)
     base = Path(args.dir or tempfile.mkdtemp(prefix="castsql-spark-bench-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -101,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         m = delete(spark, uri, DELETE)
         v, deleted = m.version, m.summary["deleted_rows"]
         st = open_storage(uri)
-        keys = resolve(TableLog(st), v).table().column("path").to_pylist()
+        log = TableLog(st)
+        snap = resolve(log, v)
+        keys = snap.table().column("path").to_pylist()
         files = [str(Path(st.root) / k) for k in keys]
         size = sum(os.path.getsize(f) for f in files)
         print(
@@ -118,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             "parquet": lambda: noop(spark.read.parquet(*files)),
             "format": lambda: noop(spark.read.format("castsql").option("versionAsOf", v).load(uri)),
             "native": lambda: noop(read(spark, uri, v)),
+            "workers": lambda: noop(read_snapshot(spark, log, snap)),
         }
         # Correctness first.
         want = args.rows - deleted
@@ -125,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
             "parquet": spark.read.parquet(*files).count(),
             "format": spark.read.format("castsql").option("versionAsOf", v).load(uri).count(),
             "native": read(spark, uri, v).count(),
+            "workers": read_snapshot(spark, log, snap).count(),
         }
-        assert counts == {"parquet": args.rows, "format": want, "native": want}, counts
+        assert counts == {"parquet": args.rows, "format": want, "native": want, "workers": want}, counts
 
         out_parquet, out = base / "written.parquet", base / "written"
 
@@ -155,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             "castsql": write_castsql,
             "to_python": hand_to_python,
         }
+        if args.reads_only:
+            writes = {}
 
         times: dict[str, list[float]] = {k: [] for k in [*reads, *(f"w_{k}" for k in writes)]}
         for r in range(args.rounds + 1):
@@ -169,8 +183,9 @@ def main(argv: list[str] | None = None) -> int:
             if r:
                 for k, t in got.items():
                     times[k].append(t)
-        written = TableLog(open_storage(str(out))).latest()
-        assert written.summary["added_rows"] == args.rows, written.summary
+        if writes:
+            written = TableLog(open_storage(str(out))).latest()
+            assert written.summary["added_rows"] == args.rows, written.summary
         load = os.getloadavg()
         print(f"load average at end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
 
@@ -181,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             ("read", "spark.read.parquet (no deletes)", "parquet", None, None),
             ("read", 'spark.read.format("castsql")', "format", "parquet", "format"),
             ("read", "castsql.spark.read", "native", "parquet", "native"),
+            ("read", "  Python workers (S3's path)", "workers", "parquet", None),
             ("write", "df.write.parquet", "w_parquet", None, None),
             ("write", "df.write.parquet, zstd", "w_parquet_zstd", "w_parquet", None),
             ("write", 'df.write.format("castsql")', "w_castsql", "w_parquet", "write"),
@@ -190,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{args.rows:,} rows, {args.rounds} rounds, medians:")
         print(f"{'':<6}{'contestant':<34}{'median s':>10}{'ratio':>8}{'goal':>7}")
         for kind, name, key, base_key, goal in rows:
+            if not times.get(key):
+                continue
             r = ratio(key, base_key) if base_key else 1.0
             g = f"≤{GOALS[goal]:.2f}" if goal else ""
             verdict = "" if not goal else ("  met" if r <= GOALS[goal] else f"  MISSED by {r / GOALS[goal] - 1:.0%}")

@@ -1,6 +1,8 @@
 """Reading a version of a table into Spark: the live rows, tombstones applied.
 
-The resolved snapshot (:func:`castsql.snapshot.resolve`) is cut into units
+:func:`read` of a table on a local disk goes to Spark's own Parquet reader
+(:mod:`castsql.spark.native_read`); everything else is read here. The
+resolved snapshot (:func:`castsql.snapshot.resolve`) is cut into units
 of one row group each; Spark parallelizes the units and its Python workers
 read them with pyarrow through :mod:`castsql.storage` (a local path, or ranged
 GETs on S3: there is no Hadoop S3 connector here), drop the tombstoned rows
@@ -99,8 +101,12 @@ def read(
     ``_metadata.row_index`` and DuckDB's ``file_row_number`` count it), say
     where each row lives.
 
-    Works with any SparkSession: local workers are pointed at this
-    interpreter (:func:`castsql.spark.session.prepare_workers`).
+    A table on a local disk is read by Spark's own Parquet reader, the
+    deletes applied in Spark's generated code (:mod:`castsql.spark.native_read`);
+    S3 tables, ``positions`` and the cases :func:`~castsql.spark.native_read.why_not`
+    names are read by CastSQL's Python workers. Works with any SparkSession:
+    local workers are pointed at this interpreter
+    (:func:`castsql.spark.session.prepare_workers`).
 
     Example::
 
@@ -110,6 +116,7 @@ def read(
         1204
     """
     from castsql.spark.datasource import resolve_read
+    from castsql.spark.native_read import read_native, why_not
     from castsql.spark.session import prepare_workers
 
     prepare_workers(spark)
@@ -121,4 +128,6 @@ def read(
         for c in columns:
             if snap.schema.column(c) is None:
                 raise CastSQLError(f"{log.storage.root}: no column {c!r} (columns: {', '.join(snap.schema.names)})")
+    if not positions and why_not(log.storage, snap, columns or snap.schema.names) is None:
+        return read_native(spark, log.storage, snap, columns or snap.schema.names)
     return read_snapshot(spark, log, snap, positions=positions, columns=columns)

@@ -1,0 +1,154 @@
+"""castsql.spark.read through Spark's own Parquet reader: deletes applied by a
+filter on each row's file and position, equal to the engine's answer; and the
+versions it leaves to the Python workers, named."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyroaring import BitMap
+from tables import build_events
+
+import castsql
+from castsql.engine.session import Session
+from castsql.format import PositionDelete, TableLog, write_data_files
+from castsql.snapshot import resolve
+from castsql.spark import read
+from castsql.spark.native_read import why_not
+from castsql.storage import open_storage
+
+pytestmark = pytest.mark.spark
+
+
+def _plan(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def _native(df) -> bool:
+    plan = _plan(df)
+    return "FileScan parquet" in plan and "MapInArrow" not in plan
+
+
+@pytest.fixture
+def events(tmp_path):
+    uri = str(tmp_path / "events")
+    return uri, build_events(open_storage(uri))
+
+
+def test_every_version_and_tombstone_kind_through_sparks_reader(spark, events):
+    """Row groups, a key range, row-group-relative and file-relative positions,
+    a file without deletes: every version equals the engine, read by Spark's
+    Parquet reader (no Python worker in the plan)."""
+    uri, ev = events
+    with Session(uri) as s:
+        for version, ids in ev.live.items():
+            df = read(spark, uri, version)
+            assert _native(df) or not ids, _plan(df)
+            got = df.toArrow().sort_by("id")
+            assert got["id"].to_pylist() == sorted(ids), f"version {version}"
+            want = s.sql(f"SELECT * FROM events AS OF VERSION {version} ORDER BY id")
+            assert got.equals(want.cast(got.schema)), f"version {version}"
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "id < 20",  # row group 0 only: positions 0, 5, 17 of the first file are deleted
+        "id >= 250 AND id < 330",  # row groups 0-1 skipped by Spark, 2 deleted whole
+        "id >= 1990",  # the second file's last row group: file position 999 deleted
+        "id BETWEEN 1590 AND 1610",  # across the end of the key range 1500-1599
+        "grp = 'g3'",  # no pruning: every row group read
+    ],
+)
+def test_sparks_row_group_pruning_keeps_positions_right(spark, events, where):
+    """Spark skips row groups by the query's filter before the deletes are
+    applied; a skipped row group must not shift the positions after it."""
+    uri, _ = events
+    df = read(spark, uri, 5).where(where)
+    assert _native(df)
+    got = sorted(df.toArrow()["id"].to_pylist())
+    with Session(uri) as s:
+        want = s.sql(f"SELECT id FROM events AS OF VERSION 5 WHERE {where} ORDER BY id")["id"].to_pylist()
+    assert got == want and got
+
+
+def test_a_column_subset_without_the_key_still_drops_key_ranges(spark, events):
+    uri, ev = events
+    df = read(spark, uri, 5, columns=["grp", "val"])
+    assert df.columns == ["grp", "val"] and _native(df)
+    got = sorted(df.toArrow().to_pylist(), key=lambda r: (r["grp"], r["val"]))
+    with Session(uri) as s:
+        want = s.sql("SELECT grp, val FROM events AS OF VERSION 5 ORDER BY grp, val").to_pylist()
+    assert got == want and len(got) == len(ev.live[5])
+
+
+def test_an_added_column_reads_null_in_older_files(spark, tmp_path):
+    uri = str(tmp_path / "t")
+    TableLog.create(open_storage(uri), pa.schema([("id", pa.int64()), ("v", pa.string())]), primary_key="id")
+    t = castsql.open(uri)
+    t.append(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}))
+    t.add_columns({"c": "int32"})
+    t.append(pa.table({"id": [4], "v": ["d"], "c": pa.array([7], pa.int32())}))
+    t.delete("id = 2")
+    df = read(spark, uri)
+    assert _native(df)
+    assert sorted(tuple(r) for r in df.collect()) == [(1, "a", None), (3, "c", None), (4, "d", 7)]
+
+
+def test_versions_left_to_the_python_workers_are_named_and_still_right(spark, tmp_path):
+    """A file holding a narrower type than the version's, and two files of the
+    same size: why_not names each, and read() gives the right rows anyway."""
+    uri = str(tmp_path / "w")
+    TableLog.create(open_storage(uri), pa.schema([("id", pa.int64()), ("n", pa.int32())]), primary_key="id")
+    t = castsql.open(uri)
+    t.append(pa.table({"id": [1, 2], "n": pa.array([10, 20], pa.int32())}))
+    t.widen_columns({"n": "int64"})
+    t.append(pa.table({"id": [3], "n": [30]}))
+    log = TableLog(open_storage(uri))
+    assert "holds 'n' as int32, the version as int64" in why_not(log.storage, resolve(log), ["id", "n"])
+    df = read(spark, uri)
+    assert not _native(df)
+    assert sorted(tuple(r) for r in df.collect()) == [(1, 10), (2, 20), (3, 30)]
+
+    uri2 = str(tmp_path / "same")
+    st = open_storage(uri2)
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())})
+    log2 = TableLog.create(st, rows.schema)
+    a = log2.append(write_data_files(st, rows, log2.latest().schema)).data_files[0]
+    b = log2.append(write_data_files(st, rows, log2.latest().schema)).data_files[-1]
+    log2.delete([PositionDelete(a.name, None, BitMap([0])), PositionDelete(b.name, None, BitMap([1]))])
+    assert why_not(st, resolve(log2), ["id"]) == "two data files with deletes have the same size"
+    assert sorted(r.id for r in read(spark, uri2).collect()) == [1, 2]
+
+
+def test_s3_tables_are_read_by_the_workers(spark, storage_root, s3_config):
+    if s3_config is None:
+        pytest.skip("local tables are read by Spark's reader")
+    uri = storage_root + "/events"
+    st = open_storage(uri, s3=s3_config)
+    ev = build_events(st)
+    assert why_not(st, resolve(TableLog(st)), ["id"]) == "the table is not on a local disk"
+    df = read(spark, uri, 5, s3=s3_config)
+    assert not _native(df) and df.count() == len(ev.live[5])
+
+
+def test_ancient_dates_and_times_read_as_written(spark, tmp_path):
+    """pyarrow writes proleptic Gregorian values; Spark's reader would refuse
+    (or shift) dates before 1582 from a writer it does not know."""
+    from datetime import date, datetime
+
+    uri = str(tmp_path / "old")
+    t = pa.table({
+        "id": pa.array([1, 2], pa.int64()),
+        "d": pa.array([date(1000, 1, 1), date(2024, 5, 6)], pa.date32()),
+        "ts": pa.array([datetime(1200, 3, 4, 5, 6, 7), datetime(2024, 1, 1)], pa.timestamp("us")),
+    })  # fmt: skip
+    TableLog.create(open_storage(uri), t.schema, primary_key="id")
+    castsql.open(uri).append(t)
+    df = read(spark, uri)
+    assert _native(df)
+    got = df.orderBy("id").collect()
+    assert [(r.d, r.ts) for r in got] == [
+        (date(1000, 1, 1), datetime(1200, 3, 4, 5, 6, 7)),
+        (date(2024, 5, 6), datetime(2024, 1, 1)),
+    ]
