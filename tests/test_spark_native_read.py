@@ -152,3 +152,28 @@ def test_ancient_dates_and_times_read_as_written(spark, tmp_path):
         (date(1000, 1, 1), datetime(1200, 3, 4, 5, 6, 7)),
         (date(2024, 5, 6), datetime(2024, 1, 1)),
     ]
+
+
+def test_a_size_the_manifest_lies_about_sends_the_read_to_the_workers(spark, events):
+    """Spark's reader finds a row's deletes by its file's size: a manifest
+    entry whose size is not the file's would silently drop (or keep) rows, so
+    the driver checks every footer against the manifest first."""
+    import json
+
+    from castsql.format.layout import manifest_key
+
+    uri, ev = events
+    st = ev.log.storage
+    v = ev.log.latest().version
+    doc = json.loads(st.get(manifest_key(v)))
+    entry = doc["files"]["inline"][0]
+    entry["size_bytes"] += 1
+    doc["totals"]["bytes"] += 1  # a consistent lie: the totals agree with the entry
+    st.delete(manifest_key(v))
+    st.put_if_absent(manifest_key(v), json.dumps(doc).encode())
+    log = TableLog(open_storage(uri))
+    why = why_not(log.storage, resolve(log, v), ["id"])
+    assert why is not None and "the manifest says" in why and entry["path"].rsplit("/", 1)[-1] in why
+    df = read(spark, uri, v)
+    assert not _native(df)
+    assert sorted(r.id for r in df.select("id").collect()) == sorted(ev.live[v])
