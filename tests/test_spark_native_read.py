@@ -80,6 +80,9 @@ def test_a_column_subset_without_the_key_still_drops_key_ranges(spark, events):
     with Session(uri) as s:
         want = s.sql("SELECT grp, val FROM events AS OF VERSION 5 ORDER BY grp, val").to_pylist()
     assert got == want and len(got) == len(ev.live[5])
+    none = read(spark, uri, 5, columns=[])
+    assert none.columns == [] and none.count() == len(ev.live[5])
+    assert read(spark, uri, 5, columns=["val", "id"]).columns == ["val", "id"]
 
 
 def test_an_added_column_reads_null_in_older_files(spark, tmp_path):
