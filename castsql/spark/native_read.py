@@ -7,9 +7,10 @@ metadata columns: ``_metadata.row_index`` (a row's position in its file, as
 tombstones count them) and ``_metadata.file_size`` (which file it is: the
 manifest records every file's size, and these files' sizes must differ). A
 broadcast table holds, for each file with deletes, its deleted positions as
-a bitset (``array<bigint>``, one bit per row, whole row groups included) and
-its key ranges; each row finds its file's entry by a hash join on the size
-and tests one bit.
+a bitset (``array<bigint>``, one bit per row, whole row groups included);
+each row finds its file's entry by a hash join on the size and tests one
+bit. Key ranges, where a version has any, are a second broadcast table (size,
+low, high) that rows of those files are anti-joined with.
 
 On 20M rows with 1 % scattered deletes this reads at 1.20-1.35x a plain
 ``spark.read.parquet`` of the same files, where the Python workers took
@@ -64,7 +65,8 @@ BITSETS_MAX = 64 << 20
 FILES_MAX = 20_000
 # Names of the helper columns; the table's own columns are selected by
 # reference at the end, so a table column of the same name is not confused.
-_SIZE, _POS, _KEY, _WORDS, _RANGES = "_castsql_fs", "_castsql_pos", "_castsql_fsz", "_castsql_words", "_castsql_ranges"
+_SIZE, _POS, _KEY, _WORDS = "_castsql_fs", "_castsql_pos", "_castsql_fsz", "_castsql_words"
+_LO, _HI = "_castsql_lo", "_castsql_hi"
 
 
 def why_not(storage: Storage, snap: Snapshot, names: list[str]) -> str | None:
@@ -138,32 +140,28 @@ def _bitset(deleted: BitMap, rows: int) -> np.ndarray:
     return np.packbits(bits, bitorder="little").view(np.int64)
 
 
-def _deletes(spark: SparkSession, dirty: list[ResolvedFile], snap: Snapshot) -> DataFrame:
-    """The broadcast side: one row per file with deletes (size, bitset, key ranges)."""
-    pk = snap.primary_key
-    key_t = type_from_name(snap.schema.column(pk).type) if pk else pa.int64()  # type: ignore[union-attr]
+def _bitsets(spark: SparkSession, dirty: list[ResolvedFile]) -> DataFrame:
+    """One broadcast row per file with deletes: its size and its deleted
+    positions as a bitset (NULL where it has only key ranges)."""
     words = [_bitset(f.deleted, f.total_rows) if f.deleted else None for f in dirty]
-    ranges = [[{"lo": key_bound(a, key_t), "hi": key_bound(b, key_t)} for a, b in f.key_ranges] for f in dirty]
-    table = pa.table(
-        {
-            _KEY: pa.array([f.entry.size_bytes for f in dirty], pa.int64()),
-            _WORDS: pa.array(words, pa.list_(pa.int64())),
-            _RANGES: pa.array(ranges, pa.list_(pa.struct([("lo", key_t), ("hi", key_t)]))),
-        }
-    )
+    sizes = pa.array([f.entry.size_bytes for f in dirty], pa.int64())
+    return spark.createDataFrame(pa.table({_KEY: sizes, _WORDS: pa.array(words, pa.list_(pa.int64()))}))
+
+
+def _key_ranges(spark: SparkSession, dirty: list[ResolvedFile], key_t: pa.DataType) -> DataFrame:
+    """One broadcast row per key range: its file's size and its bounds."""
+    ranged = [(f.entry.size_bytes, key_bound(a, key_t), key_bound(b, key_t)) for f in dirty for a, b in f.key_ranges]
+    sizes, lo, hi = zip(*ranged, strict=True)
+    table = pa.table({_KEY: pa.array(sizes, pa.int64()), _LO: pa.array(lo, key_t), _HI: pa.array(hi, key_t)})
     return spark.createDataFrame(table)
 
 
-def _live(pos: Column, words: Column, ranges: Column, key: Column | None) -> Column:
-    """True for a row that its file's deletes leave (a NULL lookup or key: the row stays)."""
+def _not_in_bitset(pos: Column, words: Column) -> Column:
+    """True for a row whose position's bit is not set (a NULL bitset: the row stays)."""
     from pyspark.sql import functions as F
 
     word = F.try_element_at(words, F.shiftright(pos, 6).cast("int") + 1)
-    gone = F.getbit(word, pos.bitwiseAND(63).cast("int")) == 1
-    gone = F.coalesce(gone, F.lit(False))
-    if key is not None:
-        gone = gone | F.coalesce(F.exists(ranges, lambda r: (key >= r["lo"]) & (key <= r["hi"])), F.lit(False))
-    return ~gone
+    return ~F.coalesce(F.getbit(word, pos.bitwiseAND(63).cast("int")) == 1, F.lit(False))
 
 
 def read_native(spark: SparkSession, storage: Storage, snap: Snapshot, names: list[str]) -> DataFrame:
@@ -196,8 +194,15 @@ def read_native(spark: SparkSession, storage: Storage, snap: Snapshot, names: li
     raw = scan(dirty, cols)
     meta = raw.metadataColumn("_metadata")
     rows = raw.select(*(raw[n] for n in cols), meta["row_index"].alias(_POS), meta["file_size"].alias(_SIZE))
-    bits = _deletes(spark, dirty, snap)
+    bits = _bitsets(spark, dirty)
     joined = rows.join(F.broadcast(bits), rows[_SIZE] == bits[_KEY])
-    key = joined[snap.primary_key] if any(f.key_ranges for f in dirty) else None  # type: ignore[index]
-    live = joined.where(_live(joined[_POS], joined[_WORDS], joined[_RANGES], key)).select(*(rows[n] for n in names))
-    return scan(clean, names).unionByName(live) if clean else live
+    live = joined.where(_not_in_bitset(joined[_POS], joined[_WORDS]))
+    if any(f.key_ranges for f in dirty):
+        # An anti-join, not a lambda over an array of ranges: Spark 4.1 loses
+        # a lambda's outer column when nothing else selects it.
+        pk = snap.primary_key
+        ranges = _key_ranges(spark, dirty, type_from_name(snap.schema.column(pk).type))  # type: ignore[union-attr, arg-type]
+        hit = (live[_SIZE] == ranges[_KEY]) & (live[pk] >= ranges[_LO]) & (live[pk] <= ranges[_HI])
+        live = live.join(F.broadcast(ranges), hit, "left_anti")  # a NULL key is in no range
+    out = live.select(*(rows[n] for n in names))
+    return scan(clean, names).unionByName(out) if clean else out
