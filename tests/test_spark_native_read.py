@@ -11,7 +11,7 @@ from tables import build_events
 
 import castsql
 from castsql.engine.session import Session
-from castsql.format import PositionDelete, TableLog, write_data_files
+from castsql.format import KeyRangeDelete, PositionDelete, TableLog, write_data_files
 from castsql.snapshot import resolve
 from castsql.spark import read
 from castsql.spark.native_read import why_not
@@ -180,3 +180,107 @@ def test_a_size_the_manifest_lies_about_sends_the_read_to_the_workers(spark, eve
     df = read(spark, uri, v)
     assert not _native(df)
     assert sorted(r.id for r in df.select("id").collect()) == sorted(ev.live[v])
+
+
+# ---------------------------------------------------------------- found by a red-team pass
+
+
+def _table(uri: str, t: pa.Table, pk: str) -> tuple[TableLog, str]:
+    st = open_storage(uri)
+    log = TableLog.create(st, t.schema, primary_key=pk)
+    f = log.append(write_data_files(st, t, log.latest().schema)).data_files[0]
+    return log, f.name
+
+
+def _engine(uri: str, order: str) -> list[tuple]:
+    name = uri.rsplit("/", 1)[-1]
+    with Session(uri) as s:
+        return [tuple(r.values()) for r in s.sql(f'SELECT * FROM "{name}" ORDER BY {order}').to_pylist()]
+
+
+def test_names_with_dots_and_backticks_are_columns_not_paths(spark, tmp_path):
+    uri = str(tmp_path / "names")
+    t = pa.table({"k.e": pa.array(range(10), pa.int64()), "a`b": pa.array(range(100, 110), pa.int64())})
+    log, f = _table(uri, t, "k.e")
+    log.delete([KeyRangeDelete(f, 2, 4), PositionDelete(f, None, BitMap([7]))])
+    df = read(spark, uri)
+    assert _native(df)
+    assert sorted(tuple(r) for r in df.collect()) == _engine(uri, '"k.e"')
+    assert sorted(r[0] for r in read(spark, uri, columns=["a`b"]).collect()) == [100, 101, 105, 106, 108, 109]
+
+
+def test_names_spark_would_confuse_go_to_the_workers(spark, tmp_path):
+    for name, why in [("_CASTSQL_POS", "starts with _castsql_"), ("ID", "differ only in case")]:
+        uri = str(tmp_path / name)
+        log, f = _table(
+            uri, pa.table({"id": pa.array(range(5), pa.int64()), name: pa.array(range(5), pa.int64())}), "id"
+        )
+        log.delete([PositionDelete(f, None, BitMap([1]))])
+        assert why in why_not(log.storage, resolve(log), ["id", name])
+    df = read(spark, str(tmp_path / "_CASTSQL_POS"))
+    assert not _native(df) and sorted(r.id for r in df.collect()) == [0, 2, 3, 4]
+
+
+def test_naive_timestamp_key_ranges_ignore_the_session_time_zone(spark, tmp_path):
+    """02:30 on 2025-03-09 does not exist in New York: a bound compared
+    through the session's zone would move and bring the row back."""
+    from datetime import datetime, timedelta
+
+    uri = str(tmp_path / "dst")
+    keys = [datetime(2025, 3, 9) + timedelta(minutes=30 * i) for i in range(12)]
+    log, f = _table(uri, pa.table({"k": pa.array(keys, pa.timestamp("us")), "v": range(12)}), "k")
+    log.delete([KeyRangeDelete(f, "2025-03-09T01:00:00", "2025-03-09T03:00:00")])
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        df = read(spark, uri)
+        assert _native(df)
+        assert sorted(r.v for r in df.collect()) == [0, 1, 7, 8, 9, 10, 11]
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)
+
+
+def test_sparks_v2_parquet_source_goes_to_the_workers(spark, events):
+    uri, ev = events
+    key = "spark.sql.sources.useV1SourceList"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "avro,csv,json,kafka,orc,text")
+    try:
+        log = TableLog(open_storage(uri))
+        assert "V2 source" in why_not(log.storage, resolve(log), ["id"], spark)
+        df = read(spark, uri, 5)
+        assert not _native(df) and df.count() == len(ev.live[5])
+    finally:
+        spark.conf.set(key, before)
+
+
+def test_a_fractional_bound_on_an_integer_key_goes_to_the_workers(spark, tmp_path):
+    """Another tool's range 1.5-3.5 keeps id 1; an Arrow array of int64 would
+    truncate it to 1-3 and drop it."""
+    uri = str(tmp_path / "frac")
+    log, f = _table(uri, pa.table({"id": pa.array(range(10), pa.int64())}), "id")
+    log.delete([KeyRangeDelete(f, 1.5, 3.5)])
+    assert "is not a int64 value" in why_not(log.storage, resolve(log), ["id"])
+    assert sorted(r.id for r in read(spark, uri).collect()) == [0, 1, 4, 5, 6, 7, 8, 9]
+
+
+def test_row_groups_the_manifest_lies_about_are_refused_not_read(spark, events):
+    """Same total, different row groups: a deleted row group would become the
+    wrong positions. The driver sends the version to the workers, which refuse."""
+    import json
+
+    from castsql.format.layout import manifest_key
+
+    uri, ev = events
+    st = ev.log.storage
+    v = ev.log.latest().version
+    doc = json.loads(st.get(manifest_key(v)))
+    entry = doc["files"]["inline"][0]
+    assert entry["row_group_rows"][:4] == [100, 100, 100, 100]
+    entry["row_group_rows"][2:4] = [50, 150]
+    st.delete(manifest_key(v))
+    st.put_if_absent(manifest_key(v), json.dumps(doc).encode())
+    log = TableLog(open_storage(uri))
+    assert "the manifest says [100, 100, 50, 150" in why_not(log.storage, resolve(log, v), ["id"])
+    with pytest.raises(Exception, match="holds 100 rows, expected 150"):
+        read(spark, uri, v).collect()

@@ -26,8 +26,11 @@ caller then reads through the Python workers (:mod:`castsql.spark.reader`):
   evolution widened it; FORMAT.md §3.4);
 - two files with deletes have the same size, or the table's path holds a
   character Spark reads as a glob;
-- a file's size or row count differs from its manifest entry (each footer
-  is opened first: a size that lies would find the wrong deletes);
+- a file's size, row count or row groups differ from its manifest entry
+  (each footer is opened first: a size that lies would find the wrong
+  deletes, row groups that lie would place a row-group delete wrong);
+- a key-range bound is not exactly a key value, Spark reads Parquet through
+  its V2 source, or two columns' names differ only in case;
 - the bitsets would pass ``BITSETS_MAX`` (64 MiB: 512M rows in files with
   deletes), the version has over ``FILES_MAX`` files, or a column's name
   starts with ``_castsql_``.
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +51,7 @@ from castsql.format import Schema
 from castsql.format.schema import type_from_name
 from castsql.format.tombstone import key_bound
 from castsql.snapshot import ResolvedFile, Snapshot
-from castsql.spark.types import spark_schema
+from castsql.spark.types import spark_schema, spark_type
 from castsql.storage import Storage
 from castsql.storage.local import LocalStorage
 
@@ -69,10 +72,15 @@ _SIZE, _POS, _KEY, _WORDS = "_castsql_fs", "_castsql_pos", "_castsql_fsz", "_cas
 _LO, _HI = "_castsql_lo", "_castsql_hi"
 
 
-def why_not(storage: Storage, snap: Snapshot, names: list[str]) -> str | None:
-    """Why Spark's Parquet reader cannot read ``names`` of this version, or None if it can."""
+def why_not(storage: Storage, snap: Snapshot, names: list[str], spark: SparkSession | None = None) -> str | None:
+    """Why Spark's Parquet reader cannot read ``names`` of this version (in
+    ``spark``'s settings, where given), or None if it can."""
     if not isinstance(storage, LocalStorage):
         return "the table is not on a local disk"
+    if spark is not None:
+        v1 = spark.conf.get("spark.sql.sources.useV1SourceList", "parquet") or ""
+        if "parquet" not in [x.strip().lower() for x in v1.split(",")]:
+            return "Spark reads Parquet with its V2 source here, which has no _metadata.row_index"
     if _GLOB & set(storage.root):
         return "the table's path holds a character Spark reads as a glob"
     sizes = [f.entry.size_bytes for f in snap.files if f.has_deletes]
@@ -81,8 +89,11 @@ def why_not(storage: Storage, snap: Snapshot, names: list[str]) -> str | None:
     bitsets = sum(f.total_rows for f in snap.files if f.deleted) // 8
     if bitsets > BITSETS_MAX:
         return f"the bitsets of the files with deletes would take {bitsets >> 20} MiB (at most {BITSETS_MAX >> 20})"
-    if any(n.startswith("_castsql_") for n in snap.schema.names):
+    lowered = [n.lower() for n in snap.schema.names]
+    if any(n.startswith("_castsql_") for n in lowered):
         return "a column's name starts with _castsql_"
+    if len(set(lowered)) != len(lowered):
+        return "two columns' names differ only in case (Spark matches names without case)"
     want = {n: type_from_name(snap.schema.column(n).type) for n in _read_columns(snap, names)}  # type: ignore[union-attr]
     for n, t in want.items():
         if pa.types.is_unsigned_integer(t):
@@ -91,6 +102,10 @@ def why_not(storage: Storage, snap: Snapshot, names: list[str]) -> str | None:
         t = want[snap.primary_key]  # type: ignore[index]
         if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)):
             return f"key ranges on a {t} key"
+        for f in snap.files:
+            for bound in (b for r in f.key_ranges for b in r):
+                if not _exact_bound(bound, t):
+                    return f"data file {f.key}: key range bound {bound!r} is not a {t} value"
     if len(snap.files) > FILES_MAX:
         return f"the version has {len(snap.files):,} data files (at most {FILES_MAX:,} have their footers checked)"
     for f in snap.files:
@@ -102,6 +117,20 @@ def why_not(storage: Storage, snap: Snapshot, names: list[str]) -> str | None:
             if why:
                 return why
     return None
+
+
+def _exact_bound(v: Any, t: pa.DataType) -> bool:
+    """Is a key-range bound exactly a value of the key's type? (Another
+    tool's 1.5 on an integer key would be truncated in an Arrow array.)"""
+    try:
+        pa.array([key_bound(v, t)], t)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        return False
+    if pa.types.is_integer(t):
+        return isinstance(v, int) and not isinstance(v, bool)
+    if pa.types.is_string(t):
+        return isinstance(v, str)
+    return True
 
 
 def _file_why_not(f: ResolvedFile, want: dict[str, pa.DataType]) -> str | None:
@@ -117,12 +146,21 @@ def _file_why_not(f: ResolvedFile, want: dict[str, pa.DataType]) -> str | None:
         return f"data file {f.key} is {size} bytes, the manifest says {f.entry.size_bytes}"
     if meta.num_rows != f.total_rows:
         return f"data file {f.key} holds {meta.num_rows} rows, the manifest says {f.total_rows}"
+    groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+    if f.row_group_rows is not None and groups != tuple(f.row_group_rows):
+        # Row-group deletes became positions by the manifest's row groups.
+        return f"data file {f.key} holds row groups of {list(groups)} rows, the manifest says {list(f.row_group_rows)}"
     physical = meta.schema.to_arrow_schema()
     for n, t in want.items():
         i = physical.get_field_index(n)
         if i >= 0 and physical.field(i).type != t:
             return f"data file {f.key} holds {n!r} as {physical.field(i).type}, the version as {t}"
     return None
+
+
+def _q(name: str) -> str:
+    """A column name as Spark reads it literally (``a.b`` is not a field of ``a``)."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _read_columns(snap: Snapshot, names: list[str]) -> list[str]:
@@ -150,10 +188,16 @@ def _bitsets(spark: SparkSession, dirty: list[ResolvedFile]) -> DataFrame:
 
 def _key_ranges(spark: SparkSession, dirty: list[ResolvedFile], key_t: pa.DataType) -> DataFrame:
     """One broadcast row per key range: its file's size and its bounds."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
     ranged = [(f.entry.size_bytes, key_bound(a, key_t), key_bound(b, key_t)) for f in dirty for a, b in f.key_ranges]
     sizes, lo, hi = zip(*ranged, strict=True)
     table = pa.table({_KEY: pa.array(sizes, pa.int64()), _LO: pa.array(lo, key_t), _HI: pa.array(hi, key_t)})
-    return spark.createDataFrame(table)
+    # The key's own Spark type: a naive timestamp must stay TIMESTAMP_NTZ, or
+    # Spark compares it through the session's time zone.
+    kt = spark_type(key_t)
+    schema = StructType([StructField(_KEY, LongType()), StructField(_LO, kt), StructField(_HI, kt)])
+    return spark.createDataFrame(table, schema)
 
 
 def _not_in_bitset(pos: Column, words: Column) -> Column:
@@ -193,7 +237,7 @@ def read_native(spark: SparkSession, storage: Storage, snap: Snapshot, names: li
     cols = _read_columns(snap, names)
     raw = scan(dirty, cols)
     meta = raw.metadataColumn("_metadata")
-    rows = raw.select(*(raw[n] for n in cols), meta["row_index"].alias(_POS), meta["file_size"].alias(_SIZE))
+    rows = raw.select(*(raw[_q(n)] for n in cols), meta["row_index"].alias(_POS), meta["file_size"].alias(_SIZE))
     bits = _bitsets(spark, dirty)
     joined = rows.join(F.broadcast(bits), rows[_SIZE] == bits[_KEY])
     live = joined.where(_not_in_bitset(joined[_POS], joined[_WORDS]))
@@ -202,7 +246,8 @@ def read_native(spark: SparkSession, storage: Storage, snap: Snapshot, names: li
         # a lambda's outer column when nothing else selects it.
         pk = snap.primary_key
         ranges = _key_ranges(spark, dirty, type_from_name(snap.schema.column(pk).type))  # type: ignore[union-attr, arg-type]
-        hit = (live[_SIZE] == ranges[_KEY]) & (live[pk] >= ranges[_LO]) & (live[pk] <= ranges[_HI])
+        key = live[_q(pk)]  # type: ignore[arg-type]
+        hit = (live[_SIZE] == ranges[_KEY]) & (key >= ranges[_LO]) & (key <= ranges[_HI])
         live = live.join(F.broadcast(ranges), hit, "left_anti")  # a NULL key is in no range
-    out = live.select(*(rows[n] for n in names))
+    out = live.select(*(rows[_q(n)] for n in names))
     return scan(clean, names).unionByName(out) if clean else out

@@ -129,6 +129,6 @@ def read(
             if snap.schema.column(c) is None:
                 raise CastSQLError(f"{log.storage.root}: no column {c!r} (columns: {', '.join(snap.schema.names)})")
     names = snap.schema.names if columns is None else list(columns)
-    if not positions and why_not(log.storage, snap, names) is None:
+    if not positions and why_not(log.storage, snap, names, spark) is None:
         return read_native(spark, log.storage, snap, names)
     return read_snapshot(spark, log, snap, positions=positions, columns=columns)
