@@ -125,6 +125,13 @@ def test_bad_tombstone_lines_are_named(line, message):
         (lambda d: d.update(tombstones="x"), "tombstones"),
         (lambda d: d.update(format_version=99), "newer than"),
         (lambda d: d["data_files"][0].update(row_group_rows=[1, 2]), "row_group_rows"),
+        (lambda d: d["schema"]["columns"].append(dict(d["schema"]["columns"][0])), "names columns .* twice"),
+        (
+            lambda d: d["schema"]["columns"].append(
+                {"name": d["schema"]["columns"][0]["name"].upper(), "type": "int64"}
+            ),
+            "differ only in case",
+        ),
     ],
 )
 def test_bad_manifests_are_named(mutate, message):

@@ -227,6 +227,23 @@ def test_append_fills_missing_columns_with_null_but_not_the_key(storage_root, s3
         assert t.at().version == 3 and sorted(o.key for o in st.list("data/")) == files
 
 
+def test_names_equal_but_for_case_are_refused_and_nothing_is_written(tmp_path):
+    """DuckDB and Spark match names without case (as Delta does): a table with
+    both ``id`` and ``ID`` would read one column's values under both names."""
+    st = open_storage(str(tmp_path / "case"))
+    with pytest.raises(SchemaMismatch, match="columns 'A' and 'a' differ only in case"):
+        TableLog.create(st, pa.schema([("A", pa.int64()), ("a", pa.int64())]))
+    TableLog.create(st, pa.schema([("id", pa.int64()), ("v", pa.string())]), primary_key="id")
+    with castsql.open(st.root) as t:
+        t.append(pa.table({"id": [1], "v": ["a"]}))
+        before = sorted(o.key for o in st.list(""))
+        with pytest.raises(SchemaMismatch, match=r"unknown columns \['V'\]"):  # merge matches names without case
+            t.append(pa.table({"id": [2], "v": ["b"], "V": ["c"]}), merge_schema=True)
+        with pytest.raises(SchemaMismatch, match=r"column 'ID' already exists \(as 'id'\)"):
+            t.add_columns({"ID": "int64"})
+        assert sorted(o.key for o in st.list("")) == before and t.at().version == 1
+
+
 def test_an_append_planned_before_a_schema_change_still_commits(storage_root, s3_config):
     st = open_storage(storage_root + "/race", s3=s3_config)
     log = TableLog.create(st, pa.schema([("id", pa.int64()), ("n", pa.int32())]))

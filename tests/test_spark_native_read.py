@@ -210,14 +210,12 @@ def test_names_with_dots_and_backticks_are_columns_not_paths(spark, tmp_path):
 
 
 def test_names_spark_would_confuse_go_to_the_workers(spark, tmp_path):
-    for name, why in [("_CASTSQL_POS", "starts with _castsql_"), ("ID", "differ only in case")]:
-        uri = str(tmp_path / name)
-        log, f = _table(
-            uri, pa.table({"id": pa.array(range(5), pa.int64()), name: pa.array(range(5), pa.int64())}), "id"
-        )
-        log.delete([PositionDelete(f, None, BitMap([1]))])
-        assert why in why_not(log.storage, resolve(log), ["id", name])
-    df = read(spark, str(tmp_path / "_CASTSQL_POS"))
+    ints = pa.array(range(5), pa.int64())
+    uri = str(tmp_path / "helper")
+    log, f = _table(uri, pa.table({"id": ints, "_CASTSQL_POS": ints}), "id")
+    log.delete([PositionDelete(f, None, BitMap([1]))])
+    assert "starts with _castsql_" in why_not(log.storage, resolve(log), ["id", "_CASTSQL_POS"])
+    df = read(spark, uri)
     assert not _native(df) and sorted(r.id for r in df.collect()) == [0, 2, 3, 4]
 
 

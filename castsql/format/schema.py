@@ -98,9 +98,28 @@ class Column:
     added_in: int | None = None
 
 
+def same_but_case(names: list[str]) -> tuple[str, str] | None:
+    """Two names equal but for case, if any: DuckDB and Spark match column
+    names without case, so such a pair reads as one column there (DuckDB
+    renames the second and a query gets the first's values twice)."""
+    seen: dict[str, str] = {}
+    for n in names:
+        other = seen.setdefault(n.lower(), n)
+        if other != n:
+            return other, n
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Schema:
     columns: tuple[Column, ...]
+
+    def __post_init__(self) -> None:
+        pair = same_but_case([c.name for c in self.columns])
+        if pair:
+            raise SchemaMismatch(
+                f"columns {pair[0]!r} and {pair[1]!r} differ only in case, which DuckDB and Spark cannot tell apart"
+            )
 
     @property
     def names(self) -> list[str]:
@@ -152,6 +171,16 @@ class Schema:
             if added is not None and (not isinstance(added, int) or isinstance(added, bool) or added < 1):
                 raise FormatError(f"{where}: column {c['name']!r}: 'added_in' must be a version number >= 1")
             cols.append(Column(c["name"], c["type"], added))
+        names = [c.name for c in cols]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise FormatError(f"{where}: schema names columns {dupes} twice")
+        pair = same_but_case(names)
+        if pair:
+            raise FormatError(
+                f"{where}: schema columns {pair[0]!r} and {pair[1]!r} differ only in case, "
+                "which DuckDB and Spark cannot tell apart"
+            )
         return cls(tuple(cols))
 
     def check_compatible(self, other: Schema, what: str) -> None:

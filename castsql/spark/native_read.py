@@ -29,8 +29,8 @@ caller then reads through the Python workers (:mod:`castsql.spark.reader`):
 - a file's size, row count or row groups differ from its manifest entry
   (each footer is opened first: a size that lies would find the wrong
   deletes, row groups that lie would place a row-group delete wrong);
-- a key-range bound is not exactly a key value, Spark reads Parquet through
-  its V2 source, or two columns' names differ only in case;
+- a key-range bound is not exactly a key value, or Spark reads Parquet
+  through its V2 source;
 - the bitsets would pass ``BITSETS_MAX`` (64 MiB: 512M rows in files with
   deletes), the version has over ``FILES_MAX`` files, or a column's name
   starts with ``_castsql_``.
@@ -92,8 +92,6 @@ def why_not(storage: Storage, snap: Snapshot, names: list[str], spark: SparkSess
     lowered = [n.lower() for n in snap.schema.names]
     if any(n.startswith("_castsql_") for n in lowered):
         return "a column's name starts with _castsql_"
-    if len(set(lowered)) != len(lowered):
-        return "two columns' names differ only in case (Spark matches names without case)"
     want = {n: type_from_name(snap.schema.column(n).type) for n in _read_columns(snap, names)}  # type: ignore[union-attr]
     for n, t in want.items():
         if pa.types.is_unsigned_integer(t):
