@@ -3,6 +3,7 @@
     .venv/bin/python bench/spark_bench.py [--rows 2000000] [--rounds 5] [--dir PATH] [--master local[*]]
     .venv/bin/python bench/spark_bench.py --rows 20000000          # issue 20's size
     .venv/bin/python bench/spark_bench.py --rows 20000000 --reads-only   # reads, no writes between them
+    .venv/bin/python bench/spark_bench.py --reads-only --delete "id < 100000 AND pmod(hash(id, 1), 100) = 0"
 
 Builds a table of ``--rows`` events rows (``castsql.spark.append``, the
 writer's default files and row groups of 122,880 rows), then deletes 1 % of
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help="where to build the tables (default: a temporary directory, removed at the end)")
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--reads-only", action="store_true", help="no writes between the reads (quieter read ratios)")
+    ap.add_argument("--delete", default=DELETE, help=f"the rows to delete, as SQL (default: {DELETE!r}, 1%% scattered)")
     args = ap.parse_args(argv)
     base = Path(args.dir or tempfile.mkdtemp(prefix="castsql-spark-bench-"))
     base.mkdir(parents=True, exist_ok=True)
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         shutil.rmtree(uri, ignore_errors=True)
         append(spark, uri, source(), primary_key="id")
-        m = delete(spark, uri, DELETE)
+        m = delete(spark, uri, args.delete)
         v, deleted = m.version, m.summary["deleted_rows"]
         st = open_storage(uri)
         log = TableLog(st)
