@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 import pyarrow as pa
 
 from castsql.errors import SchemaMismatch
-from castsql.format.schema import Column, Schema, normalize_type, type_from_name, type_name
+from castsql.format.schema import Column, Schema, normalize_type, repeated, type_from_name, type_name
 
 # The widenings a table's schema may make, as Delta 4.0 ("type widening") and
 # Iceberg ("type promotion") allow them; see the module docstring.
@@ -121,7 +121,7 @@ def check_names(
     mine = table.names
     missing = [n for n in mine if n not in data]
     extra = [n for n in data if n not in mine]
-    dupes = sorted({n for n in data if list(data).count(n) > 1})
+    dupes = repeated(list(data))
     if dupes:
         raise SchemaMismatch(f"{where}: duplicate column names {dupes}")
     if fill and primary_key is not None and primary_key in missing:

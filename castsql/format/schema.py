@@ -98,6 +98,11 @@ class Column:
     added_in: int | None = None
 
 
+def repeated(names: list[str]) -> list[str]:
+    """The names that occur more than once, sorted."""
+    return sorted({n for n in names if names.count(n) > 1})
+
+
 def same_but_case(names: list[str]) -> tuple[str, str] | None:
     """Two names equal but for case, if any: DuckDB and Spark match column
     names without case, so such a pair reads as one column there (DuckDB
@@ -137,9 +142,9 @@ class Schema:
     @classmethod
     def from_arrow(cls, schema: pa.Schema) -> Schema:
         names = [f.name for f in schema]
-        dupes = {n for n in names if names.count(n) > 1}
+        dupes = repeated(names)
         if dupes:
-            raise SchemaMismatch(f"duplicate column names {sorted(dupes)}")
+            raise SchemaMismatch(f"duplicate column names {dupes}")
         try:
             cols = tuple(Column(f.name, type_name(normalize_type(f.type))) for f in schema)
         except FormatError as e:
@@ -171,17 +176,13 @@ class Schema:
             if added is not None and (not isinstance(added, int) or isinstance(added, bool) or added < 1):
                 raise FormatError(f"{where}: column {c['name']!r}: 'added_in' must be a version number >= 1")
             cols.append(Column(c["name"], c["type"], added))
-        names = [c.name for c in cols]
-        dupes = sorted({n for n in names if names.count(n) > 1})
+        dupes = repeated([c.name for c in cols])
         if dupes:
             raise FormatError(f"{where}: schema names columns {dupes} twice")
-        pair = same_but_case(names)
-        if pair:
-            raise FormatError(
-                f"{where}: schema columns {pair[0]!r} and {pair[1]!r} differ only in case, "
-                "which DuckDB and Spark cannot tell apart"
-            )
-        return cls(tuple(cols))
+        try:
+            return cls(tuple(cols))
+        except SchemaMismatch as e:  # names equal but for case (__post_init__)
+            raise FormatError(f"{where}: schema {e}") from None
 
     def check_compatible(self, other: Schema, what: str) -> None:
         """Raise SchemaMismatch unless ``other`` has exactly our columns and types

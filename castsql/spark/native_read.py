@@ -89,8 +89,7 @@ def why_not(storage: Storage, snap: Snapshot, names: list[str], spark: SparkSess
     bitsets = sum(f.total_rows for f in snap.files if f.deleted) // 8
     if bitsets > BITSETS_MAX:
         return f"the bitsets of the files with deletes would take {bitsets >> 20} MiB (at most {BITSETS_MAX >> 20})"
-    lowered = [n.lower() for n in snap.schema.names]
-    if any(n.startswith("_castsql_") for n in lowered):
+    if any(n.lower().startswith("_castsql_") for n in snap.schema.names):
         return "a column's name starts with _castsql_"
     want = {n: type_from_name(snap.schema.column(n).type) for n in _read_columns(snap, names)}  # type: ignore[union-attr]
     for n, t in want.items():
@@ -218,11 +217,13 @@ def read_native(spark: SparkSession, storage: Storage, snap: Snapshot, names: li
     """
     from pyspark.sql import functions as F
 
+    def schema_of(cols: list[str]) -> Any:
+        return spark_schema(Schema(tuple(snap.schema.column(n) for n in cols)))  # type: ignore[misc]
+
     def scan(files: list, cols: list[str]) -> DataFrame:
-        schema = spark_schema(Schema(tuple(snap.schema.column(n) for n in cols)))  # type: ignore[misc]
         # CastSQL's files hold proleptic Gregorian dates and times (pyarrow's);
         # Spark would refuse ancient ones from a writer it does not know.
-        reader = spark.read.schema(schema).option("datetimeRebaseMode", "CORRECTED")
+        reader = spark.read.schema(schema_of(cols)).option("datetimeRebaseMode", "CORRECTED")
         return reader.option("int96RebaseMode", "CORRECTED").parquet(*(f.uri for f in files))
 
     clean = [f for f in snap.files if not f.has_deletes]
@@ -230,7 +231,7 @@ def read_native(spark: SparkSession, storage: Storage, snap: Snapshot, names: li
     if not dirty:
         if clean:
             return scan(clean, names)
-        return spark.createDataFrame([], spark_schema(Schema(tuple(snap.schema.column(n) for n in names))))  # type: ignore[misc]
+        return spark.createDataFrame([], schema_of(names))
     # Only files with deletes pay for the row positions and the lookup.
     cols = _read_columns(snap, names)
     raw = scan(dirty, cols)
