@@ -5,8 +5,8 @@
     .venv/bin/python bench/spark_bench.py --rows 20000000 --reads-only   # reads, no writes between them
     .venv/bin/python bench/spark_bench.py --reads-only --delete "id < 100000 AND pmod(hash(id, 1), 100) = 0"
 
-Builds a table of ``--rows`` events rows (``castsql.spark.append``, the
-writer's default files and row groups of 122,880 rows), then deletes 1 % of
+Builds a table of ``--rows`` events rows (``castsql.spark.append``: Spark's
+own writer, a file per task, row groups of 122,880 rows), then deletes 1 % of
 its rows at random (``pmod(hash(id, 1), 100) = 0``: position bitmaps in every
 row group) and pins that version. Each round then reads every row of every
 column, through Spark's ``noop`` sink (nothing written, every value
@@ -23,11 +23,12 @@ materialized), three ways:
   ``castsql.spark.read`` does on S3, and what it did everywhere before);
 
 and writes the same rows (``spark.range(...).selectExpr(...)``, generated in
-the job) to a fresh directory three ways: ``df.write.parquet`` (Spark's
+the job) to a fresh directory four ways: ``df.write.parquet`` (Spark's
 defaults: snappy; the goal's baseline), the same with zstd (castsql's codec:
-what the codec costs apart from the Python transfer) and
-``df.write.format("castsql")`` (zstd, a new table, one commit), and hands
-the same rows to Python workers that drop them (``mapInArrow`` into Spark's
+what the codec costs apart from the Python transfer),
+``df.write.format("castsql")`` (zstd, a new table, one commit, written by
+Python workers) and ``castsql.spark.append`` (the same through Spark's own
+Parquet writer: ``castsql/spark/native_write.py``), and hands the same rows to Python workers that drop them (``mapInArrow`` into Spark's
 ``noop`` sink: the floor of any writer in Python). The order of
 the contestants alternates from round to round (forward, then mirrored), a
 round 0 warms the workers up and is not counted, and each cell is the median
@@ -63,7 +64,7 @@ from castsql.spark.reader import read_snapshot
 from castsql.storage import open_storage
 
 DELETE = "pmod(hash(id, 1), 100) = 0"  # 1 % of the rows, scattered
-GOALS = {"format": 1.5, "native": 1.1, "write": 1.15}
+GOALS = {"format": 1.5, "native": 1.1, "write": 1.15, "append": 1.15}
 
 
 def _timed(fn) -> float:
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         assert counts == {"parquet": args.rows, "format": want, "native": want, "workers": want}, counts
 
-        out_parquet, out = base / "written.parquet", base / "written"
+        out_parquet, out, out_append = base / "written.parquet", base / "written", base / "appended"
 
         def write_parquet() -> None:
             shutil.rmtree(out_parquet, ignore_errors=True)
@@ -158,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(out, ignore_errors=True)
             source().write.format("castsql").mode("append").save(str(out))
 
+        def append_castsql() -> None:
+            shutil.rmtree(out_append, ignore_errors=True)
+            append(spark, str(out_append), source())  # a new table, one commit, Spark's own writer
+
         def hand_to_python() -> None:
             # The floor of any writer in Python (a data source, mapInArrow):
             # the same rows converted to Arrow, sent to Python workers and dropped.
@@ -167,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             "parquet": write_parquet,
             "parquet_zstd": write_parquet_zstd,
             "castsql": write_castsql,
+            "append": append_castsql,
             "to_python": hand_to_python,
         }
         if args.reads_only:
@@ -186,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
                 for k, t in got.items():
                     times[k].append(t)
         if writes:
-            written = TableLog(open_storage(str(out))).latest()
-            assert written.summary["added_rows"] == args.rows, written.summary
+            for where in (out, out_append):
+                written = TableLog(open_storage(str(where))).latest()
+                assert written.summary["added_rows"] == args.rows, written.summary
         load = os.getloadavg()
         print(f"load average at end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
 
@@ -203,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             ("write", "df.write.parquet, zstd", "w_parquet_zstd", "w_parquet", None),
             ("write", 'df.write.format("castsql")', "w_castsql", "w_parquet", "write"),
             ("write", "  the same / zstd parquet", "w_castsql", "w_parquet_zstd", None),
+            ("write", "castsql.spark.append", "w_append", "w_parquet", "append"),
+            ("write", "  the same / zstd parquet", "w_append", "w_parquet_zstd", None),
             ("write", "rows to Python workers, dropped", "w_to_python", "w_parquet", None),
         ]
         print(f"\n{args.rows:,} rows, {args.rounds} rounds, medians:")

@@ -10,7 +10,7 @@ import pytest
 from tables import build_events
 
 from castsql.engine.session import Session
-from castsql.errors import VersionNotFound
+from castsql.errors import CastSQLError, VersionNotFound
 from castsql.format import write_data_files
 from castsql.spark import FILE_COL, POS_COL, read
 from castsql.storage import open_storage
@@ -71,6 +71,17 @@ def test_empty_versions_and_unknown_versions(spark, tmp_path):
     assert empty.count() == 0 and empty.columns == ["id", "grp", "val", "ts"]
     with pytest.raises(VersionNotFound, match="version 99 does not exist"):
         read(spark, uri, 99)
+
+
+def test_bad_column_lists_are_one_line_errors(spark, tmp_path):
+    uri = str(tmp_path / "events")
+    build_events(open_storage(uri))
+    with pytest.raises(CastSQLError, match=r"no column 'nope' \(columns: id, grp, val, ts\)"):
+        read(spark, uri, columns=["id", "nope"])
+    with pytest.raises(CastSQLError, match=r"columns names 'id' more than once$"):
+        read(spark, uri, columns=["id", "val", "id"])
+    with pytest.raises(CastSQLError, match=r"columns must be a list of names, not 'id'"):
+        read(spark, uri, columns="id")
 
 
 def test_unsigned_and_naive_types_are_widened_for_spark(spark, tmp_path):

@@ -61,10 +61,21 @@ def test_empty_input_writes_nothing(local):
     assert list(local.list("")) == []
 
 
-def test_nan_and_all_null_columns_have_no_stats(local):
-    t = pa.table({"f": [float("nan"), 1.0], "n": pa.array([None, None], pa.int64())})
-    [f] = write_data_files(local, t)
-    assert "n" not in f.min
+def test_nan_infinite_and_all_null_columns_have_no_stats(local):
+    """NaN sorts above every number (DuckDB, Spark): bounds that leave it out
+    would let a reader prune ``x > 5`` away from a file whose NaN matches.
+    The same for an infinity, which JSON cannot state, in any row group."""
+    t = pa.table(
+        {
+            "f": [1.0, 2.0, float("nan"), 1.0],
+            "g": [1.0, 2.0, 3.0, float("inf")],
+            "h": [1.0, None, 2.0, 3.0],
+            "n": pa.array([None] * 4, pa.int64()),
+        }
+    )
+    [f] = write_data_files(local, t, row_group_size=2)
+    assert f.row_group_rows == (2, 2)
+    assert (f.min, f.max) == ({"h": 1.0}, {"h": 3.0})
 
 
 def test_dictionaries_only_where_values_repeat(local):

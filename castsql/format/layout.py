@@ -60,6 +60,12 @@ def new_data_key(now: datetime | None = None) -> str:
     return f"{DATA_DIR}/{_hour_dir(now)}/{time_ordered_id()}.parquet"
 
 
+def new_data_dir(now: datetime | None = None) -> str:
+    """``data/YYYY/MM/DD/HH/<uuid>``: a directory for the files of one write
+    made by another writer (Spark's, which names its files itself)."""
+    return f"{DATA_DIR}/{_hour_dir(now)}/{time_ordered_id()}"
+
+
 def new_tombstone_key(now: datetime | None = None) -> str:
     return f"{TOMBSTONE_DIR}/{_hour_dir(now)}/{time_ordered_id()}.del"
 

@@ -91,17 +91,35 @@ class _Stats:
         self.names = [f.name for f in schema if json_ordered(f.type)]
         self.min: dict[str, Any] = {}
         self.max: dict[str, Any] = {}
+        self.unbounded: set[str] = set()
 
     def update(self, table: pa.Table) -> None:
         for name in self.names:
-            mm = pc.min_max(table.column(name))
+            if name in self.unbounded:
+                continue
+            col = table.column(name)
+            if pa.types.is_floating(col.type) and pc.any(pc.is_nan(col)).as_py():
+                # min_max skips NaN, but NaN sorts above every number in
+                # DuckDB and Spark: bounds without it would prune `x > 5`
+                # away from a file whose NaN matches. No bounds, as parquet-mr.
+                self._unbound(name)
+                continue
+            mm = pc.min_max(col)
+            if not mm["min"].is_valid:
+                continue  # NULLs only: nothing to bound
             lo, hi = json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py())
-            if lo is None or hi is None:
+            if lo is None or hi is None:  # an infinity: JSON cannot state it
+                self._unbound(name)
                 continue
             if name not in self.min or _lt(lo, self.min[name]):
                 self.min[name] = lo
             if name not in self.max or _lt(self.max[name], hi):
                 self.max[name] = hi
+
+    def _unbound(self, name: str) -> None:
+        self.unbounded.add(name)
+        self.min.pop(name, None)
+        self.max.pop(name, None)
 
 
 def _lt(a: Any, b: Any) -> bool:

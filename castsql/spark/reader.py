@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from castsql.errors import CastSQLError
 from castsql.format import Schema, TableLog
+from castsql.format.schema import repeated
 from castsql.snapshot import Snapshot
 from castsql.spark.tasks import FILE_COL, POS_COL, RG_COL, UNIT_COL, TableRef, Unit, read_task
 from castsql.spark.types import spark_schema
@@ -128,6 +129,9 @@ def read(
         for c in columns:
             if snap.schema.column(c) is None:
                 raise CastSQLError(f"{log.storage.root}: no column {c!r} (columns: {', '.join(snap.schema.names)})")
+        if twice := repeated(list(columns)):
+            # A DataFrame's columns need distinct names; Spark would fail later, deep in the plan.
+            raise CastSQLError(f"{log.storage.root}: columns names {', '.join(map(repr, twice))} more than once")
     names = snap.schema.names if columns is None else list(columns)
     if not positions and why_not(log.storage, snap, names, spark) is None:
         return read_native(spark, log.storage, snap, names)

@@ -1,6 +1,8 @@
 """Appending a Spark DataFrame to a table: executors write, the driver commits.
 
-Each task streams its partition's Arrow batches into
+A table on a local disk is written by Spark's own Parquet writer
+(:mod:`castsql.spark.native_write`) where its ``why_not`` gives None. Otherwise
+each task streams its partition's Arrow batches into
 :func:`castsql.format.write_data_files`, which writes zstd Parquet files
 (microsecond timestamps, full row groups) straight to the table's storage and
 returns their manifest entries; the task yields those entries as JSON rows.
@@ -37,6 +39,8 @@ from castsql.format.manifest import json_stat
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import resolve
 from castsql.spark.errors import job_errors
+from castsql.spark.native_write import why_not as why_not_native
+from castsql.spark.native_write import write_native
 from castsql.spark.tasks import TableRef, write_task
 from castsql.spark.types import schema_from_spark
 from castsql.storage import S3Config, open_storage
@@ -57,7 +61,7 @@ def append(
     primary_key: str | None = None,
     s3: S3Config | None = None,
     row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
-    target_file_bytes: int = DEFAULT_TARGET_FILE_BYTES,
+    target_file_bytes: int | None = None,
     merge_schema: bool = False,
     allow_duplicate_keys: bool = False,
 ) -> Manifest:
@@ -73,6 +77,12 @@ def append(
     lacks are written as NULL (Delta's rule), except the primary key, which
     is refused naming it.
 
+    A table on a local disk is written by Spark's own Parquet writer, one file
+    per task (``df.repartition(n)`` chooses how many), row groups of at most
+    ``row_group_size`` rows. S3 tables, types Spark cannot store as they are,
+    and an explicit ``target_file_bytes`` (files rolled by size) go through
+    CastSQL's Python workers (:mod:`castsql.spark.native_write`).
+
     A table with a primary key refuses rows whose key is NULL, repeated in
     ``df`` or already live in the table (:class:`castsql.write.keys.DuplicateKey`,
     naming the first keys; nothing committed, the written files removed),
@@ -87,7 +97,7 @@ def append(
         >>> m.summary["added_rows"]   # doctest: +SKIP
         1000000
     """
-    if row_group_size <= 0 or target_file_bytes <= 0:
+    if row_group_size <= 0 or (target_file_bytes is not None and target_file_bytes <= 0):
         raise ValueError("row_group_size and target_file_bytes must be positive")
     storage = open_storage(uri, s3=s3)
     log = TableLog(storage)
@@ -117,11 +127,15 @@ def append(
             if f.name not in missing and not fits(data.field(f.name).type, f.type):
                 raise refusal(where, f.name, data.field(f.name).type, f.type)
         schema = target  # the files take the table's column order and types
-    ref = TableRef(storage.root, getattr(storage, "config", None), schema.to_json())
-    fn = functools.partial(write_task, ref, row_group_size, target_file_bytes, fill_missing=current is not None)
     with job_errors(f"{storage.root}: append"):
-        rows = df.mapInArrow(fn, "entry string").collect()  # the one and only action
-    files = [DataFile.from_json(json.loads(r.entry), "append task") for r in rows]
+        if target_file_bytes is None and why_not_native(storage, schema, spark) is None:
+            files = write_native(spark, storage, df, schema, row_group_size)  # type: ignore[arg-type]
+        else:
+            ref = TableRef(storage.root, getattr(storage, "config", None), schema.to_json())
+            size = target_file_bytes or DEFAULT_TARGET_FILE_BYTES
+            fn = functools.partial(write_task, ref, row_group_size, size, fill_missing=current is not None)
+            rows = df.mapInArrow(fn, "entry string").collect()  # the one and only action
+            files = [DataFile.from_json(json.loads(r.entry), "append task") for r in rows]
     if current is None:
         # Created only now, so a failed job leaves no table behind either.
         log = TableLog.create(storage, schema, primary_key=primary_key, exist_ok=True)
