@@ -28,8 +28,9 @@ defaults: snappy; the goal's baseline), the same with zstd (castsql's codec:
 what the codec costs apart from the Python transfer),
 ``df.write.format("castsql")`` (zstd, a new table, one commit, written by
 Python workers) and ``castsql.spark.append`` (the same through Spark's own
-Parquet writer: ``castsql/spark/native_write.py``), and hands the same rows to Python workers that drop them (``mapInArrow`` into Spark's
-``noop`` sink: the floor of any writer in Python). The order of
+Parquet writer: ``castsql/spark/native_write.py``), and hands the same rows
+to Python workers that drop them (``mapInArrow`` into Spark's ``noop`` sink:
+the floor of any writer in Python). The order of
 the contestants alternates from round to round (forward, then mirrored), a
 round 0 warms the workers up and is not counted, and each cell is the median
 over the rounds of (time / the Parquet time of the same round): the machine is

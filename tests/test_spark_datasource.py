@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from tables import SCHEMA, build_events, rows
+from user_session import run_flaky
 
 import castsql
 from castsql.format import TableLog
@@ -480,17 +481,7 @@ def test_a_task_attempt_that_fails_once_commits_one_version_without_duplicates(t
     from castsql.snapshot import resolve
     from castsql.spark import gc
 
-    uri = str(tmp_path / "t")
-    script = tmp_path / "flaky.py"
-    script.write_text(FLAKY_WRITE)
-    marker = tmp_path / "failed-once"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    out = subprocess.run(
-        [sys.executable, str(script), uri, str(marker)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert marker.exists()  # the first attempt did fail
+    uri = run_flaky(tmp_path, FLAKY_WRITE)
     log = TableLog(open_storage(uri))
     assert [m.version for m in log.history()] == [0, 1]
     ids = castsql.open(uri).to_arrow()["id"].to_pylist()

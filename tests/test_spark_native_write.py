@@ -4,14 +4,13 @@ footers, one version."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from user_session import run_flaky
 
 import castsql
 from castsql.format import TableLog, write_data_files
@@ -40,6 +39,8 @@ EVERY_TYPE = [
     "CAST(id AS DECIMAL(30, 4)) AS wide",
     "CAST(concat('b', id) AS BINARY) AS bin",
     "CAST(NULL AS STRING) AS nothing",
+    "id % 3 AS rep",
+    "element_at(array('a', 'b'), CAST(id % 2 AS INT) + 1) AS ab",
 ]
 
 
@@ -65,13 +66,19 @@ def test_every_type_is_written_by_spark_as_castsqls_writer_writes_it(spark, tmp_
     assert folder.startswith("data/") and len(folder.split("/")) == 6
     assert m.summary == {"added_files": 3, "added_rows": 1000, "added_bytes": sum(f.size_bytes for f in m.data_files)}
     assert all(max(f.row_group_rows) <= 100 for f in m.data_files)
+    # Numbers and times plain (distinct ids would be a dictionary of every
+    # value, and parquet-mr cannot know which repeat), strings a dictionary.
+    footer = pq.read_metadata(f"{native}/{m.data_files[0].path}").row_group(0)
+    chunks = {footer.column(i).path_in_schema: footer.column(i) for i in range(footer.num_columns)}
+    assert not any(chunks[c].has_dictionary_page for c in ("id", "i", "ts", "f", "rep"))
+    assert chunks["ab"].has_dictionary_page
     assert m.schema == w.schema
 
     # Entries from footers say what the workers' entries say of the same rows.
     one = append(spark, str(tmp_path / "one"), df.coalesce(1), row_group_size=100)
     [a], [b] = one.data_files, w.data_files
     assert (a.total_rows, a.row_group_rows, a.min, a.max) == (b.total_rows, b.row_group_rows, b.min, b.max)
-    assert set(a.min) == {"id", "i", "b", "sm", "ts", "ntz", "d", "s", "f", "f32", "flag"}
+    assert set(a.min) == {"id", "i", "b", "sm", "ts", "ntz", "d", "s", "f", "f32", "flag", "rep", "ab"}
 
     expected = _rows(workers)
     assert _rows(native) == expected and len(expected) == 1000
@@ -163,17 +170,7 @@ FLAKY_APPEND = textwrap.dedent(
 
 
 def test_a_task_attempt_that_fails_once_commits_one_version_and_leaves_no_file(tmp_path):
-    uri = str(tmp_path / "t")
-    script = tmp_path / "flaky.py"
-    script.write_text(FLAKY_APPEND)
-    marker = tmp_path / "failed-once"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    out = subprocess.run(
-        [sys.executable, str(script), uri, str(marker)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert marker.exists()  # the first attempt did fail
+    uri = run_flaky(tmp_path, FLAKY_APPEND)
     log = TableLog(open_storage(uri))
     assert [m.version for m in log.history()] == [0, 1]
     assert sorted(castsql.open(uri).to_arrow()["id"].to_pylist()) == list(range(20000))  # every row once

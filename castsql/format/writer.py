@@ -127,7 +127,8 @@ def _lt(a: Any, b: Any) -> bool:
     return a < b
 
 
-def _fixed_width(t: pa.DataType) -> bool:
+def fixed_width(t: pa.DataType) -> bool:
+    """Numbers and times: types whose dictionary pays only where values repeat."""
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
 
 
@@ -148,7 +149,7 @@ def dictionary_columns(first: pa.Table) -> list[str] | bool:
     return [
         f.name
         for f in first.schema
-        if not _fixed_width(f.type) or pc.count_distinct(first.column(f.name)).as_py() <= first.num_rows // 2
+        if not fixed_width(f.type) or pc.count_distinct(first.column(f.name)).as_py() <= first.num_rows // 2
     ]
 
 

@@ -43,6 +43,7 @@ from castsql.format import DataFile, Schema
 from castsql.format.layout import new_data_dir
 from castsql.format.manifest import json_stat
 from castsql.format.schema import json_ordered, type_from_name
+from castsql.format.writer import fixed_width
 from castsql.spark.types import arrow_for_spark, spark_type
 from castsql.storage import Storage
 from castsql.storage.local import LocalStorage
@@ -124,7 +125,15 @@ def write_native(
     try:
         with _session_settings(spark):
             writer = _projected(df, schema).write.option("compression", "zstd")
-            writer.option("parquet.block.row.count.limit", str(row_group_size)).parquet(where)
+            writer = writer.option("parquet.block.row.count.limit", str(row_group_size))
+            for c in schema.columns:
+                if fixed_width(type_from_name(c.type)):
+                    # parquet-mr keeps a dictionary until it passes 1 MB, which a
+                    # row group of 122,880 distinct int64s never does: ids and
+                    # times became a dictionary of every value. Plain, as
+                    # CastSQL's writer stores distinct ones (castsql.format.writer).
+                    writer = writer.option(f"parquet.enable.dictionary#{c.name}", "false")
+            writer.parquet(where)
         names = sorted(n for n in os.listdir(where) if n.endswith(".parquet") and not n.startswith(("_", ".")))
         arrow = schema.to_arrow()
         with ThreadPoolExecutor(8) as pool:  # footers: pyarrow releases the GIL
