@@ -18,12 +18,15 @@ every reader: zstd, microsecond timestamps (the session's
 ``spark.sql.parquet.outputTimestampType`` is set to ``TIMESTAMP_MICROS`` for
 the write; Spark's default INT96 has no statistics), proleptic Gregorian
 dates (rebase mode ``CORRECTED``), row groups of at most ``row_group_size``
-rows (``parquet.block.row.count.limit``). One file per Spark task, as
-``df.write.parquet`` cuts them: ``df.repartition(n)`` chooses how many.
+rows (``parquet.block.row.count.limit``), numbers and times without a
+dictionary (parquet-mr cannot see which repeat; strings keep theirs). One
+file per Spark task, as ``df.write.parquet`` cuts them:
+``df.repartition(n)`` chooses how many.
 
-On 20M rows this writes at ~1.0x ``df.write.parquet`` with zstd
-(docs/PERFORMANCE.md); the Python workers took 1.6-1.7x. :func:`why_not`
-names what sends an append to the workers instead.
+On 20M rows on 2 cores this writes at 1.24-1.25x a snappy ``df.write.parquet``
+(1.14-1.17x one with zstd), where the Python workers took 1.87-2.14x
+(docs/PERFORMANCE.md). :func:`why_not` names what sends an append to the
+workers instead.
 """
 
 from __future__ import annotations
