@@ -178,3 +178,14 @@ def test_a_task_attempt_that_fails_once_commits_one_version_and_leaves_no_file(t
     assert _data_files(uri) == {f.path for f in log.latest().data_files}
     report = gc(uri, grace=timedelta(0), now=datetime.now(UTC) + timedelta(seconds=1))
     assert not report.removed_orphans and not report.removed_data_files
+
+
+def test_a_path_with_a_colon_and_a_space_is_written_and_read_by_spark(spark, tmp_path):
+    uri = str(tmp_path / "a:b c" / "t")
+    m = append(spark, uri, spark.createDataFrame([(1,), (2,)], "id bigint"))
+    assert why_not(open_storage(uri), m.schema) is None
+    assert m.data_files[0].path.split("/")[-1].startswith("part-")
+    assert _rows(uri) == [{"id": 1}, {"id": 2}]
+    snap = resolve(TableLog(open_storage(uri)))
+    assert why_not_read(open_storage(uri), snap, ["id"], spark) is None
+    assert sorted(r.id for r in read(spark, uri).collect()) == [1, 2]
