@@ -58,7 +58,7 @@ from castsql.storage.local import LocalStorage
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-__all__ = ["read_native", "why_not"]
+__all__ = ["parquet_is_v1", "read_native", "why_not"]
 
 _GLOB = set("*?[]{}\\,")
 # The broadcast bitsets cost one bit per row of every file with deletes; past
@@ -72,15 +72,21 @@ _SIZE, _POS, _KEY, _WORDS = "_castsql_fs", "_castsql_pos", "_castsql_fsz", "_cas
 _LO, _HI = "_castsql_lo", "_castsql_hi"
 
 
+def parquet_is_v1(spark: SparkSession) -> bool:
+    """Does ``spark`` read and write Parquet with its V1 file source (the
+    default), which has ``_metadata.row_index`` and the writer options CastSQL
+    sets, rather than the V2 one?"""
+    v1 = spark.conf.get("spark.sql.sources.useV1SourceList", "parquet") or ""
+    return "parquet" in [x.strip().lower() for x in v1.split(",")]
+
+
 def why_not(storage: Storage, snap: Snapshot, names: list[str], spark: SparkSession | None = None) -> str | None:
     """Why Spark's Parquet reader cannot read ``names`` of this version (in
     ``spark``'s settings, where given), or None if it can."""
     if not isinstance(storage, LocalStorage):
         return "the table is not on a local disk"
-    if spark is not None:
-        v1 = spark.conf.get("spark.sql.sources.useV1SourceList", "parquet") or ""
-        if "parquet" not in [x.strip().lower() for x in v1.split(",")]:
-            return "Spark reads Parquet with its V2 source here, which has no _metadata.row_index"
+    if spark is not None and not parquet_is_v1(spark):
+        return "Spark reads Parquet with its V2 source here, which has no _metadata.row_index"
     if _GLOB & set(storage.root):
         return "the table's path holds a character Spark reads as a glob"
     sizes = [f.entry.size_bytes for f in snap.files if f.has_deletes]

@@ -47,6 +47,7 @@ from castsql.format.layout import new_data_dir
 from castsql.format.manifest import json_stat
 from castsql.format.schema import json_ordered, type_from_name
 from castsql.format.writer import fixed_width
+from castsql.spark.native_read import parquet_is_v1
 from castsql.spark.types import arrow_for_spark, spark_type
 from castsql.storage import Storage
 from castsql.storage.local import LocalStorage
@@ -74,10 +75,8 @@ def why_not(storage: Storage, schema: Schema, spark: SparkSession | None = None)
         if arrow_for_spark(t) != t:
             # Spark would store it as another type (unsigned, large, nanoseconds).
             return f"column {c.name!r} is {t}, which Spark's writer cannot store as it is"
-    if spark is not None:
-        v1 = spark.conf.get("spark.sql.sources.useV1SourceList", "parquet") or ""
-        if "parquet" not in [x.strip().lower() for x in v1.split(",")]:
-            return "Spark writes Parquet with its V2 source here"
+    if spark is not None and not parquet_is_v1(spark):
+        return "Spark writes Parquet with its V2 source here"
     return None
 
 
