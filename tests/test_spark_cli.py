@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
@@ -89,6 +90,8 @@ def test_every_subcommand_end_to_end(spark, check_version, tmp_path, capsys):
         (["append", "{uri}", "--from", "/no/such/file.parquet"], "append: no such file: /no/such/file.parquet", 2),
         (["append", "{uri}", "--from", "{bad}"], "the data has no column 'id', the table's primary key", 1),
         (["append", "{uri}", "--from", "{csv}", "--format", "parquet"], "castsql append: error:", 1),
+        # A Parquet string is not text to parse (that is CSV's and JSON's): refused naming both types.
+        (["append", "{uri}", "--from", "{text_id}"], "column 'id' is string in the data, the table has int64", 1),
         (["frobnicate", "{uri}"], "invalid choice: 'frobnicate'", 2),
     ],
 )
@@ -96,11 +99,14 @@ def test_errors_are_one_line_and_change_nothing(spark, tmp_path, capsys, argv, m
     uri = str(tmp_path / "events")
     files = _files(tmp_path)
     pq.write_table(events_rows(range(5)).drop(["id"]), bad := str(tmp_path / "bad.parquet"))
+    rows = events_rows(range(5))
+    rows = rows.set_column(0, "id", rows["id"].cast(pa.string()))
+    pq.write_table(rows, text_id := str(tmp_path / "text_id.parquet"))
     assert main(["append", uri, "--from", files["parquet"], "--primary-key", "id"]) == 0
     capsys.readouterr()
     st = open_storage(uri)
     before = sorted((i.key, i.size) for i in st.list(""))
-    rc, out, err = _run(capsys, *[a.format(uri=uri, bad=bad, csv=files["csv"]) for a in argv])
+    rc, out, err = _run(capsys, *[a.format(uri=uri, bad=bad, csv=files["csv"], text_id=text_id) for a in argv])
     assert rc == code and out == ""
     assert len(err.splitlines()) == 1 and message in err, err
     assert "Traceback" not in err

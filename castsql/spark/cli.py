@@ -552,9 +552,11 @@ def _fit_to_table(uri: str, df: Any, fmt: str | None = None) -> Any:
         # castsql.format.evolution.fits) takes it losslessly. The rest is left
         # as it is, for append's check to refuse naming both types.
         src = _arrow_of(field.dataType)
-        if f is None or (src is not None and not pa.types.is_string(src) and not fits(src, f.type)):
+        # Only CSV and JSON hold text for every type; a Parquet string column is a string.
+        text = src is not None and pa.types.is_string(src) and fmt in ("csv", "json")
+        if f is None or (src is not None and not text and not fits(src, f.type)):
             cols.append(df[c])
-        elif src is not None and pa.types.is_string(src) and not pa.types.is_string(f.type):
+        elif text and not pa.types.is_string(f.type):
             want = spark_type(f.type)
             cols.append(df[c].try_cast(want).alias(f.name))
             parsed.append((c, f, want))
@@ -687,7 +689,7 @@ def _line_of(path: str, column: str, value: str, fmt: str | None) -> int | None:
                 if i < len(rec) and rec[i] == value:
                     return start
                 start = reader.line_num + 1
-    except OSError:
+    except (OSError, UnicodeDecodeError):  # the line is a courtesy: the error names the file anyway
         return None
     return None
 
