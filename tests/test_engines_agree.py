@@ -13,7 +13,7 @@ import pytest
 
 import castsql
 from castsql.spark import append, delete, merge, update
-from castsql.spark.merge import cdc_merge
+from castsql.spark.merger import cdc_merge
 from castsql.write.cdc import apply_cdc
 
 pytestmark = pytest.mark.spark

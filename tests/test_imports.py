@@ -222,3 +222,21 @@ def test_a_cycle_is_named():
     edges = [Edge("x.a", "x.b", 1, "module"), Edge("x.b", "x.a", 7, "function"), Edge("x.b", "x.c", 2, "module")]
     (cycle,) = cycles(edges)
     assert _describe(cycle) == "x.a (line 1) → x.b (line 7, in a function) → x.a"
+
+
+def test_castsql_spark_names_are_the_functions_whatever_was_imported_first():
+    """``castsql.spark`` loads its names on first use; a submodule of the same
+    name, imported first through another name, must not hide the function
+    (``from castsql.spark import update`` then ``import merge`` once gave the
+    module ``castsql.spark.merge``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, types, castsql.spark as cs\n"
+        "for m in sorted(set(cs._EXPORTS.values())): importlib.import_module(m)\n"
+        "print([n for n in cs.__all__ if isinstance(getattr(cs, n), types.ModuleType)])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

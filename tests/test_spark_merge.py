@@ -18,7 +18,7 @@ from castsql.format import KeyRangeDelete, TableLog
 from castsql.spark import append, merge, update
 from castsql.spark.cli import main
 from castsql.spark.errors import WrongType
-from castsql.spark.merge import cdc_merge
+from castsql.spark.merger import cdc_merge
 from castsql.storage import open_storage
 from castsql.write.merge import MergeError
 

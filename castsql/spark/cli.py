@@ -321,12 +321,12 @@ def _spark_command(spark: Any, args: Any) -> str:
         m = delete(spark, args.uri, args.where)
         return "delete: no row matched; nothing committed" if m is None else _summary("delete", m)
     if args.command == "update":
-        from castsql.spark.merge import update
+        from castsql.spark.merger import update
 
         m = update(spark, args.uri, args.assign, args.where, merge_schema=args.merge_schema)
         return "update: no row matched; nothing committed" if m is None else _summary("update", m)
     if args.command == "merge":
-        from castsql.spark.merge import merge
+        from castsql.spark.merger import merge
 
         df = _read_input(spark, args.uri, args.sources, _input_format(args.sources, args.format), "merge")
         builder = merge(
