@@ -14,7 +14,10 @@ materialized), three ways:
 
 - ``parquet``: ``spark.read.parquet`` of the version's data files, no deletes
   applied (the floor);
-- ``format``: ``spark.read.format("castsql").option("versionAsOf", v)``;
+- ``format``: ``spark.read.format("castsql").option("versionAsOf", v)`` (the
+  JVM data source: ``castsql/spark/bridge.py``, Spark's own Parquet reader);
+- ``format_py``: the same through the Python data source (the fallback where
+  the jar is not built), registered as ``castsql_python``;
 - ``native``: ``castsql.spark.read(spark, uri, version=v)`` (Spark's own
   Parquet reader, deletes applied by a filter on each row's file and
   position: ``castsql/spark/native_read.py``);
@@ -26,8 +29,9 @@ and writes the same rows (``spark.range(...).selectExpr(...)``, generated in
 the job) to a fresh directory four ways: ``df.write.parquet`` (Spark's
 defaults: snappy; the goal's baseline), the same with zstd (castsql's codec:
 what the codec costs apart from the Python transfer),
-``df.write.format("castsql")`` (zstd, a new table, one commit, written by
-Python workers) and ``castsql.spark.append`` (the same through Spark's own
+``df.write.format("castsql")`` (zstd, a new table, one commit, Spark's own
+Parquet writer), the same through the Python data source (Python workers)
+and ``castsql.spark.append`` (the same through Spark's own
 Parquet writer: ``castsql/spark/native_write.py``), and hands the same rows
 to Python workers that drop them (``mapInArrow`` into Spark's ``noop`` sink:
 the floor of any writer in Python). The order of
@@ -60,10 +64,13 @@ from spark_delete_bench import COLUMNS  # the same event rows as the delete benc
 from castsql.format import TableLog
 from castsql.snapshot import resolve
 from castsql.spark import append, delete, read, spark_session
+from castsql.spark.datasource import for_session
 from castsql.spark.garbage import format_bytes
 from castsql.spark.reader import read_snapshot
+from castsql.spark.units import Splits
 from castsql.storage import open_storage
 
+PYTHON_SOURCE = "castsql_python"
 DELETE = "pmod(hash(id, 1), 100) = 0"  # 1 % of the rows, scattered
 GOALS = {"format": 1.5, "native": 1.1, "write": 1.15, "append": 1.15}
 
@@ -128,9 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         def noop(df) -> None:
             df.write.format("noop").mode("overwrite").save()
 
+        spark.dataSource.register(for_session(Splits.of(spark), PYTHON_SOURCE))
         reads = {
             "parquet": lambda: noop(spark.read.parquet(*files)),
             "format": lambda: noop(spark.read.format("castsql").option("versionAsOf", v).load(uri)),
+            "format_py": lambda: noop(spark.read.format(PYTHON_SOURCE).option("versionAsOf", v).load(uri)),
             "native": lambda: noop(read(spark, uri, v)),
             "workers": lambda: noop(read_snapshot(spark, log, snap)),
         }
@@ -139,12 +148,14 @@ def main(argv: list[str] | None = None) -> int:
         counts = {
             "parquet": spark.read.parquet(*files).count(),
             "format": spark.read.format("castsql").option("versionAsOf", v).load(uri).count(),
+            "format_py": spark.read.format(PYTHON_SOURCE).option("versionAsOf", v).load(uri).count(),
             "native": read(spark, uri, v).count(),
             "workers": read_snapshot(spark, log, snap).count(),
         }
-        assert counts == {"parquet": args.rows, "format": want, "native": want, "workers": want}, counts
+        assert counts == {"parquet": args.rows, **{k: want for k in reads if k != "parquet"}}, counts
 
         out_parquet, out, out_append = base / "written.parquet", base / "written", base / "appended"
+        out_py = base / "written_py"
 
         def write_parquet() -> None:
             shutil.rmtree(out_parquet, ignore_errors=True)
@@ -160,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(out, ignore_errors=True)
             source().write.format("castsql").mode("append").save(str(out))
 
+        def write_castsql_py() -> None:
+            shutil.rmtree(out_py, ignore_errors=True)
+            source().write.format(PYTHON_SOURCE).mode("append").save(str(out_py))
+
         def append_castsql() -> None:
             shutil.rmtree(out_append, ignore_errors=True)
             append(spark, str(out_append), source())  # a new table, one commit, Spark's own writer
@@ -173,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             "parquet": write_parquet,
             "parquet_zstd": write_parquet_zstd,
             "castsql": write_castsql,
+            "castsql_py": write_castsql_py,
             "append": append_castsql,
             "to_python": hand_to_python,
         }
@@ -193,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                 for k, t in got.items():
                     times[k].append(t)
         if writes:
-            for where in (out, out_append):
+            for where in (out, out_py, out_append):
                 written = TableLog(open_storage(str(where))).latest()
                 assert written.summary["added_rows"] == args.rows, written.summary
         load = os.getloadavg()
@@ -205,12 +221,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = [
             ("read", "spark.read.parquet (no deletes)", "parquet", None, None),
             ("read", 'spark.read.format("castsql")', "format", "parquet", "format"),
+            ("read", "  the same, Python data source", "format_py", "parquet", None),
             ("read", "castsql.spark.read", "native", "parquet", "native"),
             ("read", "  Python workers (S3's path)", "workers", "parquet", None),
             ("write", "df.write.parquet", "w_parquet", None, None),
             ("write", "df.write.parquet, zstd", "w_parquet_zstd", "w_parquet", None),
             ("write", 'df.write.format("castsql")', "w_castsql", "w_parquet", "write"),
             ("write", "  the same / zstd parquet", "w_castsql", "w_parquet_zstd", None),
+            ("write", "  the same, Python data source", "w_castsql_py", "w_parquet", None),
             ("write", "castsql.spark.append", "w_append", "w_parquet", "append"),
             ("write", "  the same / zstd parquet", "w_append", "w_parquet_zstd", None),
             ("write", "rows to Python workers, dropped", "w_to_python", "w_parquet", None),

@@ -31,12 +31,28 @@ def events_table(tmp_path_factory):
     return uri, build_events(open_storage(uri))
 
 
+PYTHON_SOURCE = "castsql_python"
+BOTH = [("castsql", None), (PYTHON_SOURCE, True), (PYTHON_SOURCE, False)]
+NAMES = ["jvm", "python-pushdown", "python"]
+
+
 @pytest.fixture
-def pushdown(spark, request):
-    """Runs the test with filter pushdown on and off; restores it afterwards."""
+def source(spark, request):
+    """The name to read with: ``castsql`` (the JVM data source register()
+    installs), or the Python data source (the fallback where the jar is not
+    built) registered under a name of its own, with filter pushdown on or off."""
+    name, pushdown = request.param
+    if name == "castsql":
+        yield name
+        return
+    from castsql.spark.datasource import for_session
+    from castsql.spark.units import Splits
+
+    if not spark._jsparkSession.sessionState().dataSourceManager().dataSourceExists(name):
+        spark.dataSource.register(for_session(Splits.of(spark), name))
     before = spark.conf.get(PUSHDOWN_CONF)
-    spark.conf.set(PUSHDOWN_CONF, "true" if request.param else "false")
-    yield request.param
+    spark.conf.set(PUSHDOWN_CONF, "true" if pushdown else "false")
+    yield name
     spark.conf.set(PUSHDOWN_CONF, before)
 
 
@@ -57,27 +73,27 @@ def _spark_error_text(e: BaseException) -> str:
 # ---------------------------------------------------------------------- read
 
 
-@pytest.mark.parametrize("pushdown", [True, False], indirect=True)
-def test_every_version_and_timestamp_equals_the_engine(spark, events_table, pushdown):
+@pytest.mark.parametrize("source", BOTH, indirect=True, ids=NAMES)
+def test_every_version_and_timestamp_equals_the_engine(spark, events_table, source):
     uri, ev = events_table
     log = TableLog(open_storage(uri))
     for m in log.history():
         v = m.version
-        df = spark.read.format("castsql").option("versionAsOf", v).load(uri)
+        df = spark.read.format(source).option("versionAsOf", v).load(uri)
         _same(df.toArrow(), _engine(uri, version=v), f"versionAsOf {v}")
         assert sorted(df.select("id").toArrow()["id"].to_pylist()) == sorted(ev.live[v])
         when = m.created_at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        got = spark.read.format("castsql").option("timestampAsOf", when).load(uri).toArrow()
+        got = spark.read.format(source).option("timestampAsOf", when).load(uri).toArrow()
         _same(got, _engine(uri, timestamp=m.created_at), f"timestampAsOf {when}")
         assert got.num_rows == len(ev.live[v])
         # The native reader answers the same.
         _same(read(spark, uri, timestamp=m.created_at).toArrow(), got, f"castsql.spark.read at {when}")
 
 
-@pytest.mark.parametrize("pushdown", [True, False], indirect=True)
-def test_filters_give_the_engine_answer(spark, events_table, pushdown):
+@pytest.mark.parametrize("source", BOTH, indirect=True, ids=NAMES)
+def test_filters_give_the_engine_answer(spark, events_table, source):
     uri, _ = events_table
-    df = spark.read.format("castsql").load(uri)
+    df = spark.read.format(source).load(uri)
     t0 = "2025-01-01T20:00:00Z"  # id 1200 (ts = T0 + id minutes)
     cases = {
         "id >= 1500 AND id < 1700": lambda t: [1500 <= i < 1700 for i in t["id"].to_pylist()],
@@ -95,18 +111,59 @@ def test_filters_give_the_engine_answer(spark, events_table, pushdown):
         _same(df.where(cond).toArrow(), want, cond)
 
 
-@pytest.mark.parametrize("pushdown", [True], indirect=True)
-def test_reusing_a_dataframe_or_view_after_a_filtered_query(spark, events_table, pushdown):
+@pytest.mark.parametrize("source", BOTH[:2], indirect=True, ids=NAMES[:2])
+def test_reusing_a_dataframe_or_view_after_a_filtered_query(spark, events_table, source):
     """PySpark 4.1.1 reuses the partitions planned for one query's pushed
     filters in the next query of the same DataFrame without filters: they
     must hold every live row."""
     uri, ev = events_table
-    df = spark.read.format("castsql").option("versionAsOf", 5).load(uri)
+    df = spark.read.format(source).option("versionAsOf", 5).load(uri)
     assert df.where("id = 7").count() == 1
     assert df.count() == len(ev.live[5])
     df.createOrReplaceTempView("reused")
     assert spark.sql("SELECT count(*) FROM reused WHERE id >= 2000").first()[0] == 0
     assert spark.sql("SELECT count(*) FROM reused").first()[0] == len(ev.live[5])
+
+
+def test_without_the_planner_strategy_a_scan_answers_the_same(spark, events_table):
+    """A session whose extra planner strategies were replaced after the load
+    plans the relation as Spark plans any V1 source (its buildScan's rows)."""
+    uri, ev = events_table
+    experimental = spark._jsparkSession.experimental()
+    df = spark.read.format("castsql").option("versionAsOf", 5).load(uri)
+    assert "ScanStrategy" in experimental.extraStrategies().toString()
+    before = experimental.extraStrategies()
+    replace = getattr(experimental, "extraStrategies_$eq")  # Scala's setter of a var
+    replace(before.take(0))
+    try:
+        plan = df._jdf.queryExecution().executedPlan().toString()
+        assert "Scan castsql" in plan and "FileScan parquet" not in plan
+        _same(df.toArrow(), _engine(uri, version=5), "buildScan")
+        assert df.where("id >= 1500 AND grp = 'g3'").count() == sum(1 for i in ev.live[5] if i >= 1500 and i % 7 == 3)
+    finally:
+        replace(before)
+
+
+def test_pushed_filters_skip_files_by_their_statistics(spark, tmp_path):
+    """The JVM source opens only the files whose manifest statistics may
+    match the query's filters: here the file of ids 0-999 is gone from disk,
+    so any query that opened it would fail."""
+    from castsql.format import write_data_files
+    from castsql.snapshot import resolve
+
+    uri = str(tmp_path / "t")
+    st = open_storage(uri)
+    log = TableLog.create(st, SCHEMA, primary_key="id")
+    for lo in range(0, 3000, 1000):
+        log.append(write_data_files(st, rows(lo, lo + 1000)))
+    df = spark.read.format("castsql").load(uri)
+    (tmp_path / "t" / resolve(log, 1).table().column("path")[0].as_py()).unlink()
+    assert df.where("id >= 1500").count() == 1500
+    assert df.where("id IN (1000, 2999) AND grp = 'g6'").count() == 1  # 2999 % 7 == 3, 1000 % 7 == 6
+    assert df.where("ts >= TIMESTAMP '2025-01-01 20:00:00Z'").agg({"id": "min"}).first()[0] == 1200
+    assert df.where("ts < DATE '2025-01-02' AND id > 999").count() == 440  # 1000..1439: before midnight
+    with pytest.raises(Exception, match=r"(?i)not exist|FileNotFound|No such file"):
+        df.where("id < 1500").count()  # needs the gone file: the others were pruned, not tolerated
 
 
 def test_pruning_machinery_skips_files_and_row_groups(tmp_path):
@@ -150,7 +207,8 @@ def test_pruning_machinery_skips_files_and_row_groups(tmp_path):
         rows_read(GreaterThanOrEqual(("id",), 150))
 
 
-def test_partitions_are_files_or_groups_of_row_groups(spark, tmp_path):
+@pytest.mark.parametrize("source", BOTH[1:2], indirect=True, ids=NAMES[1:2])
+def test_partitions_are_files_or_groups_of_row_groups(spark, tmp_path, source):
     from castsql.format import write_data_files
     from castsql.snapshot import resolve
     from castsql.spark.datasource import plan_partitions
@@ -162,7 +220,7 @@ def test_partitions_are_files_or_groups_of_row_groups(spark, tmp_path):
     for lo in range(0, 3000, 1000):
         log.append(write_data_files(st, rows(lo, lo + 1000), row_group_size=100))
     # A small table is one task (a Python task costs ~0.2 s here).
-    assert spark.read.format("castsql").load(uri).rdd.getNumPartitions() == 1
+    assert spark.read.format(source).load(uri).rdd.getNumPartitions() == 1
     units = row_group_units(log, resolve(log))
     assert len(units) == 30
     parts = plan_partitions(units, rows_per_partition=1000)  # one file each
@@ -225,24 +283,27 @@ def test_reads_are_cut_as_spark_cuts_parquet_files(spark, tmp_path):
     assert len(plain.reader(plain.schema()).partitions()) == 1  # this machine's cores: a tiny table is one task
 
 
-def test_a_load_is_fixed_to_its_version(spark, tmp_path):
+@pytest.mark.parametrize("source", BOTH[:2], indirect=True, ids=NAMES[:2])
+def test_a_load_is_fixed_to_its_version(spark, tmp_path, source):
     from castsql.format import write_data_files
 
     uri = str(tmp_path / "events")
     ev = build_events(open_storage(uri))
-    df = spark.read.format("castsql").load(uri)
+    df = spark.read.format(source).load(uri)
     ev.log.append(write_data_files(ev.log.storage, rows(5000, 5010)))
     assert df.count() == len(ev.live[6])
-    assert spark.read.format("castsql").load(uri).count() == len(ev.live[6]) + 10
+    assert df.where("id >= 5000").count() == 0
+    assert spark.read.format(source).load(uri).count() == len(ev.live[6]) + 10
 
 
-def test_bad_options_are_one_line_errors(spark, events_table):
+@pytest.mark.parametrize("source", BOTH[:2], indirect=True, ids=NAMES[:2])
+def test_bad_options_are_one_line_errors(spark, events_table, source):
     uri, _ = events_table
     log = TableLog(open_storage(uri))
     latest, oldest = log.latest(), log.manifest(0)
 
     def err(**options) -> str:
-        r = spark.read.format("castsql")
+        r = spark.read.format(source)
         for k, v in options.items():
             r = r.option(k, v)
         with pytest.raises(Exception) as e:
@@ -262,7 +323,7 @@ def test_bad_options_are_one_line_errors(spark, events_table):
     assert "timestampAsOf 2000-01-01T00:00:00.000000Z is before the oldest kept version 0" in text
     assert oldest.created_at.strftime("%Y-%m-%dT%H:%M:%S") in text
     with pytest.raises(Exception, match="no table path"):
-        spark.read.format("castsql").load().count()
+        spark.read.format(source).load().count()
     from castsql.errors import CastSQLError
 
     with pytest.raises(CastSQLError, match=r"is after the latest version 6 \(committed at"):
@@ -427,6 +488,26 @@ def test_write_refuses_data_that_does_not_fit_the_table(spark, events_df, tmp_pa
     assert [m.version for m in log.history()] == [0, 1]  # nothing committed
 
 
+def test_save_modes_are_deltas(spark, events_df, tmp_path):
+    """Spark's default save mode (errorifexists) creates a table and refuses
+    an existing one; ignore creates or leaves it as it is."""
+    uri = str(tmp_path / "events")
+    events_df(range(10)).write.format("castsql").option("primaryKey", "id").save(uri)
+    log = TableLog(open_storage(uri))
+    assert [m.version for m in log.history()] == [0, 1]
+    with pytest.raises(Exception) as e:
+        events_df(range(10, 20)).write.format("castsql").save(uri)
+    assert str(e.value).splitlines() == [
+        f"{uri}: the table already exists; mode 'errorifexists' (Spark's default) only creates tables: "
+        "use .mode('append') or .mode('overwrite')"
+    ]
+    events_df(range(10, 20)).write.format("castsql").mode("ignore").save(uri)
+    assert [m.version for m in log.history()] == [0, 1]
+    other = str(tmp_path / "other")
+    events_df(range(5)).write.format("castsql").mode("ignore").save(other)
+    assert spark.read.format("castsql").load(other).count() == 5
+
+
 def test_writes_keep_the_primary_key_unique(spark, events_df, tmp_path):
     """The keys rule of every writer (castsql.write.keys): keys already live, or
     repeated in the data, are refused in one line with the first keys named,
@@ -505,6 +586,32 @@ def test_stream_commits_each_micro_batch_once_across_restarts(spark, tmp_path):
     run()
     assert batches()[-1] == (4, 3)
     assert sorted(castsql.open(uri).to_arrow()["id"].to_pylist()) == list(range(35))
+
+
+def test_stream_complete_mode_replaces_the_rows_and_partitioning_is_refused(spark, tmp_path):
+    """Complete output mode (a running aggregate) makes each batch an
+    overwrite, as Delta's; partitionBy and update mode are refused in one line."""
+    src, uri, ck = tmp_path / "src", str(tmp_path / "t"), tmp_path / "ck"
+    src.mkdir()
+    for i in range(2):
+        pq.write_table(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64())}), src / f"f{i}.parquet")
+    stream = spark.readStream.schema("id bigint").option("maxFilesPerTrigger", 1).parquet(str(src))
+    counts = stream.selectExpr("id % 2 AS parity").groupBy("parity").count()
+    w = counts.writeStream.format("castsql").outputMode("complete").option("checkpointLocation", str(ck))
+    w.trigger(availableNow=True).start(uri).awaitTermination()
+    log = TableLog(open_storage(uri))
+    assert [m.summary.get("stream_batch") for m in log.history()] == [None, 0, 1]
+    assert log.latest().operation == "OVERWRITE"
+    got = castsql.open(uri).to_arrow().sort_by("parity").to_pylist()
+    assert got == [{"parity": 0, "count": 10}, {"parity": 1, "count": 10}]
+    for bad, text in [
+        (stream.writeStream.partitionBy("id"), "tables are not partitioned; drop partitionBy(id)"),
+        (counts.writeStream.outputMode("update"), "output mode Update is not supported; use append or complete"),
+    ]:
+        with pytest.raises(Exception) as e:
+            bad.format("castsql").option("checkpointLocation", str(tmp_path / "ck2")).start(str(tmp_path / "u"))
+        assert text in str(e.value)
+        assert not (tmp_path / "u").exists()
 
 
 FEED = "id bigint, name string, v bigint, op string, lsn bigint"

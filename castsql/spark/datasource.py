@@ -1,7 +1,10 @@
-"""``spark.read.format("castsql")`` and ``df.write.format("castsql")``: a
-Python data source (PySpark ≥ 4.0's ``pyspark.sql.datasource``).
+"""``spark.read.format("castsql")`` and ``df.write.format("castsql")`` as a
+Python data source (PySpark ≥ 4.0's ``pyspark.sql.datasource``): what
+:func:`castsql.spark.register` registers where the JVM data source
+(:mod:`castsql.spark.bridge`, rows never leaving the JVM) is not built. The
+option checks, write planning and commit here serve both.
 
-Register it once per session with :func:`castsql.spark.register`; then::
+Registered, it reads and writes as::
 
     spark.read.format("castsql").option("versionAsOf", 3).load("s3://bucket/events")
     spark.read.format("castsql").option("timestampAsOf", "2025-06-01T00:00:00Z").load(uri)
@@ -727,14 +730,20 @@ class CastSQLDataSource(DataSource):
         return CastSQLStreamWriter(_plan_write(self.options, schema, overwrite), query)
 
 
-def for_session(splits: Splits) -> type[CastSQLDataSource]:
-    """The data source class :func:`castsql.spark.register` registers: the
-    planner runs in a Python process of its own that cannot ask the session
-    how many task slots it has, so the session's split rule rides on the
-    class. Spark pickles a registered class; this one is not importable by
-    name, so it travels by value, ``splits`` with it."""
+def for_session(splits: Splits, name: str = NAME) -> type[CastSQLDataSource]:
+    """The data source class :func:`castsql.spark.register` registers where
+    the JVM one (:mod:`castsql.spark.bridge`) cannot be loaded, under
+    ``name``: the planner runs in a Python process of its own that cannot ask
+    the session how many task slots it has, so the session's split rule rides
+    on the class. Spark pickles a registered class; this one is not
+    importable by name, so it travels by value, ``splits`` with it."""
     return type(
         CastSQLDataSource.__name__,
         (CastSQLDataSource,),
-        {"splits": splits, "__module__": __name__, "__qualname__": CastSQLDataSource.__qualname__},
+        {
+            "splits": splits,
+            "name": classmethod(lambda cls: name),
+            "__module__": __name__,
+            "__qualname__": CastSQLDataSource.__qualname__,
+        },
     )

@@ -107,7 +107,7 @@ def read(
     S3 tables, ``positions`` and the cases :func:`~castsql.spark.native_read.why_not`
     names are read by CastSQL's Python workers. Works with any SparkSession:
     local workers are pointed at this interpreter
-    (:func:`castsql.spark.session.prepare_workers`).
+    (:func:`castsql.spark.workers.prepare_workers`).
 
     Example::
 
@@ -118,7 +118,7 @@ def read(
     """
     from castsql.spark.datasource import resolve_read
     from castsql.spark.native_read import read_native, why_not
-    from castsql.spark.session import prepare_workers
+    from castsql.spark.workers import prepare_workers
 
     prepare_workers(spark)
     log = TableLog(open_storage(uri, s3=s3))

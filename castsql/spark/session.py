@@ -105,50 +105,33 @@ def spark_session(
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
-def prepare_workers(spark: SparkSession) -> None:
-    """Make the Python workers of ``spark`` able to import castsql.
-
-    A session CastSQL did not start runs its workers with ``$PYSPARK_PYTHON``
-    or, unset, whatever ``python3`` is first on the PATH: often not the
-    interpreter castsql is installed in. For a local master (driver and
-    workers on this machine) the workers are pointed at this interpreter,
-    unless the user chose one (``PYSPARK_PYTHON`` or ``spark.pyspark.python``);
-    the package's parent directory is put on their ``PYTHONPATH`` too (for a
-    source checkout that is not installed). A cluster's executors need castsql
-    installed in their own Python (see docs/SPARK.md). Functions Spark has
-    already serialized keep their interpreter: call this before making them.
-    """
-    sc = spark.sparkContext
-    chosen = os.environ.get("PYSPARK_PYTHON") or sc.getConf().get("spark.pyspark.python", None)
-    if sc.master.startswith("local") and not chosen and sc.pythonExec != sys.executable:
-        sc.pythonExec = sys.executable
-    root = str(Path(__file__).resolve().parents[2])
-    paths = [p for p in sc.environment.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in paths:
-        sc.environment["PYTHONPATH"] = os.pathsep.join([*paths, root])
-
-
 def register(spark: SparkSession) -> SparkSession:
     """Register the ``castsql`` data source in ``spark`` (any session; calling
     it again is harmless) and return the session.
 
     Afterwards ``spark.read.format("castsql").load(uri)`` (options
-    ``versionAsOf``, ``timestampAsOf``) and ``df.write.format("castsql")``
-    work, as does ``CREATE TEMPORARY VIEW v USING castsql OPTIONS (path '…')``.
-    It leaves ``spark.sql.python.filterPushdown.enabled`` as it is: results
-    are the same either way, and pushed filters prune nothing (PySpark 4.1.1
-    reuses one query's pruned partitions for the next query of the same
-    DataFrame; see :data:`castsql.spark.datasource.PRUNE_PUSHED_FILTERS`).
+    ``versionAsOf``, ``timestampAsOf``), ``df.write.format("castsql")`` and
+    ``df.writeStream.format("castsql")`` work, as does ``CREATE TEMPORARY
+    VIEW v USING castsql OPTIONS (path '…')``. ``castsql`` is the JVM data
+    source of ``castsql-spark.jar`` (:mod:`castsql.spark.bridge`: Spark's own
+    Parquet reader and writer, filters pruning files and row groups), or,
+    where the jar is not built, the Python data source
+    (:mod:`castsql.spark.datasource`), whose pushed filters prune nothing
+    (see :data:`castsql.spark.datasource.PRUNE_PUSHED_FILTERS`).
 
     Example::
 
         >>> register(spark).read.format("castsql").option("versionAsOf", 2).load("/data/events")  # doctest: +SKIP
         DataFrame[id: bigint, ts: timestamp, user: string, kind: string, amount: double]
     """
+    from castsql.spark.bridge import install
     from castsql.spark.datasource import CastSQLDataSource, for_session
     from castsql.spark.units import Splits
+    from castsql.spark.workers import prepare_workers
 
     prepare_workers(spark)
+    if install(spark):
+        return spark
     manager = spark._jsparkSession.sessionState().dataSourceManager()
     if not manager.dataSourceExists(CastSQLDataSource.name()):
         spark.dataSource.register(for_session(Splits.of(spark)))

@@ -1,0 +1,312 @@
+"""The Python half of the JVM ``format("castsql")`` (:mod:`castsql.spark.jvm`).
+
+Spark finds ``castsql`` in ``castsql-spark.jar``; that class asks this
+module's handler, through py4j's callback server, for everything that needs
+the format:
+
+- a read (``load``) is resolved here once, its version fixed; each query on
+  it gets :func:`castsql.spark.read`'s DataFrame of the columns it needs (Spark's
+  own Parquet reader, deletes applied in generated code; S3 tables through
+  the Python workers), the filters Spark pushed put inside by the JVM half;
+- a write is :mod:`castsql.spark.native_write` (Spark's own Parquet writer,
+  one directory per write whose failed attempts Spark's committer discards)
+  or, where that cannot write the table, CastSQL's Python workers; then one
+  commit on this driver with exactly the files written
+  (:func:`castsql.spark.datasource.commit_files`: keys, overwrite, schema);
+- a micro-batch is the same write, recorded with its query and batch id, and
+  skipped when the table already holds that batch.
+
+So the rows stay in the JVM: the Python data source
+(:class:`castsql.spark.datasource.CastSQLDataSource`) hands each through
+Arrow to a Python worker and back, which is why it stays only as the
+fallback where the jar cannot be built or loaded.
+
+Errors come back as the JVM exception to throw: CastSQL's own as one line
+(``IllegalArgumentException``), a failed Spark job as Spark's own exception.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from castsql.errors import CastSQLError
+from castsql.format import TableLog
+from castsql.spark.datasource import (
+    BadOption,
+    FilesWritten,
+    WritePlan,
+    _check_known,
+    _get,
+    _int_option,
+    _path,
+    _plan_write,
+    commit_files,
+    last_batch,
+    resolve_read,
+    s3_config,
+    write_attempt,
+)
+from castsql.spark.jvm import JAR, PROVIDER
+from castsql.spark.types import spark_schema
+from castsql.storage import open_storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+# Options a read pins (the version it resolved replaces both).
+_PINNED_OUT = ("versionasof", "timestampasof")
+
+
+def install(spark: SparkSession) -> bool:
+    """Make ``format("castsql")`` the JVM data source in ``spark``'s JVM:
+    its jar added to the class loader Spark looks data sources up in, py4j's
+    callback server started, this driver's handler installed. False (nothing
+    changed) where the jar was not built or that class loader cannot take it."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    if not JAR.exists():
+        return False
+    sc = spark.sparkContext
+    jvm, gateway = sc._jvm, sc._gateway
+    loader = jvm.Thread.currentThread().getContextClassLoader()
+    # PySpark's JVM threads share spark-submit's MutableURLClassLoader: a jar
+    # added to it is seen by every thread (a SQL ``ADD JAR`` only by one).
+    if loader is None or loader.getClass().getName() != "org.apache.spark.util.MutableURLClassLoader":
+        return False
+    url = jvm.java.io.File(str(JAR)).toURI().toURL()
+    if not any(u.equals(url) for u in loader.getURLs()):
+        loader.addURL(url)
+    ensure_callback_server_started(gateway)
+    provider = loader.loadClass(PROVIDER)
+    if provider is None:
+        return False
+    jvm.castsql.spark.jvm.CastSQLProvider.install(Handler())
+    return True
+
+
+def _session(jsession: Any) -> SparkSession:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None and active._jsparkSession.equals(jsession):
+        return active
+    return SparkSession(SparkContext._active_spark_context, jsession)
+
+
+def _answer(fn: Callable[[], Any]) -> Any:
+    """``fn()``, or the JVM exception the Java half is to throw."""
+    from py4j.java_gateway import JavaObject
+    from py4j.protocol import Py4JJavaError
+    from pyspark import SparkContext
+
+    jvm = SparkContext._active_spark_context._jvm
+    try:
+        return fn()
+    except Py4JJavaError as e:
+        return e.java_exception  # a Spark job's own failure, as Spark reports it
+    except CastSQLError as e:
+        return jvm.java.lang.IllegalArgumentException(str(e))
+    except Exception as e:
+        origin = getattr(e, "_origin", None)  # PySpark's converted JVM exceptions keep theirs
+        if isinstance(origin, JavaObject):
+            return origin
+        log.exception("format('castsql') failed")
+        return jvm.java.lang.RuntimeException(f"castsql: {type(e).__name__}: {e}")
+
+
+def _options(joptions: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in joptions.items()}
+
+
+class Handler:
+    """``castsql.spark.jvm.Handler``, called by the JVM on py4j's callback server."""
+
+    def open(self, jsession: Any, joptions: Any) -> Any:
+        return _answer(lambda: _open(_options(joptions)))
+
+    def scan(self, jsession: Any, joptions: Any, columns: Any, filters: Any) -> Any:
+        return _answer(lambda: _scan(_session(jsession), _options(joptions), list(columns), list(filters))._jdf)
+
+    def write(self, jsession: Any, jdata: Any, mode: str, joptions: Any) -> Any:
+        return _answer(lambda: _write(_frame(jsession, jdata), str(mode), _options(joptions)))
+
+    def writeBatch(self, jsession: Any, jdata: Any, batch_id: int, complete: bool, joptions: Any) -> Any:
+        return _answer(lambda: _write_batch(_frame(jsession, jdata), int(batch_id), bool(complete), _options(joptions)))
+
+    class Java:
+        implements = ["castsql.spark.jvm.Handler"]
+
+
+def _frame(jsession: Any, jdata: Any) -> DataFrame:
+    from pyspark.sql import DataFrame
+
+    return DataFrame(jdata, _session(jsession))
+
+
+# ---------------------------------------------------------------------- read
+
+
+def _open(options: dict[str, str]) -> Any:
+    from pyspark import SparkContext
+
+    _check_known(options)
+    storage = open_storage(_path(options), s3=s3_config(options))
+    snap = resolve_read(
+        TableLog(storage), _int_option(options, "versionAsOf"), _get(options, "timestampAsOf"), storage.root
+    )
+    pinned = SparkContext._active_spark_context._jvm.java.util.HashMap()
+    for k, v in options.items():
+        if k.lower() not in _PINNED_OUT:
+            pinned.put(k, v)
+    pinned.put("versionAsOf", str(snap.version))
+    pinned.put("__schema", spark_schema(snap.schema).json())
+    return pinned
+
+
+def _scan(spark: SparkSession, options: dict[str, str], columns: list[str], jfilters: list[Any]) -> DataFrame:
+    """:func:`castsql.spark.read`'s DataFrame of ``columns``, from the files of
+    the pinned version whose manifest statistics may match Spark's pushed
+    filters (:meth:`castsql.snapshot.Snapshot.prune`): the others are never
+    opened. Spark applies every filter to the rows above this scan."""
+    from castsql.spark.datasource import predicates
+    from castsql.spark.native_read import read_native, why_not
+    from castsql.spark.reader import read_snapshot
+
+    # register() pointed this SparkContext's Python workers at castsql already (prepare_workers).
+    log = TableLog(open_storage(_path(options), s3=s3_config(options)))
+    snap = resolve_read(log, _int_option(options, "versionAsOf"), None, log.storage.root)
+    preds = predicates(snap.schema, [f for f in map(python_filter, jfilters) if f is not None])
+    if preds:
+        snap = snap.prune(preds)
+    if why_not(log.storage, snap, columns, spark) is None:
+        return read_native(spark, log.storage, snap, columns)
+    return read_snapshot(spark, log, snap, columns=columns)
+
+
+def python_filter(jfilter: Any) -> Any:
+    """A JVM ``org.apache.spark.sql.sources.Filter`` as the
+    ``pyspark.sql.datasource`` filter of the same meaning (what
+    :func:`castsql.spark.datasource.predicates` prunes by), or None for one
+    it does not use or a value it cannot take over exactly."""
+    from pyspark.sql import datasource as ds
+
+    kind = jfilter.getClass().getSimpleName()
+    simple = {
+        "EqualTo": ds.EqualTo,
+        "EqualNullSafe": ds.EqualNullSafe,
+        "GreaterThan": ds.GreaterThan,
+        "GreaterThanOrEqual": ds.GreaterThanOrEqual,
+        "LessThan": ds.LessThan,
+        "LessThanOrEqual": ds.LessThanOrEqual,
+    }
+    try:
+        if kind in simple:
+            value = _python_value(jfilter.value())
+            return None if value is _UNKNOWN else simple[kind]((str(jfilter.attribute()),), value)
+        if kind == "In":
+            values = [_python_value(v) for v in jfilter.values()]
+            return None if _UNKNOWN in values else ds.In((str(jfilter.attribute()),), tuple(values))
+    except Exception:  # a value of a kind not seen before: no pruning by it, never a failed query
+        log.debug("castsql: filter %s not used for pruning", jfilter, exc_info=True)
+    return None
+
+
+_UNKNOWN = object()
+
+
+def _python_value(v: Any) -> Any:
+    """py4j turns numbers, strings, booleans and decimals into Python's own;
+    dates and times arrive as JVM objects."""
+    from datetime import UTC, date, datetime, timedelta
+
+    from py4j.java_gateway import JavaObject
+
+    if not isinstance(v, JavaObject):
+        return v
+    kind = v.getClass().getName()
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    if kind == "java.sql.Timestamp":  # TIMESTAMP: an instant
+        return epoch + timedelta(seconds=v.getTime() // 1000, microseconds=v.getNanos() // 1000)
+    if kind == "java.time.Instant":
+        return epoch + timedelta(seconds=v.getEpochSecond(), microseconds=v.getNano() // 1000)
+    if kind == "java.time.LocalDateTime":  # TIMESTAMP_NTZ: a wall-clock time
+        return datetime.fromisoformat(v.toString())
+    if kind in ("java.sql.Date", "java.time.LocalDate"):
+        return date.fromisoformat(v.toString())
+    return _UNKNOWN
+
+
+# ---------------------------------------------------------------------- write
+
+
+def _write(df: DataFrame, mode: str, options: dict[str, str]) -> None:
+    """``df.write.format("castsql").mode(mode)``: one new version, as Delta's
+    save modes: append adds, overwrite replaces, ``errorifexists`` (Spark's
+    default) creates or refuses, ``ignore`` creates or does nothing."""
+    _check_known(options)
+    if mode in ("ErrorIfExists", "Ignore"):
+        storage = open_storage(_path(options), s3=s3_config(options))
+        exists = _table_exists(storage)
+        if exists and mode == "Ignore":
+            return None
+        if exists:
+            raise BadOption(
+                f"{storage.root}: the table already exists; mode 'errorifexists' (Spark's default) only creates "
+                "tables: use .mode('append') or .mode('overwrite')"
+            )
+    elif mode not in ("Append", "Overwrite"):
+        raise BadOption(f"format('castsql'): save mode {mode!r} is not supported")
+    plan = _plan_write(options, df.schema, overwrite=mode == "Overwrite")
+    commit_files(plan, [FilesWritten(_write_files(df, plan, options))])
+    return None
+
+
+def _table_exists(storage: Any) -> bool:
+    from castsql.errors import TableNotFound
+
+    try:
+        TableLog(storage).latest()
+    except TableNotFound:
+        return False
+    return True
+
+
+def _write_batch(df: DataFrame, batch_id: int, complete: bool, options: dict[str, str]) -> None:
+    query = _get(options, "queryId") or _get(options, "checkpointLocation") or _path(options)
+    plan = _plan_write(options, df.schema, overwrite=complete)
+    storage = plan.ref.storage()
+    if plan.exists and last_batch(TableLog(storage), query) >= batch_id:
+        return None  # a restart replaying a batch the table already holds
+    entries = _write_files(df, plan, options)
+    commit_files(plan, [FilesWritten(entries)], {"stream_query": query, "stream_batch": batch_id})
+    return None
+
+
+def _write_files(df: DataFrame, plan: WritePlan, options: dict[str, str]) -> list[str]:
+    """The new data files' manifest entries (JSON), written by Spark's own
+    Parquet writer where it can write this table, else by the Python workers."""
+    from castsql.spark.native_write import why_not, write_native
+
+    storage = plan.ref.storage()
+    spark = df.sparkSession
+    schema = plan.ref.schema
+    if _get(options, "targetFileBytes") is None and why_not(storage, schema, spark) is None:
+        files = write_native(spark, storage, df, schema, plan.row_group_size)
+        return [json.dumps(f.to_json()) for f in files]
+    fn = functools.partial(_attempt, plan)
+    return [r.entry for r in df.mapInArrow(fn, "entry string").collect()]
+
+
+def _attempt(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    # Only the attempts Spark collects from are committed; a failed attempt's files are orphans for gc.
+    entries = write_attempt(plan, batches).entries
+    yield pa.RecordBatch.from_pydict({"entry": entries}, pa.schema([("entry", pa.string())]))
