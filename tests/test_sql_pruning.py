@@ -262,3 +262,33 @@ def test_many_distinct_predicates_keep_working_past_the_view_cache(table):
                     for j in range(i, v):
                         q = f"SELECT count(*) AS n FROM t AS OF VERSION {v} WHERE id BETWEEN {10 * i} AND {10 * j + 9}"
                         assert s.sql(q).to_pylist() == [{"n": 10 * (j - i + 1)}], (rnd, q)
+
+
+def test_times_before_year_1000_are_pruned_by_their_order(tmp_path):
+    """Statistics of times and dates keep four-digit years: year 201 written as
+    "201-…" sorted after "2000-…" and a filter lost the rows of its file. A
+    manifest an older writer left with such a statistic keeps the file."""
+    from castsql.format.manifest import DataFile
+    from castsql.snapshot import Predicate, resolve
+
+    t = pa.table(
+        {"id": pa.array([1, 2], pa.int64()), "ts": pa.array([datetime(201, 5, 1), datetime(2021, 5, 1)])},
+    )
+    st_ = open_storage(str(tmp_path / "t"))
+    log = TableLog.create(st_, t.schema, primary_key="id")
+    log.append(write_data_files(st_, t.slice(0, 1)))
+    log.append(write_data_files(st_, t.slice(1, 1)))
+    assert log.latest().data_files[0].min["ts"] == "0201-05-01T00:00:00.000000"
+    with Session(log.uri) as s:
+        got = s.sql("SELECT id FROM t WHERE ts < TIMESTAMP '2000-01-01' ORDER BY id").to_pylist()
+        assert got == [{"id": 1}]
+        assert files_read(s, "SELECT id FROM t WHERE ts < TIMESTAMP '2000-01-01'") == 1
+    snap = resolve(log)
+    assert len(snap.prune([Predicate("ts", "<", datetime(2000, 1, 1))]).files) == 1
+    old = DataFile.from_json(
+        {**log.latest().data_files[0].to_json(), "min": {"ts": "201-05-01T00:00:00.000000"}}, "test"
+    )
+    from castsql.snapshot.prune import may_match
+
+    assert may_match(old, [Predicate("ts", "<", datetime(2000, 1, 1))], {"ts": "timestamp[us]"})
+    assert may_match(old, [Predicate("ts", ">", datetime(2000, 1, 1))], {"ts": "timestamp[us]"})

@@ -75,7 +75,9 @@ def no_gc() -> Iterator[None]:
 
 def format_time(t: datetime) -> str:
     """UTC, microseconds, ``Z`` suffix: ``2025-10-04T13:45:12.123456Z``."""
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat, not strftime: strftime("%Y") writes year 201 as "201", which
+    # sorts after "2000" and made statistics prune files holding such times.
+    return t.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def parse_time(s: str) -> datetime:
@@ -568,7 +570,7 @@ def json_stat(value: Any) -> Any:
         return None if math.isnan(value) or math.isinf(value) else value
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            return value.strftime("%Y-%m-%dT%H:%M:%S.%f")
+            return value.isoformat(timespec="microseconds")  # four-digit years (see format_time)
         return format_time(value)
     if hasattr(value, "isoformat"):  # date
         return value.isoformat()

@@ -58,6 +58,10 @@ def _may_match(f: DataFile, preds: list[tuple[str, str, Any]]) -> bool:
         lo, hi = f.min.get(col), f.max.get(col)
         if lo is None or hi is None:
             continue
+        if isinstance(v, str) and v[4:5] == "-" and not (str(lo)[4:5] == str(hi)[4:5] == "-"):
+            # A time before year 1000 written by an older CastSQL without its
+            # leading zeros ("201-05-01T…"): as text it does not order; keep the file.
+            continue
         if isinstance(v, str) and len(v) > 10 and isinstance(lo, str) and len(lo) == 10:
             # A date column widened to a timestamp (FORMAT.md §3.4): its old
             # statistics are dates, i.e. midnight, in the timestamp's form.
