@@ -324,6 +324,9 @@ def test_bad_options_are_one_line_errors(spark, events_table, source):
     assert oldest.created_at.strftime("%Y-%m-%dT%H:%M:%S") in text
     with pytest.raises(Exception, match="no table path"):
         spark.read.format(source).load().count()
+    if source == "castsql":
+        with pytest.raises(Exception, match="load\\(\\) reads one table, got 2 paths"):
+            spark.read.format(source).load([uri, uri + "2"])
     from castsql.errors import CastSQLError
 
     with pytest.raises(CastSQLError, match=r"is after the latest version 6 \(committed at"):
@@ -506,6 +509,91 @@ def test_save_modes_are_deltas(spark, events_df, tmp_path):
     other = str(tmp_path / "other")
     events_df(range(5)).write.format("castsql").mode("ignore").save(other)
     assert spark.read.format("castsql").load(other).count() == 5
+    with pytest.raises(Exception, match=r"tables are not partitioned; drop partitionBy\(kind\)"):
+        events_df(range(20, 25)).write.format("castsql").mode("append").partitionBy("kind").save(uri)
+    assert [m.version for m in log.history()] == [0, 1]
+
+
+def test_save_as_table_with_a_path_then_read_by_name(spark, events_df, tmp_path):
+    """saveAsTable records the data's schema (NOT NULL where Spark knew it) and
+    a qualified ``file:`` path: the table reads back by name. A schema that
+    differs in more than nullability is refused naming both."""
+    uri = str(tmp_path / "events")
+    spark.sql("DROP TABLE IF EXISTS castsql_saved")
+    try:
+        spark.range(5).selectExpr("id", "CAST(id AS STRING) AS s").write.format("castsql").option(
+            "path", uri
+        ).saveAsTable("castsql_saved")
+        assert castsql.open(uri).to_arrow().num_rows == 5
+        assert spark.table("castsql_saved").where("id >= 3").count() == 2
+    finally:
+        spark.sql("DROP TABLE IF EXISTS castsql_saved")
+    with pytest.raises(Exception, match=r"the table's schema is struct<id:bigint,s:string>, not the given"):
+        spark.read.format("castsql").schema("id int, s string").load(uri).count()
+
+
+def test_names_differing_only_in_case_are_the_tables_columns(spark, events_df, tmp_path):
+    """Spark resolves names case-insensitively (unless spark.sql.caseSensitive),
+    and so does a write: AMOUNT is the table's amount, not a new column."""
+    uri = str(tmp_path / "events")
+    events_df(range(3)).write.format("castsql").mode("append").option("primaryKey", "id").save(uri)
+    events_df(range(3, 5)).withColumnRenamed("amount", "AMOUNT").withColumnRenamed("id", "Id").write.format(
+        "castsql"
+    ).mode("append").save(uri)
+    got = castsql.open(uri).to_arrow()
+    assert got.column_names == ["id", "ts", "user", "kind", "amount"]
+    assert got.num_rows == 5 and got["amount"].null_count == 0
+
+
+def test_timestamp_as_of_without_a_zone_is_in_the_sessions_zone(spark, events_table):
+    """As Delta: ``timestampAsOf '2025-06-01 12:00:00'`` is that wall-clock time
+    in ``spark.sql.session.timeZone``; with a zone it is that instant."""
+    from zoneinfo import ZoneInfo
+
+    uri, ev = events_table
+    m = TableLog(open_storage(uri)).manifest(3)
+    tokyo = m.created_at.astimezone(ZoneInfo("Asia/Tokyo")).replace(tzinfo=None).isoformat()
+    before = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+    try:
+        assert spark.read.format("castsql").option("timestampAsOf", tokyo).load(uri).count() == len(ev.live[3])
+        instant = m.created_at.isoformat()  # with its zone (+00:00): the same version
+        assert spark.read.format("castsql").option("timestampAsOf", instant).load(uri).count() == len(ev.live[3])
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", before)
+
+
+def test_a_failing_python_udf_is_the_python_exception_spark_gives(spark, tmp_path):
+    """What a plain ``df.write.parquet`` raises (PythonException, catchable as
+    such), not a wrapped Py4J error; no table, no file is left."""
+    from pyspark.errors import PythonException
+    from pyspark.sql.functions import udf
+
+    @udf("long")
+    def boom(x):
+        raise ValueError(f"no row {x} today")
+
+    uri = tmp_path / "t"
+    with pytest.raises(PythonException, match=r"ValueError: no row \d today"):
+        spark.range(3).select(boom("id").alias("id")).write.format("castsql").mode("append").save(str(uri))
+    assert not [p for p in uri.rglob("*") if p.is_file()]  # no table, no data file
+
+
+def test_concurrent_writes_leave_the_sessions_settings_as_they_were(spark, events_df, tmp_path):
+    """Spark's writer runs with CastSQL's timestamp settings; writes from four
+    threads of one session restore the user's values after the last one."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    key = "spark.sql.parquet.outputTimestampType"
+    before = spark.conf.get(key)
+
+    def write(i: int) -> None:
+        events_df(range(i * 10, i * 10 + 10)).write.format("castsql").mode("append").save(str(tmp_path / f"t{i}"))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(write, range(4)))
+    assert spark.conf.get(key) == before
+    assert all(castsql.open(str(tmp_path / f"t{i}")).to_arrow().num_rows == 10 for i in range(4))
 
 
 def test_writes_keep_the_primary_key_unique(spark, events_df, tmp_path):
@@ -612,6 +700,26 @@ def test_stream_complete_mode_replaces_the_rows_and_partitioning_is_refused(spar
             bad.format("castsql").option("checkpointLocation", str(tmp_path / "ck2")).start(str(tmp_path / "u"))
         assert text in str(e.value)
         assert not (tmp_path / "u").exists()
+
+
+def test_two_streams_into_one_table_under_a_session_checkpoint_root(spark, tmp_path):
+    """Each query is known by Spark's query id (kept in its checkpoint), not
+    by a checkpoint path two queries can share: both streams' batches land."""
+    uri = str(tmp_path / "t")
+    for name, lo in (("a", 0), ("b", 100)):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"id": pa.array(range(lo, lo + 10), pa.int64())}), tmp_path / name / "f.parquet")
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "root"))
+    try:
+        for name in ("a", "b"):
+            stream = spark.readStream.schema("id bigint").parquet(str(tmp_path / name))
+            w = stream.writeStream.format("castsql").queryName(f"q{name}").trigger(availableNow=True)
+            w.start(uri).awaitTermination()
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    assert sorted(castsql.open(uri).to_arrow()["id"].to_pylist()) == [*range(10), *range(100, 110)]
+    queries = [m.summary.get("stream_query") for m in TableLog(open_storage(uri)).history()[1:]]
+    assert len(set(queries)) == 2 and all(queries)
 
 
 FEED = "id bigint, name string, v bigint, op string, lsn bigint"

@@ -373,3 +373,13 @@ def test_s3_errors_name_the_uri_but_not_the_secret(s3_server, s3_root):
     assert s3_root in str(e.value)
     assert wrong.secret not in str(e.value) and cfg.secret not in str(e.value)
     assert wrong.secret not in repr(st) and wrong.secret not in repr(wrong)
+
+
+def test_file_uris_in_every_spelling_are_the_local_path(tmp_path):
+    """``file:/t`` is how Spark qualifies a path (``saveAsTable``, ``load``):
+    it is the table at /t, not a directory named ``file:`` here."""
+    root = str(tmp_path / "t")
+    open_storage(root).put("k", b"v")
+    for uri in (f"file:{root}", f"file://{root}", f"file://localhost{root}"):
+        assert open_storage(uri).root == root
+        assert open_storage(uri).get("k") == b"v"

@@ -31,6 +31,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -104,7 +105,6 @@ def _session(jsession: Any) -> SparkSession:
 
 def _answer(fn: Callable[[], Any]) -> Any:
     """``fn()``, or the JVM exception the Java half is to throw."""
-    from py4j.java_gateway import JavaObject
     from py4j.protocol import Py4JJavaError
     from pyspark import SparkContext
 
@@ -114,13 +114,32 @@ def _answer(fn: Callable[[], Any]) -> Any:
     except Py4JJavaError as e:
         return e.java_exception  # a Spark job's own failure, as Spark reports it
     except CastSQLError as e:
-        return jvm.java.lang.IllegalArgumentException(str(e))
+        # The writers' shared errors name the Python and CLI spelling of their remedies.
+        text = str(e).replace("allow_duplicate_keys=True / --allow-duplicate-keys", "option allowDuplicateKeys=true")
+        text = text.replace("merge_schema=True (--merge-schema)", "option mergeSchema=true")
+        return jvm.java.lang.IllegalArgumentException(text)
     except Exception as e:
-        origin = getattr(e, "_origin", None)  # PySpark's converted JVM exceptions keep theirs
-        if isinstance(origin, JavaObject):
-            return origin
+        if (origin := _jvm_origin(e)) is not None:
+            return origin  # a Spark error, converted by PySpark on the way here: the JVM's own again
         log.exception("format('castsql') failed")
         return jvm.java.lang.RuntimeException(f"castsql: {type(e).__name__}: {e}")
+
+
+def _jvm_origin(e: BaseException) -> Any:
+    """The JVM exception PySpark converted into ``e``: kept as ``_origin`` by
+    most, only as the context of the conversion's ``raise … from None`` by
+    some (a Python UDF's PythonException)."""
+    from py4j.java_gateway import JavaObject
+    from py4j.protocol import Py4JJavaError
+
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(origin := getattr(seen, "_origin", None), JavaObject):
+            return origin
+        if isinstance(seen, Py4JJavaError):
+            return seen.java_exception
+        seen = seen.__context__
+    return None
 
 
 def _options(joptions: Any) -> dict[str, str]:
@@ -131,7 +150,7 @@ class Handler:
     """``castsql.spark.jvm.Handler``, called by the JVM on py4j's callback server."""
 
     def open(self, jsession: Any, joptions: Any) -> Any:
-        return _answer(lambda: _open(_options(joptions)))
+        return _answer(lambda: _open(_session(jsession), _options(joptions)))
 
     def scan(self, jsession: Any, joptions: Any, columns: Any, filters: Any) -> Any:
         return _answer(lambda: _scan(_session(jsession), _options(joptions), list(columns), list(filters))._jdf)
@@ -155,14 +174,16 @@ def _frame(jsession: Any, jdata: Any) -> DataFrame:
 # ---------------------------------------------------------------------- read
 
 
-def _open(options: dict[str, str]) -> Any:
+def _open(spark: SparkSession, options: dict[str, str]) -> Any:
     from pyspark import SparkContext
 
     _check_known(options)
+    if _get(options, "path") is None and (paths := json.loads(_get(options, "paths") or "[]")):
+        raise BadOption(f"format('castsql'): load() reads one table, got {len(paths)} paths: {', '.join(paths)}")
     storage = open_storage(_path(options), s3=s3_config(options))
-    snap = resolve_read(
-        TableLog(storage), _int_option(options, "versionAsOf"), _get(options, "timestampAsOf"), storage.root
-    )
+    when = _get(options, "timestampAsOf")
+    at = None if when is None else _in_zone(when, spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC")
+    snap = resolve_read(TableLog(storage), _int_option(options, "versionAsOf"), at, storage.root)
     pinned = SparkContext._active_spark_context._jvm.java.util.HashMap()
     for k, v in options.items():
         if k.lower() not in _PINNED_OUT:
@@ -170,6 +191,19 @@ def _open(options: dict[str, str]) -> Any:
     pinned.put("versionAsOf", str(snap.version))
     pinned.put("__schema", spark_schema(snap.schema).json())
     return pinned
+
+
+def _in_zone(text: str, zone: str) -> str | datetime:
+    """``timestampAsOf`` as Delta reads it: a time without a zone is in the
+    session's time zone (``spark.sql.session.timeZone``); text that is not a
+    time is left for the version lookup to refuse in its own words."""
+    from zoneinfo import ZoneInfo
+
+    try:
+        t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        return t if t.tzinfo is not None else t.replace(tzinfo=ZoneInfo(zone))
+    except (ValueError, KeyError):  # not a time, or a zone Python does not know (then UTC)
+        return text
 
 
 def _scan(spark: SparkSession, options: dict[str, str], columns: list[str], jfilters: list[Any]) -> DataFrame:
@@ -253,6 +287,9 @@ def _write(df: DataFrame, mode: str, options: dict[str, str]) -> None:
     save modes: append adds, overwrite replaces, ``errorifexists`` (Spark's
     default) creates or refuses, ``ignore`` creates or does nothing."""
     _check_known(options)
+    parts = json.loads(_get(options, "__partition_columns") or "[]")
+    if parts:
+        raise BadOption(f"format('castsql'): CastSQL tables are not partitioned; drop partitionBy({', '.join(parts)})")
     if mode in ("ErrorIfExists", "Ignore"):
         storage = open_storage(_path(options), s3=s3_config(options))
         exists = _table_exists(storage)
@@ -265,9 +302,27 @@ def _write(df: DataFrame, mode: str, options: dict[str, str]) -> None:
             )
     elif mode not in ("Append", "Overwrite"):
         raise BadOption(f"format('castsql'): save mode {mode!r} is not supported")
+    df = _table_case(df, options)
     plan = _plan_write(options, df.schema, overwrite=mode == "Overwrite")
     commit_files(plan, [FilesWritten(_write_files(df, plan, options))])
     return None
+
+
+def _table_case(df: DataFrame, options: dict[str, str]) -> DataFrame:
+    """``df`` with its columns named as the table's where they differ only in
+    case: Spark resolves names case-insensitively unless
+    ``spark.sql.caseSensitive`` is on, and so does a write to a Delta table."""
+    from castsql.errors import TableNotFound
+
+    if (df.sparkSession.conf.get("spark.sql.caseSensitive", "false") or "").lower() == "true":
+        return df
+    try:
+        names = TableLog(open_storage(_path(options), s3=s3_config(options))).latest().schema.names
+    except TableNotFound:
+        return df
+    lower = {n.lower(): n for n in names}
+    renames = {c: lower[c.lower()] for c in df.columns if c not in names and c.lower() in lower}
+    return df.withColumnsRenamed(renames) if renames else df
 
 
 def _table_exists(storage: Any) -> bool:
@@ -281,7 +336,10 @@ def _table_exists(storage: Any) -> bool:
 
 
 def _write_batch(df: DataFrame, batch_id: int, complete: bool, options: dict[str, str]) -> None:
-    query = _get(options, "queryId") or _get(options, "checkpointLocation") or _path(options)
+    # The queryId option, else Spark's query id (kept in the checkpoint): never the
+    # checkpoint's path, which a new query may reuse (or share, under a session-wide root).
+    query = _get(options, "queryId") or _get(options, "__streamQueryId") or _path(options)
+    df = _table_case(df, options)
     plan = _plan_write(options, df.schema, overwrite=complete)
     storage = plan.ref.storage()
     if plan.exists and last_batch(TableLog(storage), query) >= batch_id:

@@ -84,8 +84,8 @@ S3_OPTIONS = {
     "s3.sessionToken": "session_token",
     "s3.region": "region",
 }
-# Set by Spark itself on some paths; never the user's typo.
-SPARK_OPTIONS = ("paths", "checkpointLocation", "queryName", "__partition_columns")
+# Set by Spark itself on some paths (__streamQueryId: by the JVM source); never the user's typo.
+SPARK_OPTIONS = ("paths", "checkpointLocation", "queryName", "__partition_columns", "__streamQueryId")
 KNOWN = {o.lower() for o in (*READ_OPTIONS, *WRITE_OPTIONS, *S3_OPTIONS, *SPARK_OPTIONS)}
 
 
@@ -106,7 +106,7 @@ def _get(options: Any, name: str) -> str | None:
 def _check_known(options: Any) -> None:
     for k in options:
         if k.lower() not in KNOWN:
-            names = ", ".join((*READ_OPTIONS[1:], *WRITE_OPTIONS[1:5], *S3_OPTIONS))
+            names = ", ".join((*READ_OPTIONS[1:], *WRITE_OPTIONS[1:], *S3_OPTIONS))
             raise BadOption(f"format('castsql'): unknown option {k!r} (known: {names})")
 
 

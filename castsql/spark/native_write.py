@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -82,17 +83,36 @@ def why_not(storage: Storage, schema: Schema, spark: SparkSession | None = None)
 
 @contextlib.contextmanager
 def _session_settings(spark: SparkSession) -> Iterator[None]:
-    old = {k: spark.conf.get(k, None) for k in _SETTINGS}
-    for k, v in _SETTINGS.items():
-        spark.conf.set(k, v)
+    # Writes from several threads of one session overlap: the first saves the
+    # user's values, the last restores them (each restoring what it saved left
+    # CastSQL's values behind whenever two writes interleaved).
+    key = spark._jsparkSession.hashCode()
+    with _SETTINGS_LOCK:
+        count, old = _SETTINGS_HELD.get(key, (0, None))
+        if count == 0:
+            old = {k: spark.conf.get(k, None) for k in _SETTINGS}
+            for k, v in _SETTINGS.items():
+                spark.conf.set(k, v)
+        _SETTINGS_HELD[key] = (count + 1, old)
     try:
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
-                spark.conf.unset(k)
+        with _SETTINGS_LOCK:
+            count, old = _SETTINGS_HELD[key]
+            if count > 1:
+                _SETTINGS_HELD[key] = (count - 1, old)
             else:
-                spark.conf.set(k, v)
+                del _SETTINGS_HELD[key]
+                for k, v in (old or {}).items():
+                    if v is None:
+                        spark.conf.unset(k)
+                    else:
+                        spark.conf.set(k, v)
+
+
+_SETTINGS_LOCK = threading.Lock()
+# Per session (its JVM object's hash): writes in progress, and the user's values to restore.
+_SETTINGS_HELD: dict[int, tuple[int, dict[str, str | None] | None]] = {}
 
 
 def _projected(df: DataFrame, schema: Schema) -> DataFrame:

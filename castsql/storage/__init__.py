@@ -26,7 +26,7 @@ __all__ = [
 
 def open_storage(uri: str, *, s3: S3Config | None = None) -> Storage:
     """The storage rooted at ``uri``: ``s3://bucket/prefix`` or a local path
-    (``file://`` accepted).
+    (``file:`` URIs accepted).
 
     Example::
 
@@ -41,4 +41,16 @@ def open_storage(uri: str, *, s3: S3Config | None = None) -> Storage:
         raise StorageError(f"{uri}: unsupported URI scheme (use a local path or s3://bucket/prefix)")
     from castsql.storage.local import LocalStorage
 
-    return LocalStorage(uri.removeprefix("file://"))
+    return LocalStorage(_local_path(uri))
+
+
+def _local_path(uri: str) -> str:
+    """The path of a ``file:`` URI in any of its spellings (``file:///t``,
+    ``file://localhost/t``, and ``file:/t``, which is how Spark qualifies a
+    path); anything else is a path as it is."""
+    for prefix in ("file://localhost/", "file:///"):
+        if uri.startswith(prefix):
+            return "/" + uri[len(prefix) :]
+    if uri.startswith("file:/") and not uri.startswith("file://"):
+        return uri.removeprefix("file:")
+    return uri.removeprefix("file://")

@@ -29,10 +29,13 @@ import scala.jdk.javaapi.CollectionConverters;
  * castsql.spark's Spark-Parquet-writer path plus one commit on the driver, so
  * the rows never leave the JVM.
  */
-public final class CastSQLProvider
-        implements DataSourceRegister, RelationProvider, CreatableRelationProvider, StreamSinkProvider {
+public final class CastSQLProvider implements DataSourceRegister, RelationProvider, SchemaRelationProvider,
+        CreatableRelationProvider, StreamSinkProvider {
 
     private static volatile Handler handler;
+
+    /** The option a micro-batch's write gets Spark's query id in. */
+    static final String STREAM_QUERY_ID = "__streamQueryId";
 
     /** Called by castsql.spark.register(spark); the last call wins (one Python driver per JVM). */
     public static void install(Handler h) {
@@ -54,13 +57,16 @@ public final class CastSQLProvider
 
     /** The handler's result, or its error thrown as it is (one line for CastSQL's own errors). */
     static Object check(Object result) {
-        if (result instanceof RuntimeException e) {
-            throw e;
-        }
         if (result instanceof Throwable t) {
-            throw new RuntimeException(t.getMessage(), t);
+            throw CastSQLProvider.<RuntimeException>rethrow(t);
         }
         return result;
+    }
+
+    /** Throws t as it is, checked or not (a Spark job's SparkException reaches PySpark unwrapped). */
+    @SuppressWarnings("unchecked")
+    private static <T extends Throwable> T rethrow(Throwable t) throws T {
+        throw (T) t;
     }
 
     @Override
@@ -80,6 +86,23 @@ public final class CastSQLProvider
         StructType schema = (StructType) DataType.fromJson(opts.remove("__schema"));
         ScanStrategy.install(ctx.sparkSession());
         return new Relation(ctx, opts, schema);
+    }
+
+    /**
+     * A schema given with the read: a catalog table's (saveAsTable records the data's,
+     * NOT NULL where Spark knew it) or the user's. The table's own schema decides; one
+     * that differs in more than nullability is refused naming both.
+     */
+    @Override
+    public BaseRelation createRelation(
+            SQLContext ctx, scala.collection.immutable.Map<String, String> params, StructType given) {
+        BaseRelation rel = createRelation(ctx, params);
+        StructType have = rel.schema();
+        if (!have.asNullable().sameType(given.asNullable())) {
+            throw new IllegalArgumentException("format('castsql'): the table's schema is " + have.simpleString()
+                    + ", not the given " + given.simpleString() + " (a castsql table's schema is its own: give none)");
+        }
+        return rel;
     }
 
     @Override
@@ -224,7 +247,14 @@ public final class CastSQLProvider
             // plain DataFrame first (what Spark's own foreachBatch does).
             org.apache.spark.sql.classic.Dataset<Row> d = (org.apache.spark.sql.classic.Dataset<Row>) data;
             Dataset<Row> batch = d.sparkSession().internalCreateDataFrame(d.queryExecution().toRdd(), d.schema(), false);
-            check(handler().writeBatch(ctx.sparkSession(), batch, batchId, complete, options));
+            // Spark's id of the query, kept in its checkpoint: the same across restarts,
+            // another for another query or a new checkpoint (what Delta's sink keys on).
+            Map<String, String> opts = new java.util.HashMap<>(options);
+            String query = ctx.sparkContext().getLocalProperty("sql.streaming.queryId");
+            if (query != null) {
+                opts.put(STREAM_QUERY_ID, query);
+            }
+            check(handler().writeBatch(ctx.sparkSession(), batch, batchId, complete, opts));
         }
 
         @Override
