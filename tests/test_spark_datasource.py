@@ -325,7 +325,7 @@ def test_bad_options_are_one_line_errors(spark, events_table, source):
     with pytest.raises(Exception, match="no table path"):
         spark.read.format(source).load().count()
     if source == "castsql":
-        with pytest.raises(Exception, match="load\\(\\) reads one table, got 2 paths"):
+        with pytest.raises(Exception, match=r"no table path.*one table"):
             spark.read.format(source).load([uri, uri + "2"])
     from castsql.errors import CastSQLError
 

@@ -178,8 +178,6 @@ def _open(spark: SparkSession, options: dict[str, str]) -> Any:
     from pyspark import SparkContext
 
     _check_known(options)
-    if _get(options, "path") is None and (paths := json.loads(_get(options, "paths") or "[]")):
-        raise BadOption(f"format('castsql'): load() reads one table, got {len(paths)} paths: {', '.join(paths)}")
     storage = open_storage(_path(options), s3=s3_config(options))
     when = _get(options, "timestampAsOf")
     at = None if when is None else _in_zone(when, spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC")

@@ -113,7 +113,10 @@ def _check_known(options: Any) -> None:
 def _path(options: Any) -> str:
     path = _get(options, "path")
     if not path:
-        raise BadOption("format('castsql'): no table path: use .load(uri) / .save(uri) or .option('path', uri)")
+        raise BadOption(
+            "format('castsql'): no table path: use .load(uri) / .save(uri) or .option('path', uri) "
+            "(one table: Spark hands a source none of the paths of a load of several)"
+        )
     return path
 
 
