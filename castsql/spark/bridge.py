@@ -71,6 +71,7 @@ def install(spark: SparkSession) -> bool:
     its jar added to the class loader Spark looks data sources up in, py4j's
     callback server started, this driver's handler installed. False (nothing
     changed) where the jar was not built or that class loader cannot take it."""
+    from py4j.protocol import Py4JJavaError
     from pyspark.java_gateway import ensure_callback_server_started
 
     if not JAR.exists():
@@ -85,10 +86,12 @@ def install(spark: SparkSession) -> bool:
     url = jvm.java.io.File(str(JAR)).toURI().toURL()
     if not any(u.equals(url) for u in loader.getURLs()):
         loader.addURL(url)
-    ensure_callback_server_started(gateway)
-    provider = loader.loadClass(PROVIDER)
-    if provider is None:
+    try:
+        loader.loadClass(PROVIDER)
+    except Py4JJavaError:  # a jar this JVM cannot load (built for another Spark): the Python source
+        log.warning("castsql: %s cannot be loaded; format('castsql') is the Python data source", JAR)
         return False
+    ensure_callback_server_started(gateway)
     jvm.castsql.spark.jvm.CastSQLProvider.install(Handler())
     return True
 
