@@ -31,7 +31,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterator
-from datetime import datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -49,6 +49,7 @@ from castsql.spark.datasource import (
     _plan_write,
     commit_files,
     last_batch,
+    option_spelling,
     resolve_read,
     s3_config,
     write_attempt,
@@ -117,10 +118,7 @@ def _answer(fn: Callable[[], Any]) -> Any:
     except Py4JJavaError as e:
         return e.java_exception  # a Spark job's own failure, as Spark reports it
     except CastSQLError as e:
-        # The writers' shared errors name the Python and CLI spelling of their remedies.
-        text = str(e).replace("allow_duplicate_keys=True / --allow-duplicate-keys", "option allowDuplicateKeys=true")
-        text = text.replace("merge_schema=True (--merge-schema)", "option mergeSchema=true")
-        return jvm.java.lang.IllegalArgumentException(text)
+        return jvm.java.lang.IllegalArgumentException(option_spelling(str(e)))
     except Exception as e:
         if (origin := _jvm_origin(e)) is not None:
             return origin  # a Spark error, converted by PySpark on the way here: the JVM's own again
@@ -213,8 +211,7 @@ def _scan(spark: SparkSession, options: dict[str, str], columns: list[str], jfil
     filters (:meth:`castsql.snapshot.Snapshot.prune`): the others are never
     opened. Spark applies every filter to the rows above this scan."""
     from castsql.spark.datasource import predicates
-    from castsql.spark.native_read import read_native, why_not
-    from castsql.spark.reader import read_snapshot
+    from castsql.spark.reader import read_resolved
 
     # register() pointed this SparkContext's Python workers at castsql already (prepare_workers).
     log = TableLog(open_storage(_path(options), s3=s3_config(options)))
@@ -222,9 +219,7 @@ def _scan(spark: SparkSession, options: dict[str, str], columns: list[str], jfil
     preds = predicates(snap.schema, [f for f in map(python_filter, jfilters) if f is not None])
     if preds:
         snap = snap.prune(preds)
-    if why_not(log.storage, snap, columns, spark) is None:
-        return read_native(spark, log.storage, snap, columns)
-    return read_snapshot(spark, log, snap, columns=columns)
+    return read_resolved(spark, log, snap, columns)
 
 
 def python_filter(jfilter: Any) -> Any:
@@ -261,8 +256,6 @@ _UNKNOWN = object()
 def _python_value(v: Any) -> Any:
     """py4j turns numbers, strings, booleans and decimals into Python's own;
     dates and times arrive as JVM objects."""
-    from datetime import UTC, date, datetime, timedelta
-
     from py4j.java_gateway import JavaObject
 
     if not isinstance(v, JavaObject):
@@ -291,56 +284,49 @@ def _write(df: DataFrame, mode: str, options: dict[str, str]) -> None:
     parts = json.loads(_get(options, "__partition_columns") or "[]")
     if parts:
         raise BadOption(f"format('castsql'): CastSQL tables are not partitioned; drop partitionBy({', '.join(parts)})")
-    if mode in ("ErrorIfExists", "Ignore"):
-        storage = open_storage(_path(options), s3=s3_config(options))
-        exists = _table_exists(storage)
-        if exists and mode == "Ignore":
-            return None
-        if exists:
-            raise BadOption(
-                f"{storage.root}: the table already exists; mode 'errorifexists' (Spark's default) only creates "
-                "tables: use .mode('append') or .mode('overwrite')"
-            )
-    elif mode not in ("Append", "Overwrite"):
+    if mode not in ("Append", "Overwrite", "ErrorIfExists", "Ignore"):
         raise BadOption(f"format('castsql'): save mode {mode!r} is not supported")
-    df = _table_case(df, options)
+    storage = open_storage(_path(options), s3=s3_config(options))
+    names = _table_names(storage)
+    if names is not None and mode == "Ignore":
+        return None
+    if names is not None and mode == "ErrorIfExists":
+        raise BadOption(
+            f"{storage.root}: the table already exists; mode 'errorifexists' (Spark's default) only creates "
+            "tables: use .mode('append') or .mode('overwrite')"
+        )
+    df = _table_case(df, names)
     plan = _plan_write(options, df.schema, overwrite=mode == "Overwrite")
     commit_files(plan, [FilesWritten(_write_files(df, plan, options))])
     return None
 
 
-def _table_case(df: DataFrame, options: dict[str, str]) -> DataFrame:
-    """``df`` with its columns named as the table's where they differ only in
-    case: Spark resolves names case-insensitively unless
-    ``spark.sql.caseSensitive`` is on, and so does a write to a Delta table."""
+def _table_names(storage: Any) -> list[str] | None:
+    """The latest version's column names, or None where there is no table."""
     from castsql.errors import TableNotFound
 
-    if (df.sparkSession.conf.get("spark.sql.caseSensitive", "false") or "").lower() == "true":
-        return df
     try:
-        names = TableLog(open_storage(_path(options), s3=s3_config(options))).latest().schema.names
+        return TableLog(storage).latest().schema.names
     except TableNotFound:
+        return None
+
+
+def _table_case(df: DataFrame, names: list[str] | None) -> DataFrame:
+    """``df`` with its columns named as the table's (``names``) where they
+    differ only in case: Spark resolves names case-insensitively unless
+    ``spark.sql.caseSensitive`` is on, and so does a write to a Delta table."""
+    if names is None or (df.sparkSession.conf.get("spark.sql.caseSensitive", "false") or "").lower() == "true":
         return df
     lower = {n.lower(): n for n in names}
     renames = {c: lower[c.lower()] for c in df.columns if c not in names and c.lower() in lower}
     return df.withColumnsRenamed(renames) if renames else df
 
 
-def _table_exists(storage: Any) -> bool:
-    from castsql.errors import TableNotFound
-
-    try:
-        TableLog(storage).latest()
-    except TableNotFound:
-        return False
-    return True
-
-
 def _write_batch(df: DataFrame, batch_id: int, complete: bool, options: dict[str, str]) -> None:
     # The queryId option, else Spark's query id (kept in the checkpoint): never the
     # checkpoint's path, which a new query may reuse (or share, under a session-wide root).
     query = _get(options, "queryId") or _get(options, "__streamQueryId") or _path(options)
-    df = _table_case(df, options)
+    df = _table_case(df, _table_names(open_storage(_path(options), s3=s3_config(options))))
     plan = _plan_write(options, df.schema, overwrite=complete)
     storage = plan.ref.storage()
     if plan.exists and last_batch(TableLog(storage), query) >= batch_id:

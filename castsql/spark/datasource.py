@@ -110,6 +110,14 @@ def _check_known(options: Any) -> None:
             raise BadOption(f"format('castsql'): unknown option {k!r} (known: {names})")
 
 
+def option_spelling(text: str) -> str:
+    """An error of the writers every interface shares, with its remedies
+    spelled as ``format("castsql")``'s options rather than Python's keywords
+    and the CLI's flags."""
+    text = text.replace("allow_duplicate_keys=True / --allow-duplicate-keys", "option allowDuplicateKeys=true")
+    return text.replace("merge_schema=True (--merge-schema)", "option mergeSchema=true")
+
+
 def _path(options: Any) -> str:
     path = _get(options, "path")
     if not path:
@@ -520,7 +528,7 @@ def _check_schema(root: str, table: Schema, data: Schema, primary_key: str | Non
         src = have_types.field(f.name).type
         if not fits(src, f.type):
             text = str(refusal(f"{root}: written data", f.name, src, f.type))
-            raise SchemaMismatch(text.replace("merge_schema=True (--merge-schema)", "option mergeSchema=true"))
+            raise SchemaMismatch(option_spelling(text))
 
 
 def write_attempt(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> FilesWritten:

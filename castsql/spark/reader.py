@@ -117,7 +117,6 @@ def read(
         1204
     """
     from castsql.spark.datasource import resolve_read
-    from castsql.spark.native_read import read_native, why_not
     from castsql.spark.workers import prepare_workers
 
     prepare_workers(spark)
@@ -132,6 +131,16 @@ def read(
         if twice := repeated(list(columns)):
             # A DataFrame's columns need distinct names; Spark would fail later, deep in the plan.
             raise CastSQLError(f"{log.storage.root}: columns names {', '.join(map(repr, twice))} more than once")
+    return read_resolved(spark, log, snap, columns, positions=positions)
+
+
+def read_resolved(
+    spark: SparkSession, log: TableLog, snap: Snapshot, columns: list[str] | None, *, positions: bool = False
+) -> DataFrame:
+    """The live rows of a resolved (perhaps pruned) snapshot, by Spark's own
+    Parquet reader where it can read them, else by the Python workers."""
+    from castsql.spark.native_read import read_native, why_not
+
     names = snap.schema.names if columns is None else list(columns)
     if not positions and why_not(log.storage, snap, names, spark) is None:
         return read_native(spark, log.storage, snap, names)
