@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from datetime import timedelta
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -393,6 +395,7 @@ USER_SESSION = textwrap.dedent(
     spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
     print("native", cs.read(spark, uri, version=2).count())
     cs.register(spark)
+    print("jvm", spark._jvm.castsql.spark.jvm.CastSQLProvider.installed())
     print("format", spark.read.format("castsql").option("versionAsOf", 3).load(uri).count())
     spark.sql(f"CREATE TEMPORARY VIEW v USING castsql OPTIONS (path '{uri}', versionAsOf '4')")
     print("view", spark.sql("SELECT count(*) FROM v").first()[0])
@@ -401,23 +404,65 @@ USER_SESSION = textwrap.dedent(
 )
 
 
-def test_a_users_own_session_runs_castsql_in_its_workers(events_table, tmp_path):
+def _installed_copy(tmp_path) -> str:
+    """The castsql package as a wheel installs it: sources only, no jar built
+    next to them (the DuckDB extensions may stay: they are not under test)."""
+    site = tmp_path / "site"
+    shutil.copytree(
+        Path(castsql.__file__).parent, site / "castsql", ignore=shutil.ignore_patterns("castsql-spark.*", "__pycache__")
+    )
+    return str(site)
+
+
+def _user_env(tmp_path, site: str, path: str | None = None) -> dict[str, str]:
+    """A user's environment: castsql from ``site``, a cache directory of its own, and
+    (unless ``path`` says otherwise) a PATH whose ``python3`` is not the venv's."""
+    venv_bin = os.path.dirname(sys.executable)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_", "VIRTUAL_ENV"))}
+    env["PATH"] = (
+        path if path is not None else os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
+    )
+    env["PYTHONPATH"] = site
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    return env
+
+
+def test_a_users_own_session_with_an_installed_package_gets_the_jvm_source(events_table, tmp_path):
     """The user's ``SparkSession.builder.master("local[2]").getOrCreate()``,
-    with a PATH whose ``python3`` is not the venv's (no pyarrow, no castsql)."""
+    with a PATH whose ``python3`` is not the venv's (no pyarrow, no castsql),
+    and castsql installed without the jar: ``register`` builds it once into
+    the user's cache, and ``format("castsql")`` is the JVM data source."""
     uri, ev = events_table
     script = tmp_path / "user.py"
     script.write_text(USER_SESSION)
-    venv_bin = os.path.dirname(sys.executable)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_", "VIRTUAL_ENV"))}
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
-    env.pop("PYTHONPATH", None)
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    site = _installed_copy(tmp_path)
+    env = _user_env(tmp_path, site)
     out = subprocess.run(
         [sys.executable, str(script), uri], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = [ln for ln in out.stdout.splitlines() if ln.split(" ")[0] in ("native", "format", "view")]
-    assert lines == [f"native {len(ev.live[2])}", f"format {len(ev.live[3])}", f"view {len(ev.live[4])}"]
+    lines = [ln for ln in out.stdout.splitlines() if ln.split(" ")[0] in ("native", "jvm", "format", "view")]
+    want = [f"native {len(ev.live[2])}", "jvm True", f"format {len(ev.live[3])}", f"view {len(ev.live[4])}"]
+    assert lines == want
+    assert "building castsql-spark.jar" in out.stderr
+    assert len(list((tmp_path / "cache" / "castsql").glob("castsql-spark-*.jar"))) == 1
+    assert not list(Path(site).rglob("*.part")) and not list((tmp_path / "cache").rglob("*.part"))
+
+
+def test_without_a_jdk_the_jar_is_not_built_and_the_reason_is_given(tmp_path):
+    site = _installed_copy(tmp_path)
+    probe = "from castsql.spark.jvm.build import locate; print(locate())"
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=_user_env(tmp_path, site, path=""),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(None, 'no JDK (javac) to build castsql-spark.jar with')"
+    assert not (tmp_path / "cache").exists()
 
 
 # ---------------------------------------------------------------------- write

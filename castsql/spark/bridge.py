@@ -54,7 +54,7 @@ from castsql.spark.datasource import (
     s3_config,
     write_attempt,
 )
-from castsql.spark.jvm import JAR, PROVIDER
+from castsql.spark.jvm import PROVIDER
 from castsql.spark.types import spark_schema
 from castsql.storage import open_storage
 
@@ -69,13 +69,20 @@ _PINNED_OUT = ("versionasof", "timestampasof")
 
 def install(spark: SparkSession) -> bool:
     """Make ``format("castsql")`` the JVM data source in ``spark``'s JVM:
-    its jar added to the class loader Spark looks data sources up in, py4j's
-    callback server started, this driver's handler installed. False (nothing
-    changed) where the jar was not built or that class loader cannot take it."""
+    its jar (:func:`castsql.spark.jvm.build.locate`: built once where an
+    installed package has none) added to the class loader Spark looks data
+    sources up in, py4j's callback server started, this driver's handler
+    installed. False, with a warning saying why, where there is no jar to
+    load or that class loader cannot take it: the caller then registers the
+    Python data source."""
     from py4j.protocol import Py4JJavaError
     from pyspark.java_gateway import ensure_callback_server_started
 
-    if not JAR.exists():
+    from castsql.spark.jvm.build import locate
+
+    jar, why = locate()
+    if jar is None:
+        _fallback(why)
         return False
     sc = spark.sparkContext
     jvm, gateway = sc._jvm, sc._gateway
@@ -83,18 +90,30 @@ def install(spark: SparkSession) -> bool:
     # PySpark's JVM threads share spark-submit's MutableURLClassLoader: a jar
     # added to it is seen by every thread (a SQL ``ADD JAR`` only by one).
     if loader is None or loader.getClass().getName() != "org.apache.spark.util.MutableURLClassLoader":
+        _fallback("this JVM's context class loader is not spark-submit's (was the session started from PySpark?)")
         return False
-    url = jvm.java.io.File(str(JAR)).toURI().toURL()
+    url = jvm.java.io.File(str(jar)).toURI().toURL()
     if not any(u.equals(url) for u in loader.getURLs()):
         loader.addURL(url)
     try:
         loader.loadClass(PROVIDER)
-    except Py4JJavaError:  # a jar this JVM cannot load (built for another Spark): the Python source
-        log.warning("castsql: %s cannot be loaded; format('castsql') is the Python data source", JAR)
+    except Py4JJavaError:  # a jar this JVM cannot load (built for another Spark)
+        _fallback(f"{jar} cannot be loaded by this JVM")
         return False
     ensure_callback_server_started(gateway)
     jvm.castsql.spark.jvm.CastSQLProvider.install(Handler())
     return True
+
+
+@functools.cache
+def _fallback(why: str) -> None:
+    """Say once per reason that ``format("castsql")`` is the slower Python data source."""
+    log.warning(
+        "castsql: format('castsql') is the Python data source (2-2.6x a plain Parquet read or write, where "
+        "the JVM data source takes 1.15-1.5x): %s. Install a JDK (javac 17+): register(spark) in a new "
+        "process builds the JVM half once (or run `python -m castsql.spark.jvm.build`)",
+        why,
+    )
 
 
 def _session(jsession: Any) -> SparkSession:

@@ -1,5 +1,4 @@
-"""Build ``castsql-spark.jar`` (the JVM half of ``format("castsql")``) next to
-its sources::
+"""Build ``castsql-spark.jar`` (the JVM half of ``format("castsql")``)::
 
     python -m castsql.spark.jvm.build
 
@@ -9,11 +8,20 @@ installed PySpark's jars, and writes the jar with its service entry
 Does nothing when the jar matches its sources and PySpark's version. Exits 0
 without building where there is no ``javac`` or no PySpark: then
 :func:`castsql.spark.register` registers the Python data source instead.
+
+``scripts/setup`` builds it next to the sources. An installed package (a
+wheel, a read-only site-packages) has none there: :func:`locate`, called by
+``register``, builds it once into the user's cache directory
+(``$XDG_CACHE_HOME/castsql``, else ``~/.cache/castsql``) where a JDK exists,
+named by the hash of its sources and PySpark's version, so an upgrade of
+either builds a fresh one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +33,12 @@ from castsql.spark.jvm import HERE, JAR, PROVIDER, SOURCES
 
 STAMP = HERE / "castsql-spark.stamp"
 SERVICE = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
+
+log = logging.getLogger(__name__)
+
+
+class BuildFailed(Exception):
+    """javac refused the sources (its messages are the text)."""
 
 
 def _pyspark() -> tuple[str, Path] | None:
@@ -42,7 +56,65 @@ def _stamp(version: str) -> str:
     return h.hexdigest()
 
 
+def cache_dir() -> Path:
+    """Where a jar built outside the package lies."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "castsql"
+
+
+def _compile(javac: str, jars: Path, target: Path) -> None:
+    """The jar at ``target``, written whole or not at all (a ``.part`` renamed
+    into place: two processes building at once each end with a whole jar)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "classes"
+        cmd = [javac, "--release", "17", "-nowarn", "-Xlint:-path", "-d", str(out), "-cp", f"{jars}/*"]
+        done = subprocess.run([*cmd, *map(str, SOURCES)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise BuildFailed(done.stderr.strip())
+        part = target.with_name(f"{target.name}.{os.getpid()}.part")
+        with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+            jar.writestr(SERVICE, PROVIDER + "\n")
+            for f in sorted(out.rglob("*.class")):
+                jar.write(f, f.relative_to(out).as_posix())
+        part.replace(target)
+
+
+def locate() -> tuple[Path | None, str]:
+    """The jar for the installed PySpark, built first where it is missing or
+    stale and a JDK exists; else None and why (for the warning that
+    ``format("castsql")`` is the Python data source).
+
+    Example::
+
+        >>> path, why = locate()                       # doctest: +SKIP
+        >>> path.name                                  # doctest: +SKIP
+        'castsql-spark.jar'
+    """
+    spark = _pyspark()
+    if spark is None:
+        return None, "PySpark is not installed"
+    version, jars = spark
+    want = _stamp(version)
+    if JAR.exists() and STAMP.exists() and STAMP.read_text() == want:
+        return JAR, ""
+    cached = cache_dir() / f"castsql-spark-{want[:16]}.jar"
+    if cached.exists():
+        return cached, ""
+    javac = shutil.which("javac")
+    if javac is None:
+        return None, "no JDK (javac) to build castsql-spark.jar with"
+    log.warning("castsql: building castsql-spark.jar for PySpark %s into %s (once)", version, cached.parent)
+    try:
+        _compile(javac, jars, cached)
+    except (BuildFailed, OSError) as e:
+        return None, f"castsql-spark.jar could not be built: {e}"
+    return cached, ""
+
+
 def build() -> int:
+    """``scripts/setup``'s build: the jar next to its sources."""
     spark = _pyspark()
     javac = shutil.which("javac")
     if spark is None or javac is None:
@@ -53,20 +125,11 @@ def build() -> int:
     want = _stamp(version)
     if JAR.exists() and STAMP.exists() and STAMP.read_text() == want:
         return 0
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "classes"
-        cmd = [javac, "--release", "17", "-nowarn", "-Xlint:-path", "-d", str(out), "-cp", f"{jars}/*"]
-        done = subprocess.run([*cmd, *map(str, SOURCES)], capture_output=True, text=True)
-        if done.returncode != 0:
-            print(f"castsql.spark.jvm.build: javac failed:\n{done.stderr}", file=sys.stderr)
-            return 1
-        part = JAR.with_suffix(".part")
-        with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as jar:
-            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
-            jar.writestr(SERVICE, PROVIDER + "\n")
-            for f in sorted(out.rglob("*.class")):
-                jar.write(f, f.relative_to(out).as_posix())
-        part.replace(JAR)
+    try:
+        _compile(javac, jars, JAR)
+    except BuildFailed as e:
+        print(f"castsql.spark.jvm.build: javac failed:\n{e}", file=sys.stderr)
+        return 1
     STAMP.write_text(want)
     print(f"castsql.spark.jvm.build: built {JAR.name} for PySpark {version}", file=sys.stderr)
     return 0
