@@ -342,3 +342,23 @@ def test_manifest_v2_round_trips_and_refuses_v1_keys():
     del doc["files"]
     with pytest.raises(FormatError, match="manifest has no 'files' field"):
         parse_manifest(json.dumps(doc).encode(), "m")
+
+
+def test_stream_batches_are_carried_into_every_later_version(storage):
+    """A micro-batch's commit records (query, batch) in ``streams``; appends,
+    deletes and restores after it carry the record, so dropping the version
+    that committed the batch does not lose it (FORMAT.md §3.2)."""
+    from castsql.format import Change
+
+    log = TableLog.create(storage, SCHEMA)
+    batch = write_data_files(storage, rows(0, 10))
+    log.commit(Change("APPEND", add_files=tuple(batch), summary={"stream_query": "q", "stream_batch": 4}))
+    log.append(write_data_files(storage, rows(10, 20)))
+    log.restore(0)
+    m = TableLog(storage).latest()  # a fresh reader: read back from storage
+    assert m.version == 3 and m.streams == {"q": 4}
+    doc = json.loads(m.to_bytes())
+    assert doc["streams"] == {"q": 4}
+    doc["streams"] = {"q": "4"}
+    with pytest.raises(FormatError, match="'streams' must map stream queries to micro-batch ids"):
+        parse_manifest(json.dumps(doc).encode(), "m")

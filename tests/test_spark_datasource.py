@@ -721,6 +721,34 @@ def test_stream_commits_each_micro_batch_once_across_restarts(spark, tmp_path):
     assert sorted(castsql.open(uri).to_arrow()["id"].to_pylist()) == list(range(35))
 
 
+def test_a_replayed_batch_is_known_after_gc_dropped_the_version_that_committed_it(spark, tmp_path):
+    """No primary key to catch a duplicate: only the table's record of the
+    batches stands between a replay and its rows twice. Every version carries
+    it, so GC keeping only the newest version loses nothing."""
+    from castsql.spark import gc
+
+    src, uri, ck = tmp_path / "src", str(tmp_path / "t"), tmp_path / "ck"
+    src.mkdir()
+    for i in range(3):
+        pq.write_table(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64())}), src / f"f{i}.parquet")
+
+    def run() -> None:
+        stream = spark.readStream.schema("id bigint").option("maxFilesPerTrigger", 1).parquet(str(src))
+        w = stream.writeStream.format("castsql").option("checkpointLocation", str(ck))
+        w.trigger(availableNow=True).start(uri).awaitTermination()
+
+    run()
+    castsql.open(uri).append(pa.table({"id": pa.array([100], pa.int64())}))  # another writer
+    report = gc(uri, keep_versions=1, grace=timedelta(0))
+    assert report.removed_versions, report  # the versions of batches 0-2 are gone
+    (ck / "commits" / "2").unlink()  # the checkpoint lost batch 2: the restart replays it
+    (ck / "commits" / ".2.crc").unlink()
+    head = TableLog(open_storage(uri)).latest().version
+    run()
+    assert TableLog(open_storage(uri)).latest().version == head
+    assert sorted(castsql.open(uri).to_arrow()["id"].to_pylist()) == [*range(30), 100]
+
+
 def test_stream_complete_mode_replaces_the_rows_and_partitioning_is_refused(spark, tmp_path):
     """Complete output mode (a running aggregate) makes each batch an
     overwrite, as Delta's; partitionBy and update mode are refused in one line."""

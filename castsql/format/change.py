@@ -120,7 +120,14 @@ class Change:
             bytes=t.bytes + sum(f.size_bytes for f in added) - sum(f.size_bytes for f in removed),
             tombstones=t.tombstones + len(self.add_tombstones) - len(self.remove_tombstones),
         )
+        streams = base.streams
+        if (query := self.summary.get("stream_query")) is not None:
+            # A micro-batch's commit (stream_query/stream_batch in its summary):
+            # the record every later version carries (FORMAT.md §3.2).
+            batch = int(self.summary["stream_batch"])
+            streams = {**streams, str(query): max(batch, streams.get(str(query), -1))}
         return base.evolve(
+            streams=streams,
             format_version=2,
             data_files=tuple(files_inline),
             tombstones=tuple(tombs_inline),

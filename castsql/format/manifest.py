@@ -54,6 +54,7 @@ _KNOWN_FIELDS = {
     "summary",
     "commit_id",
     "writer",
+    "streams",
 }
 _FILE_KNOWN = {"path", "size_bytes", "row_group_count", "total_rows", "min", "max", "row_group_rows"}
 
@@ -365,6 +366,10 @@ class Manifest:
     delete_objects: tuple[MetaRef, ...] = ()
     totals: Totals | None = None
     change: ChangeLog | None = None
+    # Stream query -> its highest micro-batch id committed at or before this
+    # version; carried into every later version, so a replayed batch is known
+    # after GC has dropped the version that committed it (FORMAT.md §3.2).
+    streams: dict[str, int] = field(default_factory=dict)
 
     @property
     def total_rows(self) -> int:
@@ -410,6 +415,8 @@ class Manifest:
             d["totals"] = (self.totals or Totals()).to_json()
             d["change"] = (self.change or ChangeLog()).to_json()
         d.update(summary=self.summary, commit_id=self.commit_id, writer=self.writer)
+        if self.streams:
+            d["streams"] = self.streams
         d.update(self.extra)
         return d
 
@@ -499,6 +506,11 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
     for k in ("operation", "commit_id", "writer"):
         if obj.get(k) is not None and not isinstance(obj[k], str):
             raise FormatError(f"{where}: {k!r} must be a string")
+    streams = obj.get("streams") or {}
+    if not isinstance(streams, dict) or not all(
+        isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in streams.values()
+    ):
+        raise FormatError(f"{where}: 'streams' must map stream queries to micro-batch ids (integers >= 0)")
     return Manifest(
         version=version,
         previous=previous,
@@ -517,6 +529,7 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         delete_objects=delete_objects,
         totals=totals,
         change=change,
+        streams=dict(streams),
     )
 
 

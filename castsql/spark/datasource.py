@@ -678,7 +678,12 @@ class CastSQLStreamWriter(DataSourceStreamArrowWriter):
 
 
 def last_batch(log: TableLog, query: str) -> int:
-    """The highest micro-batch id of stream ``query`` committed to the table, or -1."""
+    """The highest micro-batch id of stream ``query`` committed to the table, or -1:
+    the head's record (every version carries it, whatever GC dropped), else, for
+    batches committed before manifests carried it, the versions' summaries."""
+    head = log.latest()
+    if query in head.streams:
+        return head.streams[query]
     for m in reversed(log.history()):
         s = m.summary or {}
         if s.get("stream_query") == query:
