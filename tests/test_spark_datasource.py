@@ -351,7 +351,14 @@ def test_register_is_idempotent_and_sql_views_time_travel(spark, events_table, t
     spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW ev3 USING castsql OPTIONS (path '{uri}', versionAsOf '3')")
     assert spark.sql("SELECT count(*) FROM ev3").first()[0] == len(ev.live[3])
     assert spark.sql("SELECT min(id) FROM ev3 WHERE id >= 200").first()[0] == 300  # row group 2 deleted at v3
+    # A catalog table keeps its path with the JVM source (the Python one loses it).
+    spark.sql(f"CREATE TABLE castsql_ct USING castsql OPTIONS (path '{uri}', versionAsOf '3')")
+    try:
+        assert spark.sql("SELECT count(*) FROM castsql_ct").first()[0] == len(ev.live[3])
+    finally:
+        spark.sql("DROP TABLE castsql_ct")
 
+    from castsql.errors import CastSQLError
     from castsql.format import write_data_files
     from castsql.spark import register_views
 
@@ -365,6 +372,25 @@ def test_register_is_idempotent_and_sql_views_time_travel(spark, events_table, t
     assert spark.sql("SELECT count(*) FROM users").first()[0] == 3
     assert register_views(spark, str(wh), version=1) == ["events", "users"]
     assert spark.sql("SELECT count(*) FROM events").first()[0] == len(ev.live[1])
+    # A version one table lacks: nothing changes (events still at version 1).
+    with pytest.raises(Exception, match="version 5 does not exist"):
+        register_views(spark, str(wh), version=5)
+    assert spark.sql("SELECT count(*) FROM events").first()[0] == len(ev.live[1])
+
+    # Directory names that are not identifiers are views quoted in SQL.
+    for name in ("my-table", "2024"):
+        st = open_storage(str(wh / name))
+        TableLog.create(st, SCHEMA).append(write_data_files(st, rows(0, 2)))
+    assert register_views(spark, str(wh)) == ["2024", "events", "my-table", "users"]
+    assert spark.sql("SELECT count(*) FROM `my-table`").first()[0] == 2
+    assert spark.sql("SELECT count(*) FROM `2024`").first()[0] == 2
+    # Two tables whose names differ only in case would be one view: refused, no view made.
+    st = open_storage(str(wh / "Users"))
+    TableLog.create(st, SCHEMA).append(write_data_files(st, rows(0, 5)))
+    spark.catalog.dropTempView("users")
+    with pytest.raises(CastSQLError, match="tables 'Users' and 'users' differ only in case"):
+        register_views(spark, str(wh))
+    assert not spark.catalog.tableExists("users")
 
 
 def test_s3_table_through_options(spark, s3_root, s3_server):
@@ -534,6 +560,23 @@ def test_write_refuses_data_that_does_not_fit_the_table(spark, events_df, tmp_pa
     with pytest.raises(Exception, match=r"TableAlreadyExists|already exists|ErrorIfExists|not supported"):
         events_df(range(3)).write.format("castsql").mode("error").save(uri)
     assert [m.version for m in log.history()] == [0, 1]  # nothing committed
+
+
+def test_a_new_table_refuses_columns_no_reader_could_read(spark, tmp_path):
+    """An empty column name (no SQL can name it: the engine failed on every
+    version) and nested types are refused before anything is written, naming
+    the column."""
+
+    def err(df) -> str:
+        with pytest.raises(Exception) as e:
+            df.write.format("castsql").mode("append").save(str(tmp_path / "t"))
+        return str(e.value).strip()
+
+    text = err(spark.createDataFrame([(1, 2)], ["id", ""]))
+    assert "a column's name is empty, which no SQL can name" in text and "\n" not in text
+    text = err(spark.createDataFrame([(1, [2])], "id bigint, tags array<int>"))
+    assert "column 'tags'" in text and "unsupported column type" in text
+    assert not (tmp_path / "t").exists()
 
 
 def test_save_modes_are_deltas(spark, events_df, tmp_path):

@@ -120,6 +120,9 @@ class Schema:
     columns: tuple[Column, ...]
 
     def __post_init__(self) -> None:
+        if any(c.name == "" for c in self.columns):
+            # DuckDB's SQL cannot name it (a zero-length identifier), nor Spark's.
+            raise SchemaMismatch("a column's name is empty, which no SQL can name")
         pair = same_but_case([c.name for c in self.columns])
         if pair:
             raise SchemaMismatch(
@@ -145,11 +148,13 @@ class Schema:
         dupes = repeated(names)
         if dupes:
             raise SchemaMismatch(f"duplicate column names {dupes}")
-        try:
-            cols = tuple(Column(f.name, type_name(normalize_type(f.type))) for f in schema)
-        except FormatError as e:
-            raise SchemaMismatch(f"unsupported column type: {e}") from None
-        return cls(cols)
+        cols = []
+        for f in schema:
+            try:
+                cols.append(Column(f.name, type_name(normalize_type(f.type))))
+            except FormatError as e:
+                raise SchemaMismatch(f"column {f.name!r}: unsupported column type: {e}") from None
+        return cls(tuple(cols))
 
     def to_json(self) -> dict:
         cols = []

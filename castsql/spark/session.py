@@ -157,17 +157,23 @@ def register_views(
         >>> spark.sql("SELECT count(*) FROM events").first()[0]       # doctest: +SKIP
         1896
     """
-    from castsql.errors import TableNotFound
+    from castsql.errors import CastSQLError, TableNotFound
     from castsql.format.layout import POINTER_KEY, manifest_key
     from castsql.storage import open_storage
 
     register(spark)
     storage = open_storage(warehouse, s3=s3)
-    names = []
+    frames = {}
     for child in sorted(storage.list_dirs()):
         sub = storage.child(child)
         if not (sub.exists(POINTER_KEY) or sub.exists(manifest_key(0))):
             continue
+        if (other := next((n for n in frames if n.lower() == child.lower()), None)) is not None:
+            # Spark's view names ignore case: one would hide the other.
+            raise CastSQLError(
+                f"{storage.root}: tables {other!r} and {child!r} differ only in case, and Spark's view names "
+                "ignore case; no views were made (register each with spark.read.format('castsql') under a name)"
+            )
         reader = spark.read.format("castsql")
         for k, v in _s3_options(getattr(sub, "config", None) or s3).items():
             reader = reader.option(k, v)
@@ -175,11 +181,13 @@ def register_views(
             reader = reader.option("versionAsOf", str(version))
         if timestamp is not None:
             reader = reader.option("timestampAsOf", timestamp)
-        reader.load(sub.root).createOrReplaceTempView(child)
-        names.append(child)
-    if not names:
+        frames[child] = reader.load(sub.root)
+    if not frames:
         raise TableNotFound(f"{storage.root}: no tables in this warehouse")
-    return names
+    # Every table resolved before any view is made: a failure leaves none behind.
+    for child, df in frames.items():
+        df.createOrReplaceTempView("`" + child.replace("`", "``") + "`")  # my-table, 2024: quoted in SQL
+    return list(frames)
 
 
 def _s3_options(cfg: S3Config | None) -> dict[str, str]:
