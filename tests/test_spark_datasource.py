@@ -622,7 +622,8 @@ def test_save_as_table_with_a_path_then_read_by_name(spark, events_df, tmp_path)
 
 def test_names_differing_only_in_case_are_the_tables_columns(spark, events_df, tmp_path):
     """Spark resolves names case-insensitively (unless spark.sql.caseSensitive),
-    and so does a write: AMOUNT is the table's amount, not a new column."""
+    and so does a write: AMOUNT is the table's amount, not a new column, and
+    option("primaryKey", "ID") names the key id."""
     uri = str(tmp_path / "events")
     events_df(range(3)).write.format("castsql").mode("append").option("primaryKey", "id").save(uri)
     events_df(range(3, 5)).withColumnRenamed("amount", "AMOUNT").withColumnRenamed("id", "Id").write.format(
@@ -631,6 +632,12 @@ def test_names_differing_only_in_case_are_the_tables_columns(spark, events_df, t
     got = castsql.open(uri).to_arrow()
     assert got.column_names == ["id", "ts", "user", "kind", "amount"]
     assert got.num_rows == 5 and got["amount"].null_count == 0
+    # So is the primaryKey option: ID is the key id, of an existing table or a new one.
+    events_df(range(5, 6)).write.format("castsql").mode("append").option("primaryKey", "ID").save(uri)
+    assert castsql.open(uri).to_arrow().num_rows == 6
+    other = str(tmp_path / "other")
+    events_df(range(2)).write.format("castsql").mode("append").option("primaryKey", "ID").save(other)
+    assert TableLog(open_storage(other)).latest().primary_key == "id"
 
 
 def test_timestamp_as_of_without_a_zone_is_in_the_sessions_zone(spark, events_table):

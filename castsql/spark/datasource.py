@@ -476,6 +476,10 @@ def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> Writ
     storage = open_storage(uri, s3=s3_config(options))
     schema = schema_from_spark(spark_struct)
     if pk is not None and schema.column(pk) is None:
+        # Spark names columns without case, and a schema holds no two names equal but
+        # for case, so option("primaryKey", "ID") can only mean column id.
+        pk = next((n for n in schema.names if n.lower() == pk.lower()), pk)
+    if pk is not None and schema.column(pk) is None:
         raise SchemaMismatch(f"{storage.root}: primaryKey {pk!r} is not a column of the data {schema.names}")
     try:
         current = TableLog(storage).latest()
@@ -483,7 +487,7 @@ def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> Writ
         current = None
     new_schema = None
     if current is not None:
-        if pk is not None and pk != current.primary_key:
+        if pk is not None and pk.lower() != (current.primary_key or "").lower():
             raise SchemaMismatch(f"{storage.root}: the table's primary key is {current.primary_key!r}, not {pk!r}")
         target = current.schema
         if merge_schema:  # new columns added, allowed widenings made, in this version (FORMAT.md §3.4)
