@@ -24,6 +24,11 @@ materialized), three ways:
 - ``workers``: the same version read by CastSQL's Python workers and handed
   to Spark as Arrow (``castsql.spark.reader.read_snapshot``: what
   ``castsql.spark.read`` does on S3, and what it did everywhere before);
+- ``native_join``: the same where castsql-spark.jar cannot reach the tasks
+  (the bitsets hash-joined with every row instead of tested by its UDF);
+- ``meta``: ``parquet`` plus the two metadata columns ``native`` reads
+  (``_metadata.row_index``, ``_metadata.file_size``), no deletes applied:
+  the floor of any filter by file and position in Spark;
 
 and writes the same rows (``spark.range(...).selectExpr(...)``, generated in
 the job) to a fresh directory four ways: ``df.write.parquet`` (Spark's
@@ -63,7 +68,7 @@ from spark_delete_bench import COLUMNS  # the same event rows as the delete benc
 
 from castsql.format import TableLog
 from castsql.snapshot import resolve
-from castsql.spark import append, delete, read, spark_session
+from castsql.spark import append, delete, native_read, read, spark_session
 from castsql.spark.datasource import for_session
 from castsql.spark.garbage import format_bytes
 from castsql.spark.reader import read_snapshot
@@ -135,6 +140,21 @@ def main(argv: list[str] | None = None) -> int:
         def noop(df) -> None:
             df.write.format("noop").mode("overwrite").save()
 
+        def with_positions():
+            # What any filter on a row's file and position pays before it tests
+            # anything: the two metadata columns castsql.spark.read reads.
+            raw = spark.read.parquet(*files)
+            meta = raw.metadataColumn("_metadata")
+            return raw.select("*", meta["row_index"].alias("_pos"), meta["file_size"].alias("_fs"))
+
+        def joined_bitsets():
+            # castsql.spark.read where no jar reaches the tasks: the bitsets hash-joined.
+            native_read.JVM_FILTER = False
+            try:
+                return read(spark, uri, v)
+            finally:
+                native_read.JVM_FILTER = True
+
         spark.dataSource.register(for_session(Splits.of(spark), PYTHON_SOURCE))
         reads = {
             "parquet": lambda: noop(spark.read.parquet(*files)),
@@ -142,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             "format_py": lambda: noop(spark.read.format(PYTHON_SOURCE).option("versionAsOf", v).load(uri)),
             "native": lambda: noop(read(spark, uri, v)),
             "workers": lambda: noop(read_snapshot(spark, log, snap)),
+            "meta": lambda: noop(with_positions()),
+            "native_join": lambda: noop(joined_bitsets()),
         }
         # Correctness first.
         want = args.rows - deleted
@@ -151,8 +173,11 @@ def main(argv: list[str] | None = None) -> int:
             "format_py": spark.read.format(PYTHON_SOURCE).option("versionAsOf", v).load(uri).count(),
             "native": read(spark, uri, v).count(),
             "workers": read_snapshot(spark, log, snap).count(),
+            "meta": with_positions().count(),
+            "native_join": joined_bitsets().count(),
         }
-        assert counts == {"parquet": args.rows, **{k: want for k in reads if k != "parquet"}}, counts
+        every = ("parquet", "meta")
+        assert counts == {**{k: want for k in reads}, **{k: args.rows for k in every}}, counts
 
         out_parquet, out, out_append = base / "written.parquet", base / "written", base / "appended"
         out_py = base / "written_py"
@@ -224,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             ("read", "  the same, Python data source", "format_py", "parquet", None),
             ("read", "castsql.spark.read", "native", "parquet", "native"),
             ("read", "  Python workers (S3's path)", "workers", "parquet", None),
+            ("read", "  the same, bitsets hash-joined", "native_join", "parquet", None),
+            ("read", "  row positions alone, no deletes", "meta", "parquet", None),
             ("write", "df.write.parquet", "w_parquet", None, None),
             ("write", "df.write.parquet, zstd", "w_parquet_zstd", "w_parquet", None),
             ("write", 'df.write.format("castsql")', "w_castsql", "w_parquet", "write"),

@@ -35,11 +35,25 @@ def events(tmp_path):
     return uri, build_events(open_storage(uri))
 
 
-def test_every_version_and_tombstone_kind_through_sparks_reader(spark, events):
+@pytest.fixture(params=["jvm", "join"])
+def bitsets(request, monkeypatch):
+    """How positions are tested: castsql.spark.jvm.Deleted in the tasks (the
+    jar shipped to them), or the hash join with a broadcast table of bitsets
+    (where no jar reaches them). Returns what the plan of each holds."""
+    from castsql.spark import native_read
+
+    monkeypatch.setattr(native_read, "JVM_FILTER", request.param == "jvm")
+    return "UDF(" if request.param == "jvm" else "_castsql_words"
+
+
+def test_every_version_and_tombstone_kind_through_sparks_reader(spark, events, bitsets):
     """Row groups, a key range, row-group-relative and file-relative positions,
     a file without deletes: every version equals the engine, read by Spark's
     Parquet reader (no Python worker in the plan)."""
     uri, ev = events
+    snap = resolve(TableLog(open_storage(uri)), 5)
+    assert any(f.deleted for f in snap.files)
+    assert bitsets in _plan(read(spark, uri, 5))
     with Session(uri) as s:
         for version, ids in ev.live.items():
             df = read(spark, uri, version)
@@ -60,12 +74,12 @@ def test_every_version_and_tombstone_kind_through_sparks_reader(spark, events):
         "grp = 'g3'",  # no pruning: every row group read
     ],
 )
-def test_sparks_row_group_pruning_keeps_positions_right(spark, events, where):
+def test_sparks_row_group_pruning_keeps_positions_right(spark, events, where, bitsets):
     """Spark skips row groups by the query's filter before the deletes are
     applied; a skipped row group must not shift the positions after it."""
     uri, _ = events
     df = read(spark, uri, 5).where(where)
-    assert _native(df)
+    assert _native(df) and bitsets in _plan(df)
     got = sorted(df.toArrow()["id"].to_pylist())
     with Session(uri) as s:
         want = s.sql(f"SELECT id FROM events AS OF VERSION 5 WHERE {where} ORDER BY id")["id"].to_pylist()

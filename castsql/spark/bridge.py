@@ -54,7 +54,7 @@ from castsql.spark.datasource import (
     s3_config,
     write_attempt,
 )
-from castsql.spark.jvm import PROVIDER
+from castsql.spark.jvm.loader import load_jar
 from castsql.spark.types import spark_schema
 from castsql.storage import open_storage
 
@@ -75,33 +75,15 @@ def install(spark: SparkSession) -> bool:
     installed. False, with a warning saying why, where there is no jar to
     load or that class loader cannot take it: the caller then registers the
     Python data source."""
-    from py4j.protocol import Py4JJavaError
     from pyspark.java_gateway import ensure_callback_server_started
 
-    from castsql.spark.jvm.build import locate
-
-    jar, why = locate()
-    if jar is None:
+    why = load_jar(spark)
+    if why is not None:
         _fallback(why)
         return False
     sc = spark.sparkContext
-    jvm, gateway = sc._jvm, sc._gateway
-    loader = jvm.Thread.currentThread().getContextClassLoader()
-    # PySpark's JVM threads share spark-submit's MutableURLClassLoader: a jar
-    # added to it is seen by every thread (a SQL ``ADD JAR`` only by one).
-    if loader is None or loader.getClass().getName() != "org.apache.spark.util.MutableURLClassLoader":
-        _fallback("this JVM's context class loader is not spark-submit's (was the session started from PySpark?)")
-        return False
-    url = jvm.java.io.File(str(jar)).toURI().toURL()
-    if not any(u.equals(url) for u in loader.getURLs()):
-        loader.addURL(url)
-    try:
-        loader.loadClass(PROVIDER)
-    except Py4JJavaError:  # a jar this JVM cannot load (built for another Spark)
-        _fallback(f"{jar} cannot be loaded by this JVM")
-        return False
-    ensure_callback_server_started(gateway)
-    jvm.castsql.spark.jvm.CastSQLProvider.install(Handler())
+    ensure_callback_server_started(sc._gateway)
+    sc._jvm.castsql.spark.jvm.CastSQLProvider.install(Handler())
     return True
 
 

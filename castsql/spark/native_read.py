@@ -5,19 +5,24 @@ deletes are read as they are; for the others the deletes are applied after
 the reader, inside the same generated code, by a filter on two of the file's
 metadata columns: ``_metadata.row_index`` (a row's position in its file, as
 tombstones count them) and ``_metadata.file_size`` (which file it is: the
-manifest records every file's size, and these files' sizes must differ). A
-broadcast table holds, for each file with deletes, its deleted positions as
-a bitset (``array<bigint>``, one bit per row, whole row groups included);
-each row finds its file's entry by a hash join on the size and tests one
-bit. Key ranges, where a version has any, are a second broadcast table (size,
-low, high) that rows of those files are anti-joined with.
+manifest records every file's size, and these files' sizes must differ).
+Each file with deletes has its deleted positions as a bitset (one bit per
+row, whole row groups included), in a broadcast. Where castsql-spark.jar
+reaches the tasks (:func:`castsql.spark.jvm.loader.ship_jar`), a Java UDF
+(``castsql.spark.jvm.Deleted``) finds the row's file's bitset (once per file)
+and tests one bit; elsewhere a broadcast table of the bitsets
+(``array<bigint>``) is hash-joined with every row on the size and the bit
+tested in generated code. Key ranges, where a version has any, are a second
+broadcast table (size, low, high) that rows of those files are anti-joined
+with.
 
-On 20M rows with 1 % scattered deletes this reads at 1.20-1.35x a plain
-``spark.read.parquet`` of the same files, where the Python workers took
-1.53-1.56x in the same runs (docs/PERFORMANCE.md, "castsql.spark.read through
-Spark's own Parquet reader"); Spark also prunes row groups by the query's own
-filters here. It applies only where Spark's reader can open the files and
-read them as the version's schema says; :func:`why_not` names what stops it, and the
+On 20M rows with 1 % scattered deletes this reads at 1.14-1.17x a plain
+``spark.read.parquet`` of the same files with the UDF (the metadata columns
+alone: 1.10-1.11x), 1.26-1.30x with the hash join, where the Python workers
+took 1.50-1.72x (docs/PERFORMANCE.md, "Deletes tested by a Java UDF"); Spark
+also prunes row groups by the query's own filters here. It applies only
+where Spark's reader can open the files and read them as the version's
+schema says; :func:`why_not` names what stops it, and the
 caller then reads through the Python workers (:mod:`castsql.spark.reader`):
 - the table is on S3 (this Spark has no Hadoop S3 connector) or a file is
   named by a full URI;
@@ -66,6 +71,9 @@ _GLOB = set("*?[]{}\\,")
 BITSETS_MAX = 64 << 20
 # The driver opens every footer before choosing this path (~0.2 ms a local file).
 FILES_MAX = 20_000
+# Test deletes with castsql.spark.jvm.Deleted where the jar reaches the tasks
+# (False: always the hash join with a broadcast table of bitsets).
+JVM_FILTER = True
 # Names of the helper columns; the table's own columns are selected by
 # reference at the end, so a table column of the same name is not confused.
 _SIZE, _POS, _KEY, _WORDS = "_castsql_fs", "_castsql_pos", "_castsql_fsz", "_castsql_words"
@@ -203,6 +211,25 @@ def _key_ranges(spark: SparkSession, dirty: list[ResolvedFile], key_t: pa.DataTy
     return spark.createDataFrame(table, schema)
 
 
+def _jvm_deleted(spark: SparkSession, dirty: list[ResolvedFile], size: Column, pos: Column) -> Column | None:
+    """ "This row is deleted", tested in the tasks by :class:`castsql.spark.jvm.Deleted`
+    over a broadcast of the bitsets; None where castsql-spark.jar cannot reach them."""
+    from pyspark.sql import Column
+
+    from castsql.spark.jvm.loader import ship_jar
+
+    if not ship_jar(spark):
+        return None
+    parts = [np.array([sum(1 for f in dirty if f.deleted)], np.int64)]
+    for f in dirty:
+        if f.deleted:  # a file with only key ranges has no bitset: no row of it is deleted here
+            words = _bitset(f.deleted, f.total_rows)
+            parts += [np.array([f.entry.size_bytes, len(words)], np.int64), words]
+    blob = np.concatenate(parts).astype("<i8").tobytes()
+    jvm = spark.sparkContext._jvm
+    return Column(jvm.castsql.spark.jvm.Deleted.column(spark._jsparkSession, bytearray(blob), size._jc, pos._jc))
+
+
 def _not_in_bitset(pos: Column, words: Column) -> Column:
     """True for a row whose position's bit is not set (a NULL bitset: the row stays)."""
     from pyspark.sql import functions as F
@@ -243,9 +270,13 @@ def read_native(spark: SparkSession, storage: Storage, snap: Snapshot, names: li
     raw = scan(dirty, cols)
     meta = raw.metadataColumn("_metadata")
     rows = raw.select(*(raw[_q(n)] for n in cols), meta["row_index"].alias(_POS), meta["file_size"].alias(_SIZE))
-    bits = _bitsets(spark, dirty)
-    joined = rows.join(F.broadcast(bits), rows[_SIZE] == bits[_KEY])
-    live = joined.where(_not_in_bitset(joined[_POS], joined[_WORDS]))
+    deleted = _jvm_deleted(spark, dirty, rows[_SIZE], rows[_POS]) if JVM_FILTER else None
+    if deleted is not None:
+        live = rows.where(~deleted)
+    else:  # no jar for the tasks: a hash join on the size finds each row's bitset
+        bits = _bitsets(spark, dirty)
+        joined = rows.join(F.broadcast(bits), rows[_SIZE] == bits[_KEY])
+        live = joined.where(_not_in_bitset(joined[_POS], joined[_WORDS]))
     if any(f.key_ranges for f in dirty):
         # An anti-join, not a lambda over an array of ranges: Spark 4.1 loses
         # a lambda's outer column when nothing else selects it.
