@@ -743,7 +743,9 @@ def test_a_task_attempt_that_fails_once_commits_one_version_without_duplicates(t
 # ---------------------------------------------------------------------- streaming
 
 
-def test_stream_commits_each_micro_batch_once_across_restarts(spark, tmp_path):
+def _file_stream(spark, tmp_path, **options: str):
+    """Three Parquet files of 10 ids each, streamed one a micro-batch into the
+    table ``t`` by ``run()`` (a query with its checkpoint, ``availableNow``)."""
     src, uri, ck = tmp_path / "src", str(tmp_path / "t"), tmp_path / "ck"
     src.mkdir()
     for i in range(3):
@@ -751,18 +753,30 @@ def test_stream_commits_each_micro_batch_once_across_restarts(spark, tmp_path):
 
     def run() -> None:
         stream = spark.readStream.schema("id bigint").option("maxFilesPerTrigger", 1).parquet(str(src))
-        w = stream.writeStream.format("castsql").option("checkpointLocation", str(ck)).option("primaryKey", "id")
+        w = stream.writeStream.format("castsql").option("checkpointLocation", str(ck))
+        for k, v in options.items():
+            w = w.option(k, v)
         w.trigger(availableNow=True).start(uri).awaitTermination()
+
+    return src, uri, ck, run
+
+
+def _forget_batch(ck, batch: int) -> None:
+    """The table committed ``batch`` but the checkpoint lost its record of it (a
+    crash between the two): the restarted query replays it."""
+    (ck / "commits" / str(batch)).unlink()
+    (ck / "commits" / f".{batch}.crc").unlink()
+
+
+def test_stream_commits_each_micro_batch_once_across_restarts(spark, tmp_path):
+    src, uri, ck, run = _file_stream(spark, tmp_path, primaryKey="id")
 
     def batches() -> list[tuple[int, int | None]]:
         return [(m.version, m.summary.get("stream_batch")) for m in TableLog(open_storage(uri)).history()]
 
     run()
     assert batches() == [(0, None), (1, 0), (2, 1), (3, 2)]
-    # The table committed batch 2 but the checkpoint lost its record of it (a
-    # crash between the two): the restarted query replays batch 2.
-    (ck / "commits" / "2").unlink()
-    (ck / "commits" / ".2.crc").unlink()
+    _forget_batch(ck, 2)
     run()
     assert batches() == [(0, None), (1, 0), (2, 1), (3, 2)]
     pq.write_table(pa.table({"id": pa.array(range(30, 35), pa.int64())}), src / "f3.parquet")
@@ -777,22 +791,12 @@ def test_a_replayed_batch_is_known_after_gc_dropped_the_version_that_committed_i
     it, so GC keeping only the newest version loses nothing."""
     from castsql.spark import gc
 
-    src, uri, ck = tmp_path / "src", str(tmp_path / "t"), tmp_path / "ck"
-    src.mkdir()
-    for i in range(3):
-        pq.write_table(pa.table({"id": pa.array(range(i * 10, i * 10 + 10), pa.int64())}), src / f"f{i}.parquet")
-
-    def run() -> None:
-        stream = spark.readStream.schema("id bigint").option("maxFilesPerTrigger", 1).parquet(str(src))
-        w = stream.writeStream.format("castsql").option("checkpointLocation", str(ck))
-        w.trigger(availableNow=True).start(uri).awaitTermination()
-
+    _, uri, ck, run = _file_stream(spark, tmp_path)
     run()
     castsql.open(uri).append(pa.table({"id": pa.array([100], pa.int64())}))  # another writer
     report = gc(uri, keep_versions=1, grace=timedelta(0))
     assert report.removed_versions, report  # the versions of batches 0-2 are gone
-    (ck / "commits" / "2").unlink()  # the checkpoint lost batch 2: the restart replays it
-    (ck / "commits" / ".2.crc").unlink()
+    _forget_batch(ck, 2)
     head = TableLog(open_storage(uri)).latest().version
     run()
     assert TableLog(open_storage(uri)).latest().version == head

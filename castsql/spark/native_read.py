@@ -16,9 +16,9 @@ tested in generated code. Key ranges, where a version has any, are a second
 broadcast table (size, low, high) that rows of those files are anti-joined
 with.
 
-On 20M rows with 1 % scattered deletes this reads at 1.14-1.17x a plain
+On 20M rows with 1 % scattered deletes this reads at 1.11-1.17x a plain
 ``spark.read.parquet`` of the same files with the UDF (the metadata columns
-alone: 1.10-1.11x), 1.26-1.30x with the hash join, where the Python workers
+alone: 1.07-1.11x), 1.26-1.30x with the hash join, where the Python workers
 took 1.50-1.72x (docs/PERFORMANCE.md, "Deletes tested by a Java UDF"); Spark
 also prunes row groups by the query's own filters here. It applies only
 where Spark's reader can open the files and read them as the version's

@@ -16,8 +16,9 @@ import org.apache.spark.sql.types.DataTypes;
  * against the deleted positions of the files of one version, held as bitsets in a
  * broadcast. castsql.spark.read filters on it where this jar reaches the tasks
  * (SparkContext.addJar): one bit test a row, where the plan without it hash-joins
- * every row with a broadcast table of the bitsets (1.17x against 1.30x a plain
- * Parquet read, 20M rows, 1% deletes; the metadata columns alone cost 1.10x).
+ * every row with a broadcast table of the bitsets (1.11-1.17x against 1.26-1.30x
+ * a plain Parquet read, 20M rows, 1% deletes; the metadata columns alone cost
+ * 1.07-1.11x: docs/PERFORMANCE.md).
  */
 public final class Deleted implements UDF2<Long, Long, Boolean> {
     private final Broadcast<HashMap<Long, long[]>> bits;
