@@ -4,6 +4,10 @@ versions it leaves to the Python workers, named."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pyarrow as pa
 import pytest
 from pyroaring import BitMap
@@ -62,6 +66,41 @@ def test_every_version_and_tombstone_kind_through_sparks_reader(spark, events, b
             assert got["id"].to_pylist() == sorted(ids), f"version {version}"
             want = s.sql(f"SELECT * FROM events AS OF VERSION {version} ORDER BY id")
             assert got.equals(want.cast(got.schema)), f"version {version}"
+
+
+EXECUTOR_JVMS = """
+import sys
+from pyspark.sql import SparkSession
+import castsql.spark as cs
+
+uri = sys.argv[1]
+spark = SparkSession.builder.master("local-cluster[2,1,1024]").config("spark.ui.enabled", "false").getOrCreate()
+for v in sys.argv[2:]:
+    df = cs.read(spark, uri, version=int(v))
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    print(v, "UDF(" in plan, ",".join(map(str, sorted(df.select("id").toArrow()["id"].to_pylist()))))
+spark.stop()
+"""
+
+
+def test_executors_in_their_own_jvms_load_the_filter_the_driver_sent(events, tmp_path):
+    """A cluster's executors have no castsql-spark.jar of their own: the driver
+    sends it (SparkContext.addJar), and their tasks test deletes with its UDF.
+    ``local-cluster`` runs two executors, each in a JVM of its own."""
+    uri, ev = events
+    script = tmp_path / "cluster.py"
+    script.write_text(EXECUTOR_JVMS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    versions = [3, 5, 6]
+    out = subprocess.run(
+        [sys.executable, str(script), uri, *map(str, versions)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [ln.split(" ") for ln in out.stdout.splitlines() if ln.split(" ")[0] in map(str, versions)]
+    assert [(int(v), udf) for v, udf, _ in lines] == [(v, "True") for v in versions]
+    for v, _, ids in lines:
+        assert [int(i) for i in ids.split(",")] == sorted(ev.live[int(v)]), f"version {v}"
 
 
 @pytest.mark.parametrize(
