@@ -359,6 +359,7 @@ def test_stream_batches_are_carried_into_every_later_version(storage):
     assert m.version == 3 and m.streams == {"q": 4}
     doc = json.loads(m.to_bytes())
     assert doc["streams"] == {"q": 4}
-    doc["streams"] = {"q": "4"}
-    with pytest.raises(FormatError, match="'streams' must map stream queries to micro-batch ids"):
-        parse_manifest(json.dumps(doc).encode(), "m")
+    for bad in ({"q": "4"}, {"q": -1}, {"": 2}, [], 0, None):
+        doc["streams"] = bad
+        with pytest.raises(FormatError, match="m: 'streams' must map stream queries to micro-batch ids"):
+            parse_manifest(json.dumps(doc).encode(), "m")

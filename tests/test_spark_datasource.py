@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from datetime import timedelta
 from pathlib import Path
 
@@ -476,19 +477,68 @@ def test_a_users_own_session_with_an_installed_package_gets_the_jvm_source(event
     assert not list(Path(site).rglob("*.part")) and not list((tmp_path / "cache").rglob("*.part"))
 
 
-def test_without_a_jdk_the_jar_is_not_built_and_the_reason_is_given(tmp_path):
-    site = _installed_copy(tmp_path)
-    probe = "from castsql.spark.jvm.build import locate; print(locate())"
+NO_JDK_SESSIONS = textwrap.dedent(
+    """
+    import sys
+    from pyspark.sql import SparkSession
+    import castsql.spark as cs
+
+    uri = sys.argv[1]
+    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+    cs.register(spark)
+    print("first", spark.read.format("castsql").option("versionAsOf", 3).load(uri).count())
+    other = spark.newSession()
+    cs.register(other)
+    print("second", other.read.format("castsql").option("versionAsOf", 4).load(uri).count())
+    spark.stop()
+    """
+)
+
+
+def test_without_a_jdk_the_python_source_serves_every_session_and_says_why(events_table, tmp_path):
+    """No javac on the PATH and no jar: ``register`` warns once, naming the
+    reason, and the Python data source reads right, in a second session of the
+    same SparkContext too (Spark refused its name there: it checks the active
+    session's sources)."""
+    uri, ev = events_table
+    bin_dir = tmp_path / "bin"  # the machine's commands, but no javac
+    bin_dir.mkdir()
+    for d in ("/usr/local/bin", "/usr/bin", "/bin"):
+        for f in Path(d).iterdir() if Path(d).is_dir() else ():
+            if f.name != "javac" and not (bin_dir / f.name).exists():
+                (bin_dir / f.name).symlink_to(f)
+    script = tmp_path / "nojdk.py"
+    script.write_text(NO_JDK_SESSIONS)
+    env = _user_env(tmp_path, _installed_copy(tmp_path), path=str(bin_dir))
     out = subprocess.run(
-        [sys.executable, "-c", probe],
-        env=_user_env(tmp_path, site, path=""),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
+        [sys.executable, str(script), uri], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "(None, 'no JDK (javac) to build castsql-spark.jar with')"
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = [ln for ln in out.stdout.splitlines() if ln.split(" ")[0] in ("first", "second")]
+    assert lines == [f"first {len(ev.live[3])}", f"second {len(ev.live[4])}"]
+    assert out.stderr.count("format('castsql') is the Python data source") == 1
+    assert "no JDK (javac 17+) to build castsql-spark.jar with: install one" in out.stderr
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_damaged_jar_in_the_cache_is_built_again(tmp_path):
+    """A cached jar cut short (another tool, a full disk) is not loaded, where
+    it kept format('castsql') on the Python data source for good."""
+    site = _installed_copy(tmp_path)
+    probe = "from castsql.spark.jvm.build import locate; print(locate()[0])"
+
+    def locate() -> Path:
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env=_user_env(tmp_path, site), cwd=tmp_path, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr
+        return Path(out.stdout.strip())
+
+    jar = locate()
+    whole = jar.read_bytes()
+    jar.write_bytes(whole[:1000])
+    assert locate() == jar and len(jar.read_bytes()) > 1000
+    assert zipfile.ZipFile(jar).testzip() is None
 
 
 # ---------------------------------------------------------------------- write

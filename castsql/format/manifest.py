@@ -506,9 +506,9 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
     for k in ("operation", "commit_id", "writer"):
         if obj.get(k) is not None and not isinstance(obj[k], str):
             raise FormatError(f"{where}: {k!r} must be a string")
-    streams = obj.get("streams") or {}
+    streams = obj.get("streams", {})
     if not isinstance(streams, dict) or not all(
-        isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in streams.values()
+        q and isinstance(b, int) and not isinstance(b, bool) and b >= 0 for q, b in streams.items()
     ):
         raise FormatError(f"{where}: 'streams' must map stream queries to micro-batch ids (integers >= 0)")
     return Manifest(

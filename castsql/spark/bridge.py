@@ -92,8 +92,7 @@ def _fallback(why: str) -> None:
     """Say once per reason that ``format("castsql")`` is the slower Python data source."""
     log.warning(
         "castsql: format('castsql') is the Python data source (2-2.6x a plain Parquet read or write, where "
-        "the JVM data source takes 1.15-1.5x): %s. Install a JDK (javac 17+): register(spark) in a new "
-        "process builds the JVM half once (or run `python -m castsql.spark.jvm.build`)",
+        "the JVM data source takes 1.1-1.5x): %s",
         why,
     )
 

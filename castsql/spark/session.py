@@ -134,7 +134,18 @@ def register(spark: SparkSession) -> SparkSession:
         return spark
     manager = spark._jsparkSession.sessionState().dataSourceManager()
     if not manager.dataSourceExists(CastSQLDataSource.name()):
-        spark.dataSource.register(for_session(Splits.of(spark)))
+        # Spark refuses a name the *active* session has already (another session of
+        # this SparkContext, newSession()), though each session looks its own up.
+        jss = spark.sparkContext._jvm.org.apache.spark.sql.SparkSession
+        active = jss.getActiveSession()
+        jss.setActiveSession(spark._jsparkSession)
+        try:
+            spark.dataSource.register(for_session(Splits.of(spark)))
+        finally:
+            if active.isDefined():
+                jss.setActiveSession(active.get())
+            else:
+                jss.clearActiveSession()
     return spark
 
 

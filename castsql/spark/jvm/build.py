@@ -19,6 +19,7 @@ either builds a fresh one.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -49,6 +50,7 @@ def _pyspark() -> tuple[str, Path] | None:
     return pyspark.__version__, Path(pyspark.__file__).parent / "jars"
 
 
+@functools.cache  # the sources do not change under a running process
 def _stamp(version: str) -> str:
     h = hashlib.sha256(version.encode())
     for src in SOURCES:
@@ -73,12 +75,15 @@ def _compile(javac: str, jars: Path, target: Path) -> None:
         if done.returncode != 0:
             raise BuildFailed(done.stderr.strip())
         part = target.with_name(f"{target.name}.{os.getpid()}.part")
-        with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as jar:
-            jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
-            jar.writestr(SERVICE, PROVIDER + "\n")
-            for f in sorted(out.rglob("*.class")):
-                jar.write(f, f.relative_to(out).as_posix())
-        part.replace(target)
+        try:
+            with zipfile.ZipFile(part, "w", zipfile.ZIP_DEFLATED) as jar:
+                jar.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+                jar.writestr(SERVICE, PROVIDER + "\n")
+                for f in sorted(out.rglob("*.class")):
+                    jar.write(f, f.relative_to(out).as_posix())
+            part.replace(target)
+        finally:
+            part.unlink(missing_ok=True)
 
 
 def locate() -> tuple[Path | None, str]:
@@ -97,20 +102,30 @@ def locate() -> tuple[Path | None, str]:
         return None, "PySpark is not installed"
     version, jars = spark
     want = _stamp(version)
-    if JAR.exists() and STAMP.exists() and STAMP.read_text() == want:
+    if JAR.exists() and STAMP.exists() and STAMP.read_text() == want and _whole(JAR):
         return JAR, ""
     cached = cache_dir() / f"castsql-spark-{want[:16]}.jar"
-    if cached.exists():
+    if cached.exists() and _whole(cached):
         return cached, ""
     javac = shutil.which("javac")
     if javac is None:
-        return None, "no JDK (javac) to build castsql-spark.jar with"
+        return None, "no JDK (javac 17+) to build castsql-spark.jar with: install one"
     log.warning("castsql: building castsql-spark.jar for PySpark %s into %s (once)", version, cached.parent)
     try:
         _compile(javac, jars, cached)
     except (BuildFailed, OSError) as e:
         return None, f"castsql-spark.jar could not be built: {e}"
     return cached, ""
+
+
+def _whole(jar: Path) -> bool:
+    """Is ``jar`` a jar this build wrote (a readable zip with the service entry)?
+    One cut short or damaged by another tool is built again, not loaded."""
+    try:
+        with zipfile.ZipFile(jar) as z:
+            return SERVICE in z.namelist() and z.testzip() is None
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def build() -> int:
@@ -123,7 +138,7 @@ def build() -> int:
         return 0
     version, jars = spark
     want = _stamp(version)
-    if JAR.exists() and STAMP.exists() and STAMP.read_text() == want:
+    if JAR.exists() and STAMP.exists() and STAMP.read_text() == want and _whole(JAR):
         return 0
     try:
         _compile(javac, jars, JAR)

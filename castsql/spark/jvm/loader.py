@@ -33,7 +33,7 @@ def load_jar(spark: SparkSession) -> str | None:
     try:
         loader.loadClass(PROVIDER)
     except Py4JJavaError:  # a jar this JVM cannot load (built for another Spark)
-        return f"{jar} cannot be loaded by this JVM"
+        return f"{jar} cannot be loaded by this JVM: remove it and call castsql.spark.register in a new process"
     return None
 
 
