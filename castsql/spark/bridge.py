@@ -77,8 +77,8 @@ def install(spark: SparkSession) -> bool:
     Python data source."""
     from pyspark.java_gateway import ensure_callback_server_started
 
-    why = load_jar(spark)
-    if why is not None:
+    jar, why = load_jar(spark)
+    if jar is None:
         _fallback(why)
         return False
     sc = spark.sparkContext

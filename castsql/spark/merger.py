@@ -71,6 +71,7 @@ from castsql.format.schema import type_from_name
 from castsql.format.tombstone import serialize_tombstones
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import Snapshot, resolve
+from castsql.spark.types import quote
 from castsql.storage import S3Config, open_storage
 from castsql.write.commit import commit_dml, with_retries
 from castsql.write.keys import check_input_keys, existing_keys, refuse_existing
@@ -96,10 +97,6 @@ if TYPE_CHECKING:
 __all__ = ["cdc_merge", "merge", "update"]
 
 ROWS_PER_TASK = 500_000  # new rows per output task of a merge: a few large files, not one per shuffle partition
-
-
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 # ---------------------------------------------------------------------- worker side
@@ -246,7 +243,7 @@ def _cast_columns(
     for f in snap.schema.to_arrow():
         want = spark_type(f.type)
         got = df.schema[f.name].dataType
-        col = F.col(_quote(f.name))
+        col = F.col(quote(f.name))
         source = texts.get(f.name.lower())
         if _fits_value(got, f.type):
             out.append(col.cast(want).alias(f.name))
@@ -409,14 +406,14 @@ def cdc_merge(
 
     keys = [key] if isinstance(key, str) else list(key)
     if sequence is not None:
-        w = Window.partitionBy(*map(_quote, keys)).orderBy(F.col(_quote(sequence)).desc())
+        w = Window.partitionBy(*map(quote, keys)).orderBy(F.col(quote(sequence)).desc())
         batch = batch.withColumn("_castsql_rank", F.row_number().over(w)).where("_castsql_rank = 1")
         batch = batch.drop("_castsql_rank")
     if (query is None) != (batch_id is None):
         raise MergeError(f"{uri}: cdc_merge: give query and batch_id together (from foreachBatch), or neither")
     stream = (str(query), int(batch_id)) if query is not None and batch_id is not None else None
     log = TableLog(open_storage(uri, s3=s3))
-    spec = cdc_merge_spec(keys, op_column, delete_values, quote=_quote)
+    spec = cdc_merge_spec(keys, op_column, delete_values, quote=quote)
     started = time.perf_counter()
     metrics = _execute_merge(
         spark, log, spec, batch, attempts, DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES, stream=stream
@@ -498,7 +495,7 @@ def _execute_merge(
                 target_view
             )
             try:
-                acts = spark.sql(actions_sql(spec, _quote(target_view), _quote(source_view), names, _quote))
+                acts = spark.sql(actions_sql(spec, quote(target_view), quote(source_view), names, quote))
                 cast, lossy = _cast_columns(acts, snap, table, "merge", texts)
                 out = acts.select(
                     FILE_COL,
@@ -583,12 +580,12 @@ def _run_merge(
         F.sum(F.when(changes & (F.col(MATCHES_COL) > 1), 1).otherwise(0)).alias("multiple"),
     ]
     if key is not None:
-        k = F.when(action == ACTION_INSERT, F.col(_quote(key)))
+        k = F.when(action == ACTION_INSERT, F.col(quote(key)))
         aggs += [F.min(k).alias("lo"), F.max(k).alias("hi")]
     aggs += [F.min(f"_castsql_lossy{j}").alias(f"lossy{j}") for j in range(len(lossy))]
     pk = snap.primary_key if check_keys else None
     if pk is not None:  # NULL and repeated inserted keys, counted in the same job
-        pkc = F.col(_quote(pk))
+        pkc = F.col(quote(pk))
         aggs += [
             F.sum(F.when((action == ACTION_INSERT) & pkc.isNull(), 1).otherwise(0)).alias("null_keys"),
             F.count_distinct(F.when(action == ACTION_INSERT, pkc)).alias("distinct_keys"),
@@ -610,7 +607,7 @@ def _run_merge(
     plan = _plan_from_positions(spark, log, snap, out.where(changes).select(FILE_COL, RG_COL, POS_COL), "merge")
     if plan.rows != updated + deleted:
         raise CastSQLError(f"{table}: merge: planned {plan.rows} tombstoned row(s) for {updated + deleted} changed")
-    new = out.where(action.isin(ACTION_UPDATE, ACTION_INSERT)).select(*map(_quote, snap.schema.names))
+    new = out.where(action.isin(ACTION_UPDATE, ACTION_INSERT)).select(*map(quote, snap.schema.names))
     # A few large files, not one per shuffle partition: about one task per ROWS_PER_TASK new rows.
     new = new.coalesce(max(1, math.ceil((updated + inserted) / ROWS_PER_TASK)))
     files = _write_rows(log, snap, new, "merge", rgs, tfb)
@@ -653,7 +650,7 @@ def _inserted_keys(table: str, out: DataFrame, pk: str) -> pa.Array:
     from castsql.spark.errors import job_errors
 
     with job_errors(f"{table}: merge"):
-        keys = out.where(F.col(ACTION_COL) == ACTION_INSERT).select(_quote(pk)).toArrow()
+        keys = out.where(F.col(ACTION_COL) == ACTION_INSERT).select(quote(pk)).toArrow()
     return keys.column(0).combine_chunks()
 
 
@@ -705,8 +702,8 @@ def _multiple_matches(spark: SparkSession, log: TableLog, spec: MergeSpec, out: 
     keys = list(spec.keys or ())
     with job_errors(f"{log.uri}: merge"):
         if keys:
-            t = spark.table(_quote(view)).select(FILE_COL, POS_COL, *map(_quote, keys))
-            rows = ident.join(t, [FILE_COL, POS_COL]).select(*map(_quote, keys)).limit(5).collect()
+            t = spark.table(quote(view)).select(FILE_COL, POS_COL, *map(quote, keys))
+            rows = ident.join(t, [FILE_COL, POS_COL]).select(*map(quote, keys)).limit(5).collect()
             seen = [", ".join(f"{k}={v!r}" for k, v in zip(keys, r, strict=True)) for r in rows]
         else:
             seen = [f"row {r[1]} of {r[0]}" for r in ident.limit(5).collect()]
@@ -796,7 +793,7 @@ def update(
         df = read_snapshot(spark, log, snap)
         try:
             new = df.where(F.expr(cond)).select(
-                *[F.expr(assign[c]).alias(c) if c in assign else F.col(_quote(c)) for c in names]
+                *[F.expr(assign[c]).alias(c) if c in assign else F.col(quote(c)) for c in names]
             )
             check_types(df.select(F.expr(cond)), table, "condition", cond)
             for c, e in assign.items():

@@ -56,7 +56,7 @@ from castsql.format import Schema
 from castsql.format.schema import type_from_name
 from castsql.format.tombstone import key_bound
 from castsql.snapshot import ResolvedFile, Snapshot
-from castsql.spark.types import spark_schema, spark_type
+from castsql.spark.types import quote, spark_schema, spark_type
 from castsql.storage import Storage
 from castsql.storage.local import LocalStorage
 
@@ -169,11 +169,6 @@ def _file_why_not(f: ResolvedFile, want: dict[str, pa.DataType]) -> str | None:
     return None
 
 
-def _q(name: str) -> str:
-    """A column name as Spark reads it literally (``a.b`` is not a field of ``a``)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _read_columns(snap: Snapshot, names: list[str]) -> list[str]:
     """``names``, and the primary key where key ranges are tested on it."""
     pk = snap.primary_key
@@ -269,7 +264,7 @@ def read_native(spark: SparkSession, storage: Storage, snap: Snapshot, names: li
     cols = _read_columns(snap, names)
     raw = scan(dirty, cols)
     meta = raw.metadataColumn("_metadata")
-    rows = raw.select(*(raw[_q(n)] for n in cols), meta["row_index"].alias(_POS), meta["file_size"].alias(_SIZE))
+    rows = raw.select(*(raw[quote(n)] for n in cols), meta["row_index"].alias(_POS), meta["file_size"].alias(_SIZE))
     deleted = _jvm_deleted(spark, dirty, rows[_SIZE], rows[_POS]) if JVM_FILTER else None
     if deleted is not None:
         live = rows.where(~deleted)
@@ -282,8 +277,8 @@ def read_native(spark: SparkSession, storage: Storage, snap: Snapshot, names: li
         # a lambda's outer column when nothing else selects it.
         pk = snap.primary_key
         ranges = _key_ranges(spark, dirty, type_from_name(snap.schema.column(pk).type))  # type: ignore[union-attr, arg-type]
-        key = live[_q(pk)]  # type: ignore[arg-type]
+        key = live[quote(pk)]  # type: ignore[arg-type]
         hit = (live[_SIZE] == ranges[_KEY]) & (key >= ranges[_LO]) & (key <= ranges[_HI])
         live = live.join(F.broadcast(ranges), hit, "left_anti")  # a NULL key is in no range
-    out = live.select(*(rows[_q(n)] for n in names))
+    out = live.select(*(rows[quote(n)] for n in names))
     return scan(clean, names).unionByName(out) if clean else out

@@ -49,7 +49,7 @@ from castsql.format.manifest import json_stat
 from castsql.format.schema import json_ordered, type_from_name
 from castsql.format.writer import fixed_width
 from castsql.spark.native_read import parquet_is_v1
-from castsql.spark.types import arrow_for_spark, spark_type
+from castsql.spark.types import arrow_for_spark, quote, spark_type
 from castsql.storage import Storage
 from castsql.storage.local import LocalStorage
 
@@ -124,7 +124,7 @@ def _projected(df: DataFrame, schema: Schema) -> DataFrame:
     cols = []
     for c in schema.columns:
         t = spark_type(type_from_name(c.type))
-        src = df["`" + c.name.replace("`", "``") + "`"] if c.name in have else F.lit(None)
+        src = df[quote(c.name)] if c.name in have else F.lit(None)
         cols.append(src.cast(t).alias(c.name))
     return df.select(*cols)
 

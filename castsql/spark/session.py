@@ -170,21 +170,26 @@ def register_views(
     """
     from castsql.errors import CastSQLError, TableNotFound
     from castsql.format.layout import POINTER_KEY, manifest_key
+    from castsql.format.schema import same_but_case
+    from castsql.spark.types import quote
     from castsql.storage import open_storage
 
     register(spark)
     storage = open_storage(warehouse, s3=s3)
-    frames = {}
+    tables = {}
     for child in sorted(storage.list_dirs()):
         sub = storage.child(child)
-        if not (sub.exists(POINTER_KEY) or sub.exists(manifest_key(0))):
-            continue
-        if (other := next((n for n in frames if n.lower() == child.lower()), None)) is not None:
-            # Spark's view names ignore case: one would hide the other.
-            raise CastSQLError(
-                f"{storage.root}: tables {other!r} and {child!r} differ only in case, and Spark's view names "
-                "ignore case; no views were made (register each with spark.read.format('castsql') under a name)"
-            )
+        if sub.exists(POINTER_KEY) or sub.exists(manifest_key(0)):
+            tables[child] = sub
+    if not tables:
+        raise TableNotFound(f"{storage.root}: no tables in this warehouse")
+    if pair := same_but_case(list(tables)):  # Spark's view names ignore case: one would hide the other
+        raise CastSQLError(
+            f"{storage.root}: tables {pair[0]!r} and {pair[1]!r} differ only in case, and Spark's view names "
+            "ignore case; no views were made (register each with spark.read.format('castsql') under a name)"
+        )
+    frames = {}
+    for child, sub in tables.items():
         reader = spark.read.format("castsql")
         for k, v in _s3_options(getattr(sub, "config", None) or s3).items():
             reader = reader.option(k, v)
@@ -193,11 +198,9 @@ def register_views(
         if timestamp is not None:
             reader = reader.option("timestampAsOf", timestamp)
         frames[child] = reader.load(sub.root)
-    if not frames:
-        raise TableNotFound(f"{storage.root}: no tables in this warehouse")
     # Every table resolved before any view is made: a failure leaves none behind.
     for child, df in frames.items():
-        df.createOrReplaceTempView("`" + child.replace("`", "``") + "`")  # my-table, 2024: quoted in SQL
+        df.createOrReplaceTempView(quote(child))  # my-table, 2024: quoted in SQL
     return list(frames)
 
 

@@ -20,6 +20,18 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 
+def quote(name: str) -> str:
+    """A column or view name as Spark reads it literally (``a.b`` is not a
+    field of ``a``, ``my-table`` not a subtraction).
+
+    Example::
+
+        >>> quote("a`b")
+        '`a``b`'
+    """
+    return "`" + name.replace("`", "``") + "`"
+
+
 def schema_from_spark(struct: StructType) -> Schema:
     """The CastSQL schema of a Spark DataFrame's rows, or SchemaMismatch for
     types the table format cannot hold (arrays, maps, structs, intervals…)."""

@@ -102,7 +102,7 @@ def locate() -> tuple[Path | None, str]:
         return None, "PySpark is not installed"
     version, jars = spark
     want = _stamp(version)
-    if JAR.exists() and STAMP.exists() and STAMP.read_text() == want and _whole(JAR):
+    if _built_here(want):
         return JAR, ""
     cached = cache_dir() / f"castsql-spark-{want[:16]}.jar"
     if cached.exists() and _whole(cached):
@@ -118,9 +118,23 @@ def locate() -> tuple[Path | None, str]:
     return cached, ""
 
 
+def _built_here(want: str) -> bool:
+    """Is the jar next to the sources whole and built from them (``want``, their stamp)?"""
+    return JAR.exists() and STAMP.exists() and STAMP.read_text() == want and _whole(JAR)
+
+
 def _whole(jar: Path) -> bool:
     """Is ``jar`` a jar this build wrote (a readable zip with the service entry)?
     One cut short or damaged by another tool is built again, not loaded."""
+    try:
+        st = jar.stat()
+    except OSError:
+        return False
+    return _whole_as_of(jar, st.st_size, st.st_mtime_ns)
+
+
+@functools.cache  # every castsql.spark.read asks: read the zip once per file version
+def _whole_as_of(jar: Path, size: int, mtime_ns: int) -> bool:
     try:
         with zipfile.ZipFile(jar) as z:
             return SERVICE in z.namelist() and z.testzip() is None
@@ -138,7 +152,7 @@ def build() -> int:
         return 0
     version, jars = spark
     want = _stamp(version)
-    if JAR.exists() and STAMP.exists() and STAMP.read_text() == want and _whole(JAR):
+    if _built_here(want):
         return 0
     try:
         _compile(javac, jars, JAR)

@@ -4,6 +4,7 @@ tasks: :class:`castsql.spark.jvm.Deleted`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from castsql.spark.jvm import PROVIDER
@@ -13,28 +14,28 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def load_jar(spark: SparkSession) -> str | None:
-    """Add castsql-spark.jar to the class loader PySpark's JVM threads share;
-    None once it is there, else why it cannot be."""
+def load_jar(spark: SparkSession) -> tuple[Path | None, str]:
+    """Add castsql-spark.jar to the class loader PySpark's JVM threads share:
+    the jar once it is there, else None and why it cannot be."""
     from py4j.protocol import Py4JJavaError
 
     jar, why = locate()
     if jar is None:
-        return why
+        return None, why
     jvm = spark.sparkContext._jvm
     loader = jvm.Thread.currentThread().getContextClassLoader()
     # PySpark's JVM threads share spark-submit's MutableURLClassLoader: a jar
     # added to it is seen by every thread (a SQL ``ADD JAR`` only by one).
     if loader is None or loader.getClass().getName() != "org.apache.spark.util.MutableURLClassLoader":
-        return "this JVM's context class loader is not spark-submit's (was the session started from PySpark?)"
+        return None, "this JVM's context class loader is not spark-submit's (was the session started from PySpark?)"
     url = jvm.java.io.File(str(jar)).toURI().toURL()
     if not any(u.equals(url) for u in loader.getURLs()):
         loader.addURL(url)
     try:
         loader.loadClass(PROVIDER)
     except Py4JJavaError:  # a jar this JVM cannot load (built for another Spark)
-        return f"{jar} cannot be loaded by this JVM: remove it and call castsql.spark.register in a new process"
-    return None
+        return None, f"{jar} cannot be loaded by this JVM: remove it and call castsql.spark.register in a new process"
+    return jar, ""
 
 
 def ship_jar(spark: SparkSession) -> bool:
@@ -47,9 +48,9 @@ def ship_jar(spark: SparkSession) -> bool:
         >>> ship_jar(spark)                    # doctest: +SKIP
         True
     """
-    if load_jar(spark) is not None:
+    jar, _ = load_jar(spark)
+    if jar is None:
         return False
-    jar, _ = locate()
     jsc = spark.sparkContext._jsc.sc()
     if f"/{jar.name}\n" not in jsc.listJars().mkString("\n") + "\n":  # type: ignore[union-attr]
         jsc.addJar(str(jar))
