@@ -28,6 +28,32 @@ class SchemaMismatch(CastSQLError):
     """Data does not fit the table's schema."""
 
 
+class KeyViolation(CastSQLError):
+    """A write would leave the table's primary key NULL, NaN or repeated
+    (FORMAT.md §3.1); nothing was committed."""
+
+
+class DuplicateKey(KeyViolation):
+    """Rows whose primary key is repeated, or already held by a live row of
+    the table; nothing was committed."""
+
+
+class NullKey(DuplicateKey):
+    """Rows whose primary key is NULL (or NaN); nothing was committed. A
+    DuplicateKey too, so code that caught every key refusal as DuplicateKey
+    before NullKey existed still does."""
+
+
+class WriteError(CastSQLError):
+    """A write that cannot run as asked (bad condition, unknown column, wrong
+    type); nothing was written."""
+
+
+class MergeError(WriteError):
+    """A merge that cannot run as asked: bad clauses, unknown columns, or several
+    source rows matching one target row. Nothing was written."""
+
+
 class CommitConflict(CastSQLError):
     """A commit could not be applied: a concurrent change made it invalid, or
     every retry lost the race."""

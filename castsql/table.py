@@ -230,7 +230,7 @@ class Table:
     # ------------------------------------------------------------------ writes (embedded engine, no Spark)
 
     def _writer(self) -> Any:
-        from castsql.engine.dml import Writer
+        from castsql.embedded.writer import Writer
 
         if self._pinned:
             raise CastSQLError(

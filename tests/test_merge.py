@@ -265,16 +265,17 @@ def test_racing_increments_of_one_key_never_lose_an_update(tmp_path):
 def test_a_merge_racing_an_append_of_its_new_key_plans_again(tmp_path):
     root = str(tmp_path / "kv")
     t = make(root, n=10)
-    from castsql.engine.dml import Writer
+    from castsql.embedded.writer import Writer
     from castsql.snapshot import resolve
+    from castsql.write.pipeline import Options, merge_once
 
     w = Writer(t._session, t.name)
     stale = resolve(w.log)  # the merge read version 1 ...
     t.append(src([42], v="appended"))  # ... then an append of the key it inserts landed
     spec = t.merge(src([42]), on="id").when_matched_update_all().when_not_matched_insert_all().spec()
-    w.con.register("s42", src([42]))
+    w.use_source(src([42]))
     with pytest.raises(CommitConflict, match="may hold a key this merge inserts"):
-        w._merge_once(spec, src([42]), "s42", stale)
+        merge_once(w, spec, stale, Options())
     # The engine's own loop re-plans from the new head: the key is matched and updated, not duplicated.
     m = t.merge(src([42]), on="id").when_matched_update_all().when_not_matched_insert_all().execute()
     assert (m.num_target_rows_updated, m.num_target_rows_inserted) == (1, 0)
@@ -285,15 +286,16 @@ def test_a_merge_racing_an_append_of_its_new_key_plans_again(tmp_path):
 def test_an_append_elsewhere_in_the_key_space_does_not_conflict(tmp_path):
     root = str(tmp_path / "kv")
     t = make(root, n=10)
-    from castsql.engine.dml import Writer
+    from castsql.embedded.writer import Writer
     from castsql.snapshot import resolve
+    from castsql.write.pipeline import Options, merge_once
 
     w = Writer(t._session, t.name)
     stale = resolve(w.log)
     t.append(src([500]))
     spec = t.merge(src([42]), on="id").when_not_matched_insert_all().spec()
-    w.con.register("s42", src([42]))
-    m = w._merge_once(spec, src([42]), "s42", stale)
+    w.use_source(src([42]))
+    m = merge_once(w, spec, stale, Options())
     assert m.version == 3 and set(rows(t.at())) == {*range(10), 42, 500}
     t.close()
 

@@ -197,7 +197,7 @@ def test_delete_gives_up_after_bounded_attempts(spark, events_df, tmp_path, monk
         return plan
 
     monkeypatch.setattr(deleter_mod, "plan_delete", plan_then_compact_every_time)
-    with pytest.raises(CommitConflict, match="gave up after 2 attempts"):
+    with pytest.raises(CommitConflict, match="conflicted with it 2 times"):
         delete(spark, uri, "id = 199", attempts=2)
     assert 199 in {r.id for r in read(spark, uri).collect()}
 

@@ -8,8 +8,7 @@ import pytest
 from tables import build_events
 
 import castsql
-from castsql.engine.dml import WriteError
-from castsql.errors import CastSQLError, SchemaMismatch
+from castsql.errors import CastSQLError, SchemaMismatch, WriteError
 from castsql.format import TableLog
 from castsql.storage import open_storage
 

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from castsql.engine import names
 from castsql.engine.quoting import ident
+from castsql.engine.views import ROW_FILE, ROW_POS
 from castsql.errors import CastSQLError, VersionNotFound
 from castsql.snapshot import Snapshot, resolve
 
@@ -180,11 +181,11 @@ def changes(session: Session, table: str, start: int, end: int | None = None) ->
         meta = f"{v}::BIGINT AS _commit_version, TIMESTAMPTZ '{ts}' AS _commit_timestamp"
         parts.append(
             f"SELECT {ccols}, 'insert' AS _change_type, {meta} FROM {ident(cv)} AS c "
-            f"ANTI JOIN {ident(pv)} AS p ON c._file = p._file AND c._pos = p._pos"
+            f"ANTI JOIN {ident(pv)} AS p ON c.{ROW_FILE} = p.{ROW_FILE} AND c.{ROW_POS} = p.{ROW_POS}"
         )
         parts.append(
             f"SELECT {pcols}, 'delete' AS _change_type, {meta} FROM {ident(pv)} AS p "
-            f"ANTI JOIN {ident(cv)} AS c ON c._file = p._file AND c._pos = p._pos"
+            f"ANTI JOIN {ident(cv)} AS c ON c.{ROW_FILE} = p.{ROW_FILE} AND c.{ROW_POS} = p.{ROW_POS}"
         )
     if not parts:
         empty = pa.schema(

@@ -16,7 +16,7 @@ Design (measured in bench/read_bench.py, see docs/ENGINE.md):
   their deleted positions in the row groups the query can reach: through
   CastSQL's extension (:mod:`castsql.engine.native`, a bit per row read in
   the pipeline) where it is built, else with an anti-join;
-- audits need row identity, so their views carry ``_file`` and ``_pos`` and
+- audits need row identity, so their views carry ``_castsql_file`` and ``_castsql_pos`` and
   apply deletes with an anti-join on (file_index, file_row_number).
 """
 
@@ -136,7 +136,8 @@ class Views:
         """Create (or replace) the temp view ``name`` holding the live rows of ``snap``.
 
         ``predicates`` prune files by manifest min/max first; ``positions`` adds
-        ``_file`` (table key) and ``_pos`` (row position) columns, for audits;
+        ``ROW_FILE`` (table key) and ``ROW_POS`` (row position) columns, for
+        audits and writes (names no table column can have: FORMAT.md §3.1);
         ``within``: every query of the view applies these predicates (a view of
         a pruned file set), so deletes in row groups they exclude need not apply;
         ``lake=False``: no DuckLake catalog on this connection (a user's own
@@ -412,19 +413,19 @@ class Views:
 
     def _positional_body(self, name: str, snap: Snapshot, files: list[ResolvedFile]) -> str:
         if not files:
-            return f"SELECT *, NULL::VARCHAR AS _file, NULL::BIGINT AS _pos FROM ({self._empty(name, snap)})"
+            return f"SELECT *, NULL::VARCHAR AS {ROW_FILE}, NULL::BIGINT AS {ROW_POS} FROM ({self._empty(name, snap)})"
         branches = []
         for n, (group, members) in enumerate(self._groups(files)):
             proj = self._projection(snap, group, members[0])
             keys = pa.table(
-                {"file_index": pa.array(range(len(members)), pa.uint64()), "_file": [f.key for f in members]}
+                {"file_index": pa.array(range(len(members)), pa.uint64()), ROW_FILE: [f.key for f in members]}
             )
             files_view, deletes_view = names.internal("files", n, owner=name), names.internal("deletes", n, owner=name)
             self.con.register(files_view, keys)
             self.con.register(deletes_view, _positions(self, snap, members))
             cols = ", ".join(f"p.{ident(c)}" for c in snap.schema.names)
             branches.append(
-                f"SELECT {cols}, k._file, p.{_POS} AS _pos "
+                f"SELECT {cols}, k.{ROW_FILE}, p.{_POS} AS {ROW_POS} "
                 f"FROM (SELECT {proj}, file_index AS {_FI}, file_row_number AS {_POS} "
                 f"FROM read_parquet({_file_list([f.uri for f in members])})) p "
                 f"JOIN {ident(files_view)} k ON p.{_FI} = k.file_index "
@@ -450,6 +451,8 @@ def _positions(views: Views, snap: Snapshot, files: list[ResolvedFile]) -> pa.Ta
 
 
 _FI, _POS = "__castsql_file_index", "__castsql_pos"
+# A row's identity in a positional view: its file's table key and position.
+ROW_FILE, ROW_POS = "_castsql_file", "_castsql_pos"
 
 
 _RANGE_CACHE = 1024  # files' key-range positions kept (a session's memory stays bounded)

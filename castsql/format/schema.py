@@ -115,6 +115,32 @@ def same_but_case(names: list[str]) -> tuple[str, str] | None:
     return None
 
 
+# Names no column may have, in any case (FORMAT.md §3.1): DuckDB's Parquet
+# scan gives a row's position and file as the virtual columns file_row_number
+# and file_index, and a file column of either name hides them (DuckDB 1.5
+# refuses its file_row_number option on such a file), so the rows of a delete
+# or an update could not be found; and the prefix the writers' and readers'
+# own columns carry, so that no table column can be mistaken for one.
+RESERVED_NAMES = ("file_row_number", "file_index")
+_RESERVED_PREFIX = re.compile(r"_+castsql_", re.I)
+
+
+def reserved(name: str) -> str | None:
+    """Why no column may be called ``name``, or None when it may.
+
+    >>> reserved("_pos") is None, reserved("File_Index") is not None, reserved("_CastSQL_x") is not None
+    (True, True, True)
+    """
+    if name.lower() in RESERVED_NAMES:
+        return (
+            f"column name {name!r} is reserved: DuckDB's Parquet scan gives each row's "
+            f"{name.lower()} under that name, and a column of the same name would hide it; rename the column"
+        )
+    if _RESERVED_PREFIX.match(name):
+        return f"column name {name!r} is reserved: names starting with _castsql_ are CastSQL's own; rename the column"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Schema:
     columns: tuple[Column, ...]
@@ -123,6 +149,9 @@ class Schema:
         if any(c.name == "" for c in self.columns):
             # DuckDB's SQL cannot name it (a zero-length identifier), nor Spark's.
             raise SchemaMismatch("a column's name is empty, which no SQL can name")
+        for c in self.columns:
+            if why := reserved(c.name):
+                raise SchemaMismatch(why)
         pair = same_but_case([c.name for c in self.columns])
         if pair:
             raise SchemaMismatch(

@@ -19,7 +19,7 @@ stdout. Errors are one line on stderr: exit code 2 for a malformed command
 line, 1 for everything else; either way nothing is committed.
 
 ``--engine duckdb`` runs delete, update and merge in this process with the
-embedded engine (:mod:`castsql.engine.dml`, what ``castsql.Table`` uses): no
+embedded engine (:mod:`castsql.embedded.writer`, what ``castsql.Table`` uses): no
 JVM, pyspark never imported. Spark is the default.
 
 Example::

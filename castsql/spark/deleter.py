@@ -35,24 +35,22 @@ Example::
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from castsql.errors import CastSQLError, CommitConflict
+from castsql.errors import CastSQLError
 from castsql.format import Manifest, TableLog
 from castsql.snapshot import Snapshot, resolve
 from castsql.spark.errors import check_types, job_errors
 from castsql.spark.reader import read_snapshot
 from castsql.spark.tasks import summarize_task
 from castsql.storage import S3Config, open_storage
+from castsql.write.commit import commit_dml, with_retries
 from castsql.write.records import FILE_COL, MATCH_COL, PK_COL, POS_COL, RG_COL, DeletePlan, key_range_type, plan_records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-log_ = logging.getLogger(__name__)
 
 
 class BadCondition(CastSQLError):
@@ -126,17 +124,16 @@ def delete(
     if not where or not where.strip():
         raise BadCondition("the delete condition is empty (to delete every row, say so: --where 'true')")
     log = TableLog(open_storage(uri, s3=s3))
-    for attempt in range(attempts):
+
+    def attempt(_: int) -> Manifest | None:
         snap = resolve(log)
         plan = plan_delete(spark, log, snap, where)
         if not plan.records:
             return None
-        try:
-            return log.delete(plan.records, read_version=snap.version, deleted_rows=plan.rows)
-        except CommitConflict as e:
-            if attempt == attempts - 1:
-                raise CommitConflict(f"{e}; gave up after {attempts} attempts") from None
-            log_.warning(
-                "delete read version %d, which a concurrent commit invalidated: %s; recomputing", snap.version, e
-            )
-    raise AssertionError("unreachable")
+        # The embedded delete's commit and conflict rules (castsql.write.commit).
+        return commit_dml(
+            log, operation="DELETE", read_version=snap.version, records=plan.records, files=[],
+            summary={"deleted_rows": plan.rows},
+        )  # fmt: skip
+
+    return with_retries(f"table {log.uri}: delete", attempts, attempt)

@@ -74,18 +74,21 @@ from castsql.snapshot import Snapshot, resolve
 from castsql.spark.types import quote
 from castsql.storage import S3Config, open_storage
 from castsql.write.commit import commit_dml, with_retries
-from castsql.write.keys import check_input_keys, existing_keys, refuse_existing
+from castsql.write.keys import check_input_keys, check_written_keys
 from castsql.write.merge import (
     ACTION_COL,
     ACTION_DELETE,
     ACTION_INSERT,
     ACTION_UPDATE,
     MATCHES_COL,
+    OLD_KEY_COL,
     MergeBuilder,
     MergeError,
     MergeMetrics,
     MergeSpec,
     actions_sql,
+    inserts_unmatched,
+    moves_keys,
     validate,
 )
 from castsql.write.records import FILE_COL, POS_COL, RG_COL, plan_records
@@ -489,13 +492,16 @@ def _execute_merge(
                 snap, new_schema = evolved, evolved.schema
         names = snap.schema.names
         used = spec.target_columns_used(names)
+        pk = snap.primary_key
+        if pk is not None and pk not in used:
+            used.append(pk)  # the key a changed row had (the key check)
         out = None
         for cols in (used, None):  # the guess at the columns, else all of them
             read_snapshot(spark, log, snap, positions=True, row_groups=True, columns=cols).createOrReplaceTempView(
                 target_view
             )
             try:
-                acts = spark.sql(actions_sql(spec, quote(target_view), quote(source_view), names, quote))
+                acts = spark.sql(actions_sql(spec, quote(target_view), quote(source_view), names, quote, old_key=pk))
                 cast, lossy = _cast_columns(acts, snap, table, "merge", texts)
                 out = acts.select(
                     FILE_COL,
@@ -503,6 +509,7 @@ def _execute_merge(
                     POS_COL,
                     ACTION_COL,
                     MATCHES_COL,
+                    *([OLD_KEY_COL] if pk is not None else []),
                     *cast,
                     *[c.alias(f"_castsql_lossy{j}") for j, (*_, c) in enumerate(lossy)],
                 )
@@ -572,7 +579,7 @@ def _run_merge(
     table = log.uri
     action = F.col(ACTION_COL)
     changes = action.isin(ACTION_UPDATE, ACTION_DELETE)
-    key = spec.keys[0] if spec.keys else None
+    key = snap.primary_key or (spec.keys[0] if spec.keys else None)
     aggs = [
         F.count_distinct(F.when(action == ACTION_UPDATE, F.struct(FILE_COL, POS_COL))).alias("updated"),
         F.count_distinct(F.when(action == ACTION_DELETE, F.struct(FILE_COL, POS_COL))).alias("deleted"),
@@ -584,7 +591,12 @@ def _run_merge(
         aggs += [F.min(k).alias("lo"), F.max(k).alias("hi")]
     aggs += [F.min(f"_castsql_lossy{j}").alias(f"lossy{j}") for j in range(len(lossy))]
     pk = snap.primary_key if check_keys else None
-    if pk is not None:  # NULL and repeated inserted keys, counted in the same job
+    # Keys move (an update sets the key, or copies it from a source row matched
+    # on other columns) or inserts may hit live keys: the keys come to the
+    # driver for the one check (write.keys.check_written_keys). Otherwise
+    # (an upsert on the key) NULL and repeated inserted keys are counted in the same job.
+    moving = pk is not None and (moves_keys(spec, pk) or not inserts_unmatched(spec, pk))
+    if pk is not None and not moving:
         pkc = F.col(quote(pk))
         aggs += [
             F.sum(F.when((action == ACTION_INSERT) & pkc.isNull(), 1).otherwise(0)).alias("null_keys"),
@@ -596,8 +608,11 @@ def _run_merge(
         raise _multiple_matches(spark, log, spec, out, target_view)
     updated, deleted, inserted = stats["updated"], stats["deleted"], stats["inserted"] or 0
     _refuse_lossy(table, "merge", list(lossy), [stats[f"lossy{j}"] for j in range(len(lossy))])
-    if pk is not None and inserted:
-        _check_inserted_keys(log, snap, spec, out, pk, inserted, stats["null_keys"], stats["distinct_keys"])
+    span = None
+    if moving and (updated or inserted):
+        span = _check_moved_keys(log, snap, spec, out, pk)
+    elif pk is not None and inserted:
+        _check_inserted_keys(log, snap, out, pk, inserted, stats["null_keys"], stats["distinct_keys"])
     metrics.num_target_rows_updated, metrics.num_target_rows_deleted = updated, deleted
     metrics.num_target_rows_inserted = inserted
     metrics.num_output_rows = updated + inserted
@@ -611,8 +626,7 @@ def _run_merge(
     # A few large files, not one per shuffle partition: about one task per ROWS_PER_TASK new rows.
     new = new.coalesce(max(1, math.ceil((updated + inserted) / ROWS_PER_TASK)))
     files = _write_rows(log, snap, new, "merge", rgs, tfb)
-    span = None
-    if inserted:
+    if inserted and not moving:
         span = (key, json_stat(stats["lo"]), json_stat(stats["hi"])) if key is not None else (None, None, None)
         if span[0] is not None and (span[1] is None or span[2] is None):
             span = (None, None, None)
@@ -654,41 +668,37 @@ def _inserted_keys(table: str, out: DataFrame, pk: str) -> pa.Array:
     return keys.column(0).combine_chunks()
 
 
-def _source_keys_inserted(spec: MergeSpec, pk: str) -> bool:
-    """Is every inserted row's primary key the key of its source row, which
-    (the merge being on that key alone) matches no live row of the table?
-    Then no inserted key can already be in the table: its row would have
-    matched. Not so for a merge on other columns or a predicate, or an insert
-    computing its key (``values={"id": "source.id + 1000"}``)."""
-    if spec.keys is None or [k.lower() for k in spec.keys] != [pk.lower()]:
-        return False
-    same = {pk.lower(), f"{spec.source_alias}.{pk}".lower()}
-    for c in spec.of("not_matched"):
-        expr = next((e for n, e in (c.set or {}).items() if n.lower() == pk.lower()), None)
-        if c.set is not None and expr is not None and expr.replace("`", "").strip().lower() not in same:
-            return False  # a computed key (a clause without one inserts NULL: refused as such)
-    return True
+def _check_moved_keys(log: TableLog, snap: Snapshot, spec: MergeSpec, out: DataFrame, pk: str) -> tuple | None:
+    """The primary-key invariant of a merge whose keys may move: the keys of
+    the rows it adds and of those it replaces, on the driver, checked by
+    :func:`castsql.write.keys.check_written_keys` (the embedded engine's
+    check); returns the conflict span."""
+    from pyspark.sql import functions as F
+
+    from castsql.spark.errors import job_errors
+
+    action = F.col(ACTION_COL)
+    with job_errors(f"{log.uri}: merge"):
+        added = out.where(action.isin(ACTION_UPDATE, ACTION_INSERT)).select(quote(pk), ACTION_COL).toArrow()
+        replaced = out.where(action.isin(ACTION_UPDATE, ACTION_DELETE)).select(OLD_KEY_COL).toArrow()
+    absent = None
+    if inserts_unmatched(spec, pk):  # the source's unmatched keys: not in the table
+        absent = added.column(1).to_numpy() == ACTION_INSERT
+    return check_written_keys(
+        log.uri, "merge", pk, log.storage, snap, added.column(0), replaced=replaced.column(0), absent=absent
+    )
 
 
 def _check_inserted_keys(
-    log: TableLog, snap: Snapshot, spec: MergeSpec, out: DataFrame, pk: str, inserted: int, nulls: int, distinct: int
+    log: TableLog, snap: Snapshot, out: DataFrame, pk: str, inserted: int, nulls: int, distinct: int
 ) -> None:
-    """DuplicateKey (:mod:`castsql.write.keys`: the embedded merge's rule and
-    messages) for inserted rows whose primary key is NULL, repeated among the
-    inserts, or already live in ``snap``. The job counting the actions counted
-    NULL and distinct keys; the keys come to the driver only to name the
-    offending ones, or to look them up in the table's files when they are not
-    the source's ``on`` key (pyarrow, key-range pruning: :func:`existing_keys`)."""
-    table = log.uri
-    keys = None
+    """NullKey / DuplicateKey (:mod:`castsql.write.keys`: the embedded
+    merge's rule and messages) for an upsert on the key whose inserted keys
+    are NULL or repeated; they cannot already be live (their source rows
+    matched nothing on the key). The job counting the actions counted NULL
+    and distinct keys; the keys come to the driver only to name the offending ones."""
     if nulls or distinct != inserted:
-        keys = _inserted_keys(table, out, pk)
-        check_input_keys(table, pk, keys, "merge")
-    if not _source_keys_inserted(spec, pk):
-        keys = keys if keys is not None else _inserted_keys(table, out, pk)
-        found = existing_keys(log.storage, snap, pk, keys)
-        if found:
-            raise refuse_existing(table, pk, found, snap.version, "merge")
+        check_input_keys(log.uri, pk, _inserted_keys(log.uri, out, pk), "merge")
 
 
 def _multiple_matches(spark: SparkSession, log: TableLog, spec: MergeSpec, out: DataFrame, view: str) -> MergeError:
@@ -809,6 +819,13 @@ def update(
             with job_errors(f"{table}: update"):
                 [row] = new.agg(*[F.min(c).alias(f"v{j}") for j, (*_, c) in enumerate(lossy)]).collect()
             _refuse_lossy(table, "update", lossy, list(row))
+        pk = snap.primary_key
+        span = None
+        if pk is not None and pk in assign:  # keys may move: unique and non-NULL after it too (one job)
+            with job_errors(f"{table}: update"):
+                keys = df.where(F.expr(cond)).select(F.expr(assign[pk]).alias("new"), F.col(quote(pk))).toArrow()
+            new_keys = keys.column(0).cast(type_from_name(snap.schema.column(pk).type))
+            span = check_written_keys(table, "update", pk, log.storage, snap, new_keys, replaced=keys.column(1))
         files = _write_rows(log, snap, cast, "update", row_group_size, target_file_bytes)
         written = sum(f.total_rows for f in files)
         if written != plan.rows:
@@ -816,14 +833,6 @@ def update(
                 f"table {table}: update: the condition {cond!r} matched {plan.rows} row(s) and then {written}; "
                 "it must give the same answer every time it is evaluated (no rand()); nothing was committed"
             )
-        pk = snap.primary_key
-        span = None
-        if pk is not None and pk in assign:  # new keys: a concurrent insert of one would be a duplicate
-            lows, highs = [f.min.get(pk) for f in files], [f.max.get(pk) for f in files]
-            try:
-                span = (pk, min(lows), max(highs))
-            except TypeError:  # a file without statistics for it: any concurrent file conflicts
-                span = (None, None, None)
         return commit_dml(
             log,
             operation="UPDATE",

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from castsql.errors import CastSQLError
+from castsql.errors import DuplicateKey, NullKey
 from castsql.format.tombstone import key_bound
 
 if TYPE_CHECKING:
@@ -48,27 +48,42 @@ SHOWN = 5  # offending keys a refusal names
 _ALLOW = "allow_duplicate_keys=True / --allow-duplicate-keys writes them anyway"
 
 
-class DuplicateKey(CastSQLError):
-    """Rows whose primary key is NULL, repeated, or already in the table; nothing was committed."""
-
-
 def _keys_text(pk: str, keys: Sequence[Any]) -> str:
     return ", ".join(f"{pk} = {k!r}" for k in keys[:SHOWN])
 
 
-def check_input_keys(table: str, pk: str, keys: pa.ChunkedArray | pa.Array, op: str = "append") -> None:
-    """DuplicateKey unless ``keys`` (the input's key column) has no NULL and no repeat."""
+def normalized(keys: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """``keys`` as one array compared as SQL compares them: a float ``-0.0`` is
+    ``0.0`` (DuckDB and Spark find them equal; Arrow's hashing does not)."""
+    arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    if pa.types.is_floating(arr.type):
+        arr = pc.add(arr, pa.scalar(0.0, arr.type))  # -0.0 + 0.0 is 0.0
+    return arr
+
+
+def check_input_keys(
+    table: str, pk: str, keys: pa.ChunkedArray | pa.Array, op: str = "append", *, allowable: bool = True
+) -> None:
+    """NullKey for a NULL or NaN key of ``keys`` (the keys of the rows a write
+    adds), DuplicateKey for a key repeated among them."""
     where = f"table {table}: {op}"
     nulls = keys.null_count
     if nulls:
-        raise DuplicateKey(
+        raise NullKey(
             f"{where}: {nulls} row(s) have a NULL primary key {pk!r}; a primary key must not be NULL; "
             "nothing was committed"
         )
-    n = len(keys)
+    arr = normalized(keys)
+    if pa.types.is_floating(arr.type):
+        nans = int(pc.sum(pc.is_nan(arr)).as_py() or 0)
+        if nans:
+            raise NullKey(
+                f"{where}: {nans} row(s) have a NaN primary key {pk!r}; a primary key must be a number "
+                "(FORMAT.md §3.1); nothing was committed"
+            )
+    n = len(arr)
     if n < 2:
         return
-    arr = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
     if pa.types.is_integer(arr.type):
         # Vectorised in numpy: increasing keys (the usual append) cost one pass,
         # others one sort; a hash count costs ~0.4 s per million keys.
@@ -90,17 +105,23 @@ def check_input_keys(table: str, pk: str, keys: pa.ChunkedArray | pa.Array, op: 
     if more:
         more += ", ".join(repr(k) for k in dupes[1:SHOWN]) + (", …" if len(dupes) > SHOWN else "") + ")"
     raise DuplicateKey(
-        f"{where}: the data holds key {pk} = {first!r} more than once{more}; a primary key must be unique "
-        f"({_ALLOW}); nothing was committed"
+        f"{where}: the data holds key {pk} = {first!r} more than once{more}; a primary key must be unique"
+        f"{_allow(allowable)}; nothing was committed"
     )
 
 
-def refuse_existing(table: str, pk: str, found: Sequence[Any], version: int, op: str = "append") -> DuplicateKey:
+def _allow(allowable: bool) -> str:
+    return f" ({_ALLOW})" if allowable else ""
+
+
+def refuse_existing(
+    table: str, pk: str, found: Sequence[Any], version: int, op: str = "append", *, allowable: bool = True
+) -> DuplicateKey:
     """The refusal of input keys the table already holds at ``version``."""
     shown = _keys_text(pk, sorted(found, key=lambda k: (k is None, k))) + (", …" if len(found) > SHOWN else "")
     return DuplicateKey(
         f"table {table}: {op}: {len(found)} key(s) are already in the table at version {version} ({shown}); "
-        f"a primary key must be unique ({_ALLOW}); nothing was committed"
+        f"a primary key must be unique{_allow(allowable)}; nothing was committed"
     )
 
 
@@ -121,6 +142,7 @@ def existing_keys(
     want = type_from_name(col.type)
     if arr.type != want:
         arr = arr.cast(want)
+    arr = normalized(arr)
     mm = pc.min_max(arr)
     lo, hi = mm["min"].as_py(), mm["max"].as_py()
     files = snap.prune([Predicate(pk, ">=", lo), Predicate(pk, "<=", hi)]).files
@@ -203,6 +225,7 @@ def _file_hits(
         col = pf.read_row_group(i, columns=[pk]).column(0).combine_chunks()
         if col.type != want:
             col = col.cast(want)
+        col = normalized(col)
         if integer:
             k = col.to_numpy(zero_copy_only=False) if col.null_count == 0 else None
             if k is None:
@@ -245,3 +268,67 @@ def _file_hits(
 def _bound(v: Any, t: pa.DataType) -> pa.Scalar:
     """A key-range bound as a scalar of type ``t``."""
     return pa.scalar(key_bound(v, t), type=t)
+
+
+def check_written_keys(
+    table: str,
+    op: str,
+    pk: str,
+    storage: Storage,
+    snap: Snapshot,
+    added: pa.Array | pa.ChunkedArray,
+    *,
+    replaced: pa.Array | pa.ChunkedArray | None = None,
+    absent: np.ndarray | None = None,
+) -> tuple[str, Any, Any] | None:
+    """The primary-key invariant for one write planned from ``snap``
+    (FORMAT.md §3.1), whichever engine planned it: after the commit every
+    live row's key is non-NULL, not NaN and held by no other live row.
+
+    ``added``: the keys of every row the write adds (inserted rows, and the
+    new values of updated rows); ``replaced``: the keys of the live rows it
+    tombstones (their keys are free again); ``absent``: a mask over ``added``
+    of keys known to be in no live row (a merge on the key alone inserting
+    the keys of the source rows that matched nothing), not looked up.
+
+    Raises NullKey or DuplicateKey naming the first offending keys. Returns
+    the conflict span (``pk``, lo, hi as JSON statistics) of the added keys
+    no replaced row held, which a concurrent commit must not add too
+    (:class:`castsql.format.change.Change`); None when there are none.
+
+    Example::
+
+        >>> import tempfile
+        >>> from castsql.format import TableLog, write_data_files
+        >>> from castsql.snapshot import resolve
+        >>> from castsql.storage import open_storage
+        >>> st = open_storage(tempfile.mkdtemp())
+        >>> log = TableLog.create(st, pa.schema([("id", pa.int64())]), primary_key="id")
+        >>> _ = log.append(write_data_files(st, pa.table({"id": [1, 2]}), log.latest().schema))
+        >>> check_written_keys("t", "update", "id", st, resolve(log), pa.array([2]), replaced=pa.array([2]))
+        >>> try:  # set id = 1 where id = 2
+        ...     check_written_keys("t", "update", "id", st, resolve(log), pa.array([1]), replaced=pa.array([2]))
+        ... except DuplicateKey as e:
+        ...     print(str(e).split(";")[0])
+        table t: update: 1 key(s) are already in the table at version 1 (id = 1)
+    """
+    from castsql.format.manifest import json_stat
+
+    allowable = op != "update"  # only appends and merges take allow_duplicate_keys
+    check_input_keys(table, pk, added, op, allowable=allowable)
+    arr = normalized(added)
+    fresh = np.ones(len(arr), dtype=bool)
+    if replaced is not None and len(replaced):
+        old = normalized(replaced)
+        if old.type != arr.type:
+            old = old.cast(arr.type)
+        fresh = ~pc.fill_null(pc.is_in(arr, value_set=old), False).to_numpy(zero_copy_only=False)
+    lookup = fresh if absent is None else fresh & ~np.asarray(absent, dtype=bool)
+    if lookup.any():
+        found = existing_keys(storage, snap, pk, arr.filter(pa.array(lookup)))
+        if found:
+            raise refuse_existing(table, pk, found, snap.version, op, allowable=allowable)
+    if not fresh.any():
+        return None
+    mm = pc.min_max(arr.filter(pa.array(fresh)))
+    return pk, json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py())

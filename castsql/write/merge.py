@@ -39,11 +39,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from castsql.errors import CastSQLError
+from castsql.errors import MergeError
 from castsql.write.records import FILE_COL, POS_COL, RG_COL
 
 ACTION_COL = "_castsql_action"
 MATCHES_COL = "_castsql_matches"
+OLD_KEY_COL = "_castsql_old_key"  # the primary key a changed target row had
 ACTION_NONE, ACTION_UPDATE, ACTION_DELETE, ACTION_INSERT = 0, 1, 2, 3
 
 KINDS = (
@@ -61,11 +62,6 @@ _ACTION = {
     "not_matched_by_source_delete": ACTION_DELETE,
 }
 _TP, _SP = "__castsql_tp", "__castsql_sp"  # presence markers of a target and a source row
-
-
-class MergeError(CastSQLError):
-    """A merge that cannot run as asked: bad clauses, unknown columns, or several
-    source rows matching one target row. Nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +214,50 @@ def validate(spec: MergeSpec, table: str, columns: Sequence[str], source_columns
                     raise MergeError(f"{where}: key column {k!r} cannot be updated (it decides which rows match)")
 
 
+def inserts_unmatched(spec: MergeSpec, pk: str) -> bool:
+    """Is every inserted row's primary key the key of its source row, which
+    (the merge being on that key alone) matches no live row of the table?
+    Then no inserted key can already be in the table: its row would have
+    matched. Not so for a merge on other columns or a predicate, or an insert
+    computing its key (``values={"id": "source.id + 1000"}``).
+
+    >>> spec = MergeSpec(("id",), (Clause("not_matched_insert", set={"id": "source.id - 1000"}),))
+    >>> inserts_unmatched(spec, "id"), inserts_unmatched(MergeSpec(("id",), (Clause("not_matched_insert"),)), "id")
+    (False, True)
+    """
+    if spec.keys is None or [k.lower() for k in spec.keys] != [pk.lower()]:
+        return False
+    same = {pk.lower(), f"{spec.source_alias}.{pk}".lower()}
+    for c in spec.of("not_matched"):
+        expr = next((e for n, e in (c.set or {}).items() if n.lower() == pk.lower()), None)
+        bare = expr.replace("`", "").replace('"', "").strip().lower() if expr is not None else None
+        if c.set is not None and bare is not None and bare not in same:
+            return False  # a computed key (a clause without one inserts NULL: refused as such)
+    return True
+
+
+def moves_keys(spec: MergeSpec, pk: str) -> bool:
+    """Can an update of this merge give a row another primary key? An update
+    that sets the key, or copies every column from a source row matched on
+    anything but the key alone.
+
+    >>> moves_keys(MergeSpec(("id",), (Clause("matched_update"),)), "id")
+    False
+    >>> moves_keys(MergeSpec("target.id = source.id", (Clause("matched_update", set={"id": "3"}),)), "id")
+    True
+    """
+    on_key = spec.keys is not None and [k.lower() for k in spec.keys] == [pk.lower()]
+    for c in spec.clauses:
+        if c.action != ACTION_UPDATE:
+            continue
+        if c.set is None:
+            if not on_key:
+                return True
+        elif any(n.lower() == pk.lower() for n in c.set):
+            return True
+    return False
+
+
 # ---------------------------------------------------------------------- SQL
 
 
@@ -227,6 +267,7 @@ def actions_sql(
     source: str,
     columns: Sequence[str],
     quote: Callable[[str], str],
+    old_key: str | None = None,
 ) -> str:
     """ONE SQL query, valid in DuckDB and Spark SQL, giving what the merge does.
 
@@ -240,7 +281,9 @@ def actions_sql(
     first clause whose condition holds, ``_castsql_matches`` (source rows
     matching that target row; over 1 is an error unless
     :attr:`MergeSpec.multiple_matches_allowed`) and the table's columns as the
-    new row has them (NULL for a delete). Unchanged rows are left out.
+    new row has them (NULL for a delete). Unchanged rows are left out. With
+    ``old_key`` (the primary key, a column of the target relation), also
+    ``_castsql_old_key``: the key the target row had, which an update may change.
     """
     q = quote
     t, s = q(spec.target_alias), q(spec.source_alias)
@@ -290,6 +333,8 @@ def actions_sql(
         f"CASE WHEN {both} THEN COUNT(*) OVER (PARTITION BY {t}.{q(FILE_COL)}, {t}.{q(POS_COL)}) "
         f"ELSE 0 END AS {q(MATCHES_COL)}",
     ]
+    if old_key is not None:
+        out.append(f"{t}.{q(old_key)} AS {q(OLD_KEY_COL)}")
     out += [f"{by_group(lambda c, col=col: value(c, col))} AS {q(col)}" for col in columns]
     inner = (
         f"SELECT {', '.join(out)} "

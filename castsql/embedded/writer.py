@@ -1,6 +1,8 @@
-"""The embedded writer: append, delete, update and merge on one machine with
-DuckDB in-process (no JVM), planned and committed by the same code as Spark's
-(:mod:`castsql.write`), so the two engines cannot drift.
+"""The embedded write engine: append, delete, update and merge on one machine
+with DuckDB in-process (no JVM). Delete, update and merge run the one write
+sequence of :mod:`castsql.write.pipeline`, as Spark's engine does; this
+module supplies only how rows are found (DuckDB queries over the session's
+views), how expressions are typed and how files are written.
 
 How a merge stays cheap (a 10,000-key upsert into 10M rows):
 
@@ -54,18 +56,19 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from castsql.engine.physical import duck_type
-from castsql.engine.views import ident, sql_str
-from castsql.errors import CastSQLError, SchemaMismatch
-from castsql.format import Manifest, TableLog, TombstoneRecord, write_data_files
+from castsql.engine.views import ROW_FILE, ROW_POS, ident, sql_str
+from castsql.errors import SchemaMismatch, WriteError
+from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord, write_data_files
 from castsql.format.change import Change
-from castsql.format.evolution import fits, merged, rebase, refusal, widens
+from castsql.format.evolution import merged
 from castsql.format.manifest import json_stat
-from castsql.format.schema import normalize_type, type_from_name, type_name
+from castsql.format.schema import Schema
 from castsql.format.tombstone import KeyRangeDelete, serialize_tombstones
 from castsql.format.writer import conform
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot, resolve
+from castsql.write import pipeline
 from castsql.write.arrow import as_arrow
-from castsql.write.commit import commit_dml, with_retries
+from castsql.write.commit import with_retries
 from castsql.write.keys import check_input_keys, existing_keys, refuse_existing
 from castsql.write.merge import (
     ACTION_COL,
@@ -73,23 +76,21 @@ from castsql.write.merge import (
     ACTION_INSERT,
     ACTION_UPDATE,
     MATCHES_COL,
+    OLD_KEY_COL,
     MergeError,
     MergeMetrics,
     MergeSpec,
     actions_sql,
-    validate,
 )
+from castsql.write.pipeline import ATTEMPTS, Counts
 from castsql.write.records import FILE_COL, POS_COL, RG_COL, file_records, key_range_type, position_units
 
 if TYPE_CHECKING:
     from castsql.engine.session import Session
 
-ATTEMPTS = 5  # plans made before a conflicting operation gives up (FORMAT.md §7)
-
-
-class WriteError(CastSQLError):
-    """An update or delete that cannot run as asked (bad condition, unknown
-    column, wrong type); nothing was written."""
+# Positions and file indexes of a scan, beside the table's columns (FORMAT.md §3.1 keeps these names free).
+_FI, _POS = "__castsql_fi", "__castsql_pos"
+PK_COL = "_castsql_pk"  # a matched row's primary key before the write
 
 
 _q = ident
@@ -241,37 +242,34 @@ class Writer:
         try:
             cols = "".join(f", {e}" for e in exprs)
             return self.con.sql(
-                f"SELECT _file AS {_q(FILE_COL)}, _pos AS {_q(POS_COL)}{cols} FROM {ident(view)} "
+                f"SELECT {ROW_FILE} AS {_q(FILE_COL)}, {ROW_POS} AS {_q(POS_COL)}{cols} FROM {ident(view)} "
                 f"WHERE COALESCE(({cond}\n), FALSE)"
             ).to_arrow_table()
         finally:
             self.session.views.drop(view)
 
+    # ------------------------------------------------------------------ the pipeline's engine
+
+    def check_texts(self, texts: Sequence[str], op: str) -> None:
+        for text in texts:
+            self._check_text(text, op)
+
     def delete(self, where: str, *, attempts: int = ATTEMPTS) -> Manifest | None:
         """Delete the live rows where ``where`` holds: one tombstone, one
-        version; None when no row matches."""
-        op = "delete"
-        if where is None:
-            raise WriteError(f"table {self.table}: delete: no condition (to delete every row, say so: 'true')")
+        version; None when no row matches (:func:`castsql.write.pipeline.delete`)."""
+        return pipeline.delete(self, where, attempts=attempts)
 
-        def run(_: int) -> Manifest | None:
-            snap = resolve(self.log)
-            cond, preds = self._condition(snap, where, op)
-            pk = snap.primary_key
-            extra = [f"{ident(pk)} AS {_q('_castsql_pk')}"] if self._pk_ok(snap) else []
-            try:
-                hit = self._matched(snap, cond, preds, extra)
-            except duckdb.Error as e:
-                raise WriteError(f"table {self.table}: delete: {_explain(e)}; nothing was committed") from None
-            if hit.num_rows == 0:
-                return None
-            records, n = self._records(snap, hit)
-            return commit_dml(
-                self.log, operation="DELETE", read_version=snap.version, records=records, files=[],
-                summary={"deleted_rows": n},
-            )  # fmt: skip
-
-        return with_retries(f"table {self.table}: {op}", attempts, run)
+    def find_delete(self, snap: Snapshot, where: str) -> _Found | None:
+        cond, preds = self._condition(snap, where, "delete")
+        pk = snap.primary_key
+        extra = [f"{ident(pk)} AS {_q(PK_COL)}"] if pk is not None else []
+        try:
+            hit = self._matched(snap, cond, preds, extra)
+        except duckdb.Error as e:
+            raise WriteError(f"table {self.table}: delete: {_explain(e)}; nothing was committed") from None
+        if hit.num_rows == 0:
+            return None
+        return _Found(self, snap, Counts(deleted=hit.num_rows), gone=hit)
 
     def update(
         self,
@@ -282,96 +280,55 @@ class Writer:
         attempts: int = ATTEMPTS,
     ) -> Manifest | None:
         """Set columns (SQL expressions over the row) of the live rows where
-        ``where`` holds (every row without it): the old rows tombstoned, the
-        new ones appended, one version; None when no row matches.
+        ``where`` holds (every row without it): the old rows tombstoned, the new
+        ones appended, one version; None when no row matches
+        (:func:`castsql.write.pipeline.update`).
 
         ``merge_schema``: a ``set`` column the table lacks is added (nullable,
         at the end, of its expression's type; rows not updated read NULL), and
         a column whose expression's type is an allowed widening of it is
         widened, in the same version (FORMAT.md §3.4)."""
+        return pipeline.update(self, set, where, merge_schema=merge_schema, attempts=attempts)
+
+    def find_update(self, snap: Snapshot, set: Mapping[str, str], where: str | None) -> _Found | None:
         op = "update"
-        if not isinstance(set, Mapping) or not set:
-            raise WriteError(f"table {self.table}: update: set must name columns, e.g. set={{'v': 'v * 2'}}")
+        cond, preds = self._condition(snap, where, op)
+        exprs = []
+        for c in snap.schema.columns:
+            e = set.get(c.name)
+            body = ident(c.name) if e is None else f"({e}\n)"
+            exprs.append(f"CAST({body} AS {duck_type(c.type)}) AS {ident(c.name)}")
+        pk = snap.primary_key
+        if pk is not None:
+            exprs.append(f"{ident(pk)} AS {_q(PK_COL)}")  # the key the row has now
+        self._check_exprs(snap, set, op)
+        try:
+            hit = self._matched(snap, cond, preds, exprs)
+        except duckdb.Error as e:
+            raise WriteError(f"table {self.table}: update: {_explain(e)}; nothing was committed") from None
+        if hit.num_rows == 0:
+            return None
+        new = hit.select(snap.schema.names)
+        return _Found(self, snap, Counts(updated=hit.num_rows), gone=hit, new=new,
+                      inserted=np.zeros(hit.num_rows, dtype=bool))  # fmt: skip
 
-        def run(_: int) -> Manifest | None:
-            snap = resolve(self.log)
-            new_schema = None
-            if merge_schema:
-                evolved = self._evolve_for_set(snap, set, op)
-                if evolved is not snap:
-                    snap, new_schema = evolved, evolved.schema
-            names = {c.lower(): c for c in snap.schema.names}
-            for col, expr in set.items():
-                if not isinstance(col, str) or col.lower() not in names:
-                    raise WriteError(
-                        f"table {self.table}: update: column {col!r} does not exist "
-                        f"(columns: {', '.join(snap.schema.names)}; merge_schema=True adds it)"
-                    )
-                if not isinstance(expr, str) or not expr.strip():
-                    raise WriteError(f"table {self.table}: update: column {col!r}: expression must be SQL text")
-                self._check_text(expr, op)
-            cond, preds = self._condition(snap, where, op)
-            given = {c.lower(): e for c, e in set.items()}
-            exprs = []
-            for c in snap.schema.columns:
-                e = given.get(c.name.lower())
-                body = ident(c.name) if e is None else f"({e}\n)"
-                exprs.append(f"CAST({body} AS {duck_type(c.type)}) AS {ident(c.name)}")
-            pk = snap.primary_key
-            if self._pk_ok(snap):
-                exprs.append(f"{ident(pk)} AS {_q('_castsql_pk')}")
-            self._check_exprs(snap, set, op)
-            try:
-                hit = self._matched(snap, cond, preds, exprs)
-            except duckdb.Error as e:
-                raise WriteError(f"table {self.table}: update: {_explain(e)}; nothing was committed") from None
-            if hit.num_rows == 0:
-                return None
-            records, n = self._records(snap, hit)
-            new = hit.select(snap.schema.names)
-            files = write_data_files(self.log.storage, conform(new, snap.schema, f"table {self.table}: update"))
-            return commit_dml(
-                self.log, operation="UPDATE", read_version=snap.version, records=records, files=files,
-                summary={"updated_rows": n, "deleted_rows": n},
-                schema=snap.schema if new_schema is not None else None, new_schema=new_schema,
-            )  # fmt: skip
-
-        return with_retries(f"table {self.table}: {op}", attempts, run)
-
-    def _evolve_for_set(self, snap: Snapshot, set: Mapping[str, str], op: str) -> Snapshot:
-        """``snap`` seen through the schema an update with ``merge_schema`` gives
-        it: ``set`` columns it lacks added with their expression's type, columns
-        whose expression's type widens them widened (itself when nothing changes)."""
+    def expression_types(self, snap: Snapshot, set: Mapping[str, str], op: str) -> dict[str, pa.DataType]:
         where = f"table {self.table}: {op}"
-        have = {c.name.lower(): c for c in snap.schema.columns}
         empty = self._name("nulls")  # one row of NULLs: typeof() tells a bare NULL from a typed one
         self.con.register(empty, pa.table({f.name: pa.nulls(1, f.type) for f in snap.schema.to_arrow()}))
-        fields = []
+        out = {}
         try:
             for col, expr in set.items():
-                if not isinstance(col, str) or not isinstance(expr, str) or not expr.strip():
-                    continue  # the update's own checks name it
-                self._check_text(expr, op)
                 try:
                     got = self.con.sql(
                         f"SELECT ({expr}\n) AS v, typeof(({expr}\n)) AS t FROM {ident(empty)}"
                     ).to_arrow_table()
-                    t = pa.null() if got.column("t")[0].as_py() == '"NULL"' else got.schema[0].type
                 except duckdb.Error as e:
                     raise WriteError(f"{where}: column {col!r} = {expr!r}: {_explain(e)}") from None
-                c = have.get(col.lower())
-                if c is None:
-                    fields.append(pa.field(col, t))
-                    continue
-                try:
-                    wider = type_name(normalize_type(t))
-                except Exception:
-                    continue
-                if wider != c.type and widens(c.type, wider):
-                    fields.append(pa.field(c.name, t))
+                out[col] = pa.null() if got.column("t")[0].as_py() == '"NULL"' else got.schema[0].type
         finally:
             self.con.unregister(empty)
-        return self._evolve(snap, pa.schema(fields), where) if fields else snap
+        return out
 
     def _check_exprs(self, snap: Snapshot, set: Mapping[str, str], op: str) -> None:
         """Bind each ``set`` expression against the table's columns and cast it
@@ -379,20 +336,40 @@ class Writer:
         empty = self._name("empty")
         self.con.register(empty, snap.schema.to_arrow().empty_table())
         try:
-            types = {c.name.lower(): c.type for c in snap.schema.columns}
-            for col, expr in set.items():
-                want = duck_type(types[col.lower()])
-                try:
-                    got = str(self.con.sql(f"SELECT ({expr}\n) FROM {ident(empty)}").types[0])
-                except duckdb.Error as e:
-                    raise WriteError(f"table {self.table}: {op}: column {col!r} = {expr!r}: {_explain(e)}") from None
-                if (got == "VARCHAR") != (want == "VARCHAR") and got != "NULL":
-                    raise WriteError(
-                        f"table {self.table}: {op}: column {col!r} is {want}, but {expr!r} is {got}; "
-                        "nothing was committed"
-                    )
+            self._check_typed(snap.schema, set, ident(empty), op)
         finally:
             self.con.unregister(empty)
+
+    def _check_typed(self, schema: Schema, set: Mapping[str, str], relation: str, op: str) -> None:
+        """The one rule for a value an update or a merge clause computes (as
+        Spark's): text only into a text column, and no text into another; an
+        expression that does not bind is named."""
+        types = {c.name.lower(): c.type for c in schema.columns}
+        error = MergeError if op == "merge" else WriteError
+        for col, expr in set.items():
+            want = duck_type(types[col.lower()])
+            try:
+                got = str(self.con.sql(f"SELECT ({expr}\n) FROM {relation}").types[0])
+            except duckdb.Error as e:
+                raise error(f"table {self.table}: {op}: column {col!r} = {expr!r}: {_explain(e)}") from None
+            if (got == "VARCHAR") != (want == "VARCHAR") and got != "NULL":
+                raise error(
+                    f"table {self.table}: {op}: column {col!r} is {want}, but {expr!r} is {got} (CAST it "
+                    "explicitly); nothing was committed"
+                )
+
+    def _check_values(self, spec: MergeSpec, target: str, source: str, schema: Schema) -> None:
+        """:meth:`_check_typed` for every value a merge clause computes, bound
+        where the clause runs: over the target and the source rows."""
+        sets = [c.set for c in spec.clauses if c.set and c.action != ACTION_DELETE]
+        if not sets:
+            return
+        relation = (
+            f"(SELECT * FROM {ident(target)} LIMIT 0) AS {ident(spec.target_alias)}, "
+            f"(SELECT * FROM {ident(source)} LIMIT 0) AS {ident(spec.source_alias)}"
+        )
+        for values in sets:
+            self._check_typed(schema, values, relation, "merge")
 
     # ------------------------------------------------------------------ tombstones
 
@@ -405,7 +382,7 @@ class Writer:
         ``_castsql_pos``[, ``_castsql_pk``]) of ``hit`` in ``snap``, and how many."""
         files = hit.column(FILE_COL).to_numpy(zero_copy_only=False)
         pos = hit.column(POS_COL).to_numpy(zero_copy_only=False).astype(np.int64)
-        pk = hit.column("_castsql_pk") if "_castsql_pk" in hit.column_names else None
+        pk = hit.column(PK_COL) if PK_COL in hit.column_names and self._pk_ok(snap) else None
         order = np.lexsort((pos, files))
         files, pos = files[order], pos[order]
         cuts = np.flatnonzero(files[1:] != files[:-1]) + 1
@@ -484,62 +461,38 @@ class Writer:
         allow_duplicate_keys: bool = False,
     ) -> MergeMetrics:
         """Run ``spec`` with ``source`` (Arrow, pandas or polars) against the
-        newest version: one version, or none when nothing changes.
+        newest version: one version, or none when nothing changes
+        (:func:`castsql.write.pipeline.merge`).
 
         ``merge_schema``: the source's columns the table lacks are added (and
         allowed widenings made) in the same version; older rows read NULL
-        there. Inserted rows whose primary key is NULL or repeated among the
-        inserts (or, when the merge is not on the key, already in the table)
-        are refused unless ``allow_duplicate_keys``."""
-        where = f"table {self.table}: merge"
-        src = as_arrow(source, where)
-        snap0 = resolve(self.log)
-        self._merge_schema = merge_schema
-        self._allow_dupes = allow_duplicate_keys
-        target = self._evolve(snap0, src.schema, where).schema if merge_schema else snap0.schema
-        validate(spec, self.table, target.names, src.column_names)
-        for text in spec.texts():
-            self._check_text(text, "merge")
-        # The one type rule (castsql.format.evolution.fits) for the source's table columns.
-        types = {c.name.lower(): c for c in target.columns}
-        for f in src.schema:
-            col = types.get(f.name.lower())
-            if col is not None and not fits(f.type, type_from_name(col.type)):
-                raise refusal(where, col.name, f.type, type_from_name(col.type))
-        src_name = self._name("source")
-        self.con.register(src_name, src)
-        tries = 0
-
-        def run(_: int) -> MergeMetrics:
-            nonlocal tries
-            tries += 1
-            return self._merge_once(spec, src, src_name, resolve(self.log))
-
+        there. Rows that would leave the primary key NULL or repeated are
+        refused unless ``allow_duplicate_keys``."""
+        name = self.use_source(source)
         try:
-            metrics = with_retries(where, attempts, run)
+            options = pipeline.Options(attempts, merge_schema, allow_duplicate_keys)
+            return pipeline.merge(self, spec, options)
         finally:
-            self.con.unregister(src_name)
-        metrics.attempts = tries
-        return metrics
+            self.con.unregister(name)
 
-    def _evolve(self, snap: Snapshot, data: pa.Schema, where: str) -> Snapshot:
-        """``snap`` seen through the schema ``merge_schema`` gives it for input
-        ``data`` (itself when nothing changes): its files read with added columns
-        NULL and widened ones cast, as the committed version will read them."""
-        new = merged(snap.schema, data, where, snap.primary_key)
-        if new == snap.schema:
-            return snap
-        provisional = rebase(snap.schema, new, snap.version + 1, where)  # added_in set: files lack them
-        return Snapshot(snap.table_uri, snap.version, snap.manifest.evolve(schema=provisional), snap.files,
-                        snap.primary_key)  # fmt: skip
+    def use_source(self, source: Any) -> str:
+        """Register a merge's ``source`` (Arrow, pandas or polars) on the connection; its view's name."""
+        self._src = as_arrow(source, f"table {self.table}: merge")
+        self._src_name = self._name("source")
+        self.con.register(self._src_name, self._src)
+        return self._src_name
 
-    def _merge_once(self, spec: MergeSpec, src: pa.Table, src_name: str, snap: Snapshot) -> MergeMetrics:
+    def source_schema(self) -> pa.Schema:
+        return self._src.schema
+
+    def source_rows(self) -> int:
+        return self._src.num_rows
+
+    def find_merge(self, snap: Snapshot, spec: MergeSpec) -> _Found:
+        """What ``spec`` does, in one DuckDB query (:func:`castsql.write.merge.actions_sql`)
+        over the source and the live target rows it can reach."""
         where = f"table {self.table}: merge"
-        new_schema = None
-        if getattr(self, "_merge_schema", False):
-            evolved = self._evolve(snap, src.schema, where)
-            if evolved is not snap:
-                snap, new_schema = evolved, evolved.schema
+        src, src_name = self._src, self._src_name
         schema = snap.schema
         columns = schema.names
         fast = spec.keys is not None and not spec.of("not_matched_by_source")
@@ -554,17 +507,21 @@ class Writer:
                 made.append(("view", view))
                 cols = ", ".join(ident(c) for c in columns)
                 self.con.execute(
-                    f"CREATE OR REPLACE TEMP VIEW {ident(target)} AS SELECT {cols}, _file AS {_q(FILE_COL)}, "
-                    f"CAST(NULL AS INTEGER) AS {_q(RG_COL)}, _pos AS {_q(POS_COL)} FROM {ident(view)}"
+                    f"CREATE OR REPLACE TEMP VIEW {ident(target)} AS SELECT {cols}, {ROW_FILE} AS {_q(FILE_COL)}, "
+                    f"CAST(NULL AS INTEGER) AS {_q(RG_COL)}, {ROW_POS} AS {_q(POS_COL)} FROM {ident(view)}"
                 )
                 made.append(("view", target))
-            sql = actions_sql(spec, ident(target), ident(src_name), columns, _q)
+            pk = snap.primary_key
+            sql = actions_sql(spec, ident(target), ident(src_name), columns, _q, old_key=pk)
             casts = ", ".join(
                 f"CAST({ident(c.name)} AS {duck_type(c.type)}) AS {ident(c.name)}" for c in schema.columns
             )
+            old = f", {_q(OLD_KEY_COL)}" if pk is not None else ""
             try:
+                self._check_values(spec, target, src_name, schema)
                 out = self.con.sql(
-                    f"SELECT {_q(FILE_COL)}, {_q(POS_COL)}, {_q(ACTION_COL)}, {_q(MATCHES_COL)}, {casts} FROM ({sql})"
+                    f"SELECT {_q(FILE_COL)}, {_q(POS_COL)}, {_q(ACTION_COL)}, {_q(MATCHES_COL)}{old}, {casts} "
+                    f"FROM ({sql})"
                 ).to_arrow_table()
             except duckdb.Error as e:
                 raise MergeError(f"{where}: {_explain(e)}; nothing was committed") from None
@@ -575,66 +532,23 @@ class Writer:
                 else:
                     self.session.views.drop(name)
         action = out.column(ACTION_COL).to_numpy(zero_copy_only=False)
-        if not spec.multiple_matches_allowed:
-            many = np.flatnonzero((out.column(MATCHES_COL).to_numpy(zero_copy_only=False) > 1) & (action != 3))
-            if len(many):
-                self._refuse_many(spec, snap, out.take(pa.array(many)))
-        gone = out.filter(pa.array((action == ACTION_UPDATE) | (action == ACTION_DELETE)))
-        gone = _distinct_rows(gone)
-        pk = snap.primary_key
-        if self._pk_ok(snap) and spec.keys is not None and pk in spec.keys:
-            gone = gone.append_column("_castsql_pk", gone.column(pk))
-        records, n_gone = self._records(snap, gone) if gone.num_rows else ([], 0)
-        new = out.filter(pa.array((action == ACTION_UPDATE) | (action == ACTION_INSERT))).select(columns)
-        inserted = out.filter(pa.array(action == ACTION_INSERT))
+        many = np.flatnonzero((out.column(MATCHES_COL).to_numpy(zero_copy_only=False) > 1) & (action != ACTION_INSERT))
+        gone = _distinct_rows(out.filter(pa.array((action == ACTION_UPDATE) | (action == ACTION_DELETE))))
+        if pk is not None:
+            gone = gone.append_column(PK_COL, gone.column(OLD_KEY_COL))
+        adds = (action == ACTION_UPDATE) | (action == ACTION_INSERT)
         gone_action = gone.column(ACTION_COL).to_numpy(zero_copy_only=False) if gone.num_rows else np.array([])
-        metrics = MergeMetrics(
-            num_source_rows=src.num_rows,
-            num_target_rows_inserted=inserted.num_rows,
-            num_target_rows_updated=int((gone_action == ACTION_UPDATE).sum()),
-            num_target_rows_deleted=int((gone_action == ACTION_DELETE).sum()),
+        counts = Counts(
+            updated=int((gone_action == ACTION_UPDATE).sum()),
+            deleted=int((gone_action == ACTION_DELETE).sum()),
+            inserted=int((action == ACTION_INSERT).sum()),
         )
-        metrics.num_output_rows = new.num_rows
-        if not records and new.num_rows == 0:
-            return metrics
-        if inserted.num_rows and pk is not None and not getattr(self, "_allow_dupes", False):
-            check_input_keys(self.table, pk, inserted.column(pk), "merge")
-            if spec.keys is None or [k.lower() for k in spec.keys] != [pk.lower()]:
-                found = self.existing_keys(snap, pk, inserted.column(pk).combine_chunks())
-                if found:
-                    raise refuse_existing(self.table, pk, found, snap.version, "merge")
-        files = write_data_files(self.log.storage, conform(new, schema, where), schema) if new.num_rows else []
-        span = None
-        if inserted.num_rows:
-            if spec.keys is None:
-                span = (None, None, None)
-            else:
-                k = spec.keys[0]
-                mm = pc.min_max(inserted.column(k))
-                lo, hi = json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py())
-                span = (k, lo, hi) if lo is not None else None
-        m = commit_dml(
-            self.log,
-            operation="MERGE",
-            read_version=snap.version,
-            records=records,
-            files=files,
-            summary={
-                "inserted_rows": metrics.num_target_rows_inserted,
-                "updated_rows": metrics.num_target_rows_updated,
-                "deleted_rows": n_gone,
-                "source_rows": src.num_rows,
-            },
-            insert_key_span=span,
-            schema=schema if new_schema is not None else None,
-            new_schema=new_schema,
-        )
-        metrics.version = m.version
-        metrics.num_target_files_added = len(files)
-        metrics.num_tombstones_added = 1 if records else 0
-        metrics.bytes_written = sum(f.size_bytes for f in files)
-        metrics.extra["tombstone_records"] = len(records)
-        return metrics
+        found = _Found(self, snap, counts, gone=gone, new=out.filter(pa.array(adds)).select(columns),
+                       inserted=action[adds] == ACTION_INSERT, op="merge")  # fmt: skip
+        if len(many):
+            found.multiple = True
+            found.labels = _labels(spec, out.take(pa.array(many)))
+        return found
 
     def _matched_targets(
         self, spec: MergeSpec, src: pa.Table, src_name: str, snap: Snapshot, made: list[tuple[str, str]]
@@ -657,11 +571,17 @@ class Writer:
             preds += [Predicate(tname, ">=", lo), Predicate(tname, "<=", hi)]
         files = [] if nothing else snap.prune(preds).files
         used = spec.target_columns_used(snap.schema.names)
+        if snap.primary_key is not None and snap.primary_key not in used:
+            used.append(snap.primary_key)  # the key a changed row had (the key check)
         first = [c for c in snap.schema.names if c.lower() in {k.lower() for k in keys}]
         hits = self._key_scan(snap, files, first, spec, src_name)
         extra = [c for c in used if c not in first]
         if extra and hits.num_rows:
             hits = self._fetch(snap, hits, extra)
+        elif extra:  # no source key matched: the columns, without rows
+            arrow = snap.schema.to_arrow()
+            for c in extra:
+                hits = hits.append_column(arrow.field(c), pa.array([], arrow.field(c).type))
         cols = [c for c in snap.schema.names if c in first or c in extra]
         table = hits.select([*cols, FILE_COL, POS_COL])
         table = table.append_column(RG_COL, pa.nulls(table.num_rows, pa.int32()))
@@ -694,13 +614,13 @@ class Writer:
             proj = views._projection(snap, group, members[0])
             uris = "[" + ", ".join(sql_str(f.uri) for f in members) + "]"
             got = self.con.sql(
-                f"SELECT {klist}, p.__fi AS fi, p.__pos AS pos FROM (SELECT {proj}, file_index AS __fi, "
-                f"file_row_number AS __pos FROM read_parquet({uris})) p SEMI JOIN {ident(src_name)} s ON {on}"
+                f"SELECT {klist}, p.{_FI} AS {_FI}, p.{_POS} AS {_POS} FROM (SELECT {proj}, file_index AS {_FI}, "
+                f"file_row_number AS {_POS} FROM read_parquet({uris})) p SEMI JOIN {ident(src_name)} s ON {on}"
             ).to_arrow_table()
             if not got.num_rows:
                 continue
-            fi = got.column("fi").to_numpy(zero_copy_only=False).astype(np.int64)
-            pos = got.column("pos").to_numpy(zero_copy_only=False).astype(np.int64)
+            fi = got.column(_FI).to_numpy(zero_copy_only=False).astype(np.int64)
+            pos = got.column(_POS).to_numpy(zero_copy_only=False).astype(np.int64)
             keep = np.ones(len(fi), dtype=bool)
             for i in np.unique(fi):
                 f = members[int(i)]
@@ -732,19 +652,19 @@ class Writer:
             proj = views._projection(snap, group, members[0])
             for f in members:
                 idx = by_file[f.key]
-                want = pa.table({"pos": pa.array(pos_all[idx], pa.int64())})
+                want = pa.table({_POS: pa.array(pos_all[idx], pa.int64())})
                 name = self._name("want")
                 self.con.register(name, want)
                 try:
-                    lo, hi = int(want.column("pos").to_numpy().min()), int(want.column("pos").to_numpy().max())
+                    lo, hi = int(want.column(_POS).to_numpy().min()), int(want.column(_POS).to_numpy().max())
                     got = self.con.sql(
-                        f"SELECT {cols}, p.__pos AS pos FROM (SELECT {proj}, file_row_number AS __pos "
+                        f"SELECT {cols}, p.{_POS} AS {_POS} FROM (SELECT {proj}, file_row_number AS {_POS} "
                         f"FROM read_parquet({sql_str(f.uri)}) WHERE file_row_number BETWEEN {lo} AND {hi}) p "
-                        f"JOIN {ident(name)} w ON p.__pos = w.pos"
+                        f"JOIN {ident(name)} w ON p.{_POS} = w.{_POS}"
                     ).to_arrow_table()
                 finally:
                     self.con.unregister(name)
-                at = dict(zip(got.column("pos").to_pylist(), range(got.num_rows), strict=True))
+                at = dict(zip(got.column(_POS).to_pylist(), range(got.num_rows), strict=True))
                 fetched.append(got.take(pa.array([at[int(p)] for p in pos_all[idx]])).select(columns))
                 order += idx
         table = pa.concat_tables(fetched)
@@ -755,24 +675,76 @@ class Writer:
             hits = hits.append_column(c, table.column(c))
         return hits
 
-    def _refuse_many(self, spec: MergeSpec, snap: Snapshot, rows: pa.Table) -> None:
-        keys = list(spec.keys or ())
-        seen: list[str] = []
-        for r in rows.to_pylist():
-            label = (
-                ", ".join(f"{k}={r.get(k)!r}" for k in keys)
-                if keys and r.get(keys[0]) is not None
-                else (f"row {r[POS_COL]} of {r[FILE_COL]}")
-            )
-            if label not in seen:
-                seen.append(label)
-            if len(seen) == 5:
-                break
-        raise MergeError(
-            f"table {self.table}: merge: several source rows match one target row and a matched clause "
-            f"would change it ({'; '.join(seen)}); make the source's keys unique (castsql.write.cdc.latest_per_key) "
-            "— nothing was committed"
+
+def _labels(spec: MergeSpec, rows: pa.Table) -> list[str]:
+    """Up to five target rows of ``rows`` (actions of several matching source
+    rows), by their keys where the merge has key columns."""
+    keys = list(spec.keys or ())
+    seen: list[str] = []
+    for r in rows.to_pylist():
+        label = (
+            ", ".join(f"{k}={r.get(k)!r}" for k in keys)
+            if keys and r.get(keys[0]) is not None
+            else (f"row {r[POS_COL]} of {r[FILE_COL]}")
         )
+        if label not in seen:
+            seen.append(label)
+        if len(seen) == 5:
+            break
+    return seen
+
+
+class _Found:
+    """What the embedded engine found for one attempt (:class:`castsql.write.pipeline.Found`):
+    Arrow tables in this process. ``gone``: the replaced and deleted rows
+    (file, position, their key before the write); ``new``: the rows the write
+    adds, ``inserted`` marking those that are inserts."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        snap: Snapshot,
+        counts: Counts,
+        *,
+        gone: pa.Table,
+        new: pa.Table | None = None,
+        inserted: np.ndarray | None = None,
+        op: str = "update",
+    ) -> None:
+        self.writer, self.snap, self.counts = writer, snap, counts
+        self.gone, self.new, self.inserted, self.op = gone, new, inserted, op
+        self.multiple = False
+        self.labels: list[str] = []
+
+    def multiple_labels(self) -> list[str]:
+        return self.labels
+
+    def refuse_unstorable(self) -> None:
+        return None  # the values were cast in DuckDB, after the type rule (_check_typed)
+
+    def insert_stats(self, column: str) -> pipeline.KeyStats:
+        assert self.new is not None and self.inserted is not None
+        col = self.new.column(column).filter(pa.array(self.inserted))
+        mm = pc.min_max(col)
+        return pipeline.KeyStats(col.null_count, pc.count_distinct(col).as_py(), mm["min"].as_py(), mm["max"].as_py())
+
+    def keys(self, pk: str) -> tuple[pa.Array, pa.Array, np.ndarray]:
+        assert self.new is not None and self.inserted is not None
+        old = self.gone.column(PK_COL) if self.gone.num_rows else pa.array([], self.new.schema.field(pk).type)
+        return self.new.column(pk).combine_chunks(), pa.chunked_array(old).combine_chunks(), self.inserted
+
+    def tombstones(self) -> tuple[list[TombstoneRecord], int]:
+        return self.writer._records(self.snap, self.gone) if self.gone.num_rows else ([], 0)
+
+    def write(self) -> list[DataFile]:
+        if self.new is None or not self.new.num_rows:
+            return []
+        schema = self.snap.schema
+        where = f"table {self.writer.table}: {self.op}"
+        return write_data_files(self.writer.log.storage, conform(self.new, schema, where), schema)
+
+    def close(self) -> None:
+        return None
 
 
 def _distinct_rows(t: pa.Table) -> pa.Table:

@@ -1,0 +1,475 @@
+"""The one write sequence of delete, update and merge, whichever engine runs it.
+
+::
+
+    evolve the schema → validate → find the affected rows → refuse multiple
+    matches → refuse values a column cannot hold → check the primary key →
+    plan tombstones → write the new rows → commit with the conflict rules →
+    metrics; on a conflict, all of it again from the new head
+
+An engine supplies only how to scan, evaluate expressions and write files:
+the embedded one (:mod:`castsql.embedded.writer`, DuckDB in-process) and Spark's
+(:mod:`castsql.spark.merger`, :mod:`castsql.spark.deleter`) implement
+:class:`Engine`, and what they find for one attempt is a :class:`Found`,
+held where the engine holds it (an Arrow table in-process, a persisted
+DataFrame on a cluster). Every rule is here, once: schema evolution, the
+type rule for a merge's source, Delta's multiple-match refusal, the primary
+key (unique and non-NULL after every commit, :mod:`castsql.write.keys`), the
+conflict span taken on the primary key, retries, exactly-once stream
+batches, the summary and the metrics. As PyIceberg's ``_SnapshotProducer``
+owns its commit sequence with per-operation hooks, this module owns ours.
+
+Example (the embedded engine; ``castsql.Table`` calls these)::
+
+    >>> import castsql, pyarrow as pa, tempfile
+    >>> from castsql.format import TableLog
+    >>> from castsql.storage import open_storage
+    >>> st = open_storage(tempfile.mkdtemp() + "/kv")
+    >>> _ = TableLog.create(st, pa.schema([("id", pa.int64()), ("v", pa.string())]), primary_key="id")
+    >>> kv = castsql.open(st.root)
+    >>> _ = kv.append(pa.table({"id": [1, 2], "v": ["a", "b"]}))
+    >>> kv.update(set={"id": "1"}, where="id = 2")
+    Traceback (most recent call last):
+    castsql.errors.DuplicateKey: table kv: update: 1 key(s) are already in the table at version 1 (id = 1); ...
+    >>> kv.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from castsql.errors import MergeError, WriteError
+from castsql.format import DataFile, Manifest, Schema, TableLog, TombstoneRecord
+from castsql.format.evolution import fits, merged, rebase, refusal, widens
+from castsql.format.manifest import json_stat
+from castsql.format.schema import normalize_type, type_from_name, type_name
+from castsql.format.tombstone import serialize_tombstones
+from castsql.snapshot import Snapshot, resolve
+from castsql.write.commit import commit_dml, with_retries
+from castsql.write.keys import check_input_keys, check_written_keys
+from castsql.write.merge import MergeMetrics, MergeSpec, inserts_unmatched, moves_keys, validate
+
+ATTEMPTS = 5  # plans made before a conflicting operation gives up (FORMAT.md §7)
+
+
+@dataclass
+class Counts:
+    """Target rows an attempt updates and deletes (distinct rows) and rows it inserts."""
+
+    updated: int = 0
+    deleted: int = 0
+    inserted: int = 0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.updated or self.deleted or self.inserted)
+
+
+@dataclass
+class KeyStats:
+    """One column over the rows a merge inserts: NULLs, distinct values, min and max."""
+
+    nulls: int
+    distinct: int
+    lo: Any
+    hi: Any
+
+
+class Found(Protocol):
+    """What an engine found for one attempt, held where the engine holds it."""
+
+    counts: Counts
+    multiple: bool  # a target row several source rows match, which a matched clause changes
+
+    def multiple_labels(self) -> list[str]:
+        """Up to five such target rows, as ``id=7`` (their keys) or ``row N of F``."""
+        ...
+
+    def refuse_unstorable(self) -> None:
+        """Raise for a value its column cannot hold unchanged (an engine whose
+        expressions may compute another numeric type checks it here)."""
+        ...
+
+    def insert_stats(self, column: str) -> KeyStats:
+        """``column`` over the inserted rows."""
+        ...
+
+    def keys(self, pk: str) -> tuple[pa.Array, pa.Array, np.ndarray]:
+        """The primary keys of the rows the write adds (in the table's type),
+        of the live rows it replaces, and a mask over the first of inserted rows."""
+        ...
+
+    def tombstones(self) -> tuple[list[TombstoneRecord], int]:
+        """The records deleting the replaced and deleted rows, and how many rows they delete."""
+        ...
+
+    def write(self) -> list[DataFile]:
+        """Write the updated and inserted rows as data files (not committed)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Engine(Protocol):
+    """How one engine scans, evaluates expressions and writes files for the pipeline."""
+
+    table: str  # the table as messages name it
+    log: TableLog
+
+    def check_texts(self, texts: Sequence[str], op: str) -> None:
+        """Refuse user SQL text the engine must not run (raise WriteError)."""
+        ...
+
+    def expression_types(self, snap: Snapshot, set: Mapping[str, str], op: str) -> dict[str, pa.DataType]:
+        """The type of each ``set`` expression over the rows of ``snap`` (``pa.null()`` for a bare NULL)."""
+        ...
+
+    def find_delete(self, snap: Snapshot, where: str) -> Found | None:
+        """The live rows where ``where`` holds; None when none."""
+        ...
+
+    def find_update(self, snap: Snapshot, set: Mapping[str, str], where: str | None) -> Found | None:
+        """The live rows where ``where`` holds with ``set`` (table column names) applied; None when none."""
+        ...
+
+    def source_schema(self) -> pa.Schema:
+        """The merge source's columns as Arrow types (SchemaMismatch for one no column can take)."""
+        ...
+
+    def source_rows(self) -> int: ...
+
+    def find_merge(self, snap: Snapshot, spec: MergeSpec) -> Found:
+        """What ``spec`` does to the live rows of ``snap``."""
+        ...
+
+
+@dataclass
+class Options:
+    """A merge's options (the builder's and ``castsql.spark.merge``'s arguments)."""
+
+    attempts: int = ATTEMPTS
+    merge_schema: bool = False
+    allow_duplicate_keys: bool = False
+    stream: tuple[str, int] | None = None  # (query, micro-batch id): exactly once
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------- schema evolution
+
+
+def evolve(snap: Snapshot, schema: Schema, where: str) -> Snapshot:
+    """``snap`` seen through ``schema``, the schema a ``merge_schema`` write
+    gives it (itself when that is its own): added columns carry ``added_in``
+    (the next version), so its files, which lack them, read NULL there, and
+    widened columns read in the wider type, as the committed version will."""
+    if schema == snap.schema:
+        return snap
+    provisional = rebase(snap.schema, schema, snap.version + 1, where)
+    return Snapshot(
+        snap.table_uri, snap.version, snap.manifest.evolve(schema=provisional), snap.files, snap.primary_key
+    )
+
+
+def _evolved_for_set(engine: Engine, snap: Snapshot, set: Mapping[str, str], where: str, op: str) -> Snapshot:
+    """``snap`` seen through the schema an update with ``merge_schema`` gives
+    it: ``set`` columns it lacks added with their expression's type, columns
+    whose expression's type is an allowed widening of theirs widened."""
+    have = {c.name.lower(): c for c in snap.schema.columns}
+    fields = []
+    for col, t in engine.expression_types(snap, set, op).items():
+        c = have.get(col.lower())
+        if c is None:
+            fields.append(pa.field(col, t))  # merged() refuses a bare NULL: it has no type
+            continue
+        if pa.types.is_null(t):
+            continue
+        try:
+            wider = type_name(normalize_type(t))
+        except Exception:  # a type no column has: the update's own type check names it
+            continue
+        if wider != c.type and widens(c.type, wider):
+            fields.append(pa.field(c.name, t))
+    if not fields:
+        return snap
+    return evolve(snap, merged(snap.schema, pa.schema(fields), where, snap.primary_key), where)
+
+
+# ---------------------------------------------------------------------- delete
+
+
+def delete(engine: Engine, where: str, *, attempts: int = ATTEMPTS) -> Manifest | None:
+    """Delete the live rows where ``where`` holds: one tombstone, one version;
+    None when no row matches."""
+    if where is None or not isinstance(where, str) or not where.strip():
+        raise WriteError(
+            f"table {engine.table}: delete: no condition (to delete every row, say so: 'true')"
+            if where is None or (isinstance(where, str) and not where.strip())
+            else f'table {engine.table}: delete: the condition must be SQL text such as "id < 100"'
+        )
+    engine.check_texts([where], "delete")
+
+    def attempt(_: int) -> Manifest | None:
+        snap = resolve(engine.log)
+        found = engine.find_delete(snap, where)
+        if found is None:
+            return None
+        try:
+            records, n = found.tombstones()
+            if not records:
+                return None
+            return commit_dml(
+                engine.log, operation="DELETE", read_version=snap.version, records=records, files=[],
+                summary={"deleted_rows": n},
+            )  # fmt: skip
+        finally:
+            found.close()
+
+    return with_retries(f"table {engine.table}: delete", attempts, attempt)
+
+
+# ---------------------------------------------------------------------- update
+
+
+def _check_set(table: str, schema: Schema, set: Any) -> dict[str, str]:
+    """``set`` with the table's spelling of each column, or WriteError."""
+    names = {c.lower(): c for c in schema.names}
+    out = {}
+    for col, expr in set.items():
+        if not isinstance(col, str) or col.lower() not in names:
+            raise WriteError(
+                f"table {table}: update: column {col!r} does not exist "
+                f"(columns: {', '.join(schema.names)}; merge_schema=True adds it)"
+            )
+        if not isinstance(expr, str) or not expr.strip():
+            raise WriteError(f"table {table}: update: column {col!r}: expression must be SQL text")
+        out[names[col.lower()]] = expr
+    return out
+
+
+def update(
+    engine: Engine,
+    set: Mapping[str, str],
+    where: str | None = None,
+    *,
+    merge_schema: bool = False,
+    attempts: int = ATTEMPTS,
+) -> Manifest | None:
+    """Set columns (SQL expressions over the row) of the live rows where
+    ``where`` holds (every row without it): the old rows tombstoned, the new
+    ones appended, one version; None when no row matches. With
+    ``merge_schema``, ``set`` columns the table lacks are added and allowed
+    widenings made in the same version (FORMAT.md §3.4)."""
+    op = "update"
+    table = engine.table
+    if not isinstance(set, Mapping) or not set:
+        raise WriteError(f"table {table}: update: set must name columns, e.g. set={{'v': 'v * 2'}}")
+    for col, expr in set.items():
+        if not isinstance(col, str) or not col:
+            raise WriteError(f"table {table}: update: {col!r} is not a column name")
+        if not isinstance(expr, str) or not expr.strip():
+            raise WriteError(f"table {table}: update: column {col!r}: expression must be SQL text")
+    if where is not None and (not isinstance(where, str) or not where.strip()):
+        raise WriteError(f'table {table}: update: the condition must be SQL text such as "id < 100"')
+    engine.check_texts([*set.values(), *([where] if where else [])], op)
+
+    def attempt(_: int) -> Manifest | None:
+        snap = resolve(engine.log)
+        new_schema = None
+        if merge_schema:
+            evolved = _evolved_for_set(engine, snap, set, f"table {table}: {op}", op)
+            if evolved is not snap:
+                snap, new_schema = evolved, evolved.schema
+        assign = _check_set(table, snap.schema, set)
+        found = engine.find_update(snap, assign, where)
+        if found is None:
+            return None
+        try:
+            found.refuse_unstorable()
+            pk = snap.primary_key
+            span = None
+            if pk is not None and pk in assign:  # keys may move: unique and non-NULL after it too
+                added, replaced, _ = found.keys(pk)
+                span = check_written_keys(table, op, pk, engine.log.storage, snap, added, replaced=replaced)
+            records, n = found.tombstones()
+            if not records:
+                return None
+            files = found.write()
+            return commit_dml(
+                engine.log, operation="UPDATE", read_version=snap.version, records=records, files=files,
+                summary={"updated_rows": n, "deleted_rows": n}, insert_key_span=span,
+                schema=snap.schema if new_schema is not None else None, new_schema=new_schema,
+            )  # fmt: skip
+        finally:
+            found.close()
+
+    return with_retries(f"table {table}: {op}", attempts, attempt)
+
+
+# ---------------------------------------------------------------------- merge
+
+
+def last_batch(log: TableLog, query: str) -> int:
+    """The highest micro-batch id of stream ``query`` committed to the table, or -1:
+    the head's record (every version carries it, whatever GC dropped), else, for
+    batches committed before manifests carried it, the versions' summaries."""
+    head = log.latest()
+    if query in head.streams:
+        return head.streams[query]
+    for m in reversed(log.history()):
+        s = m.summary or {}
+        if s.get("stream_query") == query:
+            return int(s["stream_batch"])
+    return -1
+
+
+def _source_fits(engine: Engine, spec: MergeSpec, schema: Schema, source: pa.Schema, where: str) -> None:
+    """The merge's shape (:func:`castsql.write.merge.validate`) and the one
+    type rule (:func:`castsql.format.evolution.fits`) for the source's table columns."""
+    validate(spec, engine.table, schema.names, source.names)
+    types = {c.name.lower(): c for c in schema.columns}
+    for f in source:
+        col = types.get(f.name.lower())
+        if col is not None and not fits(f.type, type_from_name(col.type)):
+            raise refusal(where, col.name, f.type, type_from_name(col.type))
+
+
+def merge(engine: Engine, spec: MergeSpec, options: Options | None = None) -> MergeMetrics:
+    """Run ``spec`` with the engine's source against the newest version: one
+    version, or none when nothing changes (:class:`MergeMetrics`; ``version``
+    None). A micro-batch of ``options.stream`` the table already has commits
+    nothing (``extra["skipped_batch"]``)."""
+    o = options or Options()
+    table = engine.table
+    where = f"table {table}: merge"
+    if o.stream is not None and last_batch(engine.log, o.stream[0]) >= o.stream[1]:
+        return MergeMetrics(extra={"skipped_batch": True})
+    head = engine.log.latest()
+    source = engine.source_schema()
+    target = merged(head.schema, source, where, head.primary_key) if o.merge_schema else head.schema
+    _source_fits(engine, spec, target, source, where)
+    engine.check_texts(spec.texts(), "merge")
+    metrics = MergeMetrics(num_source_rows=engine.source_rows())
+
+    def attempt(i: int) -> MergeMetrics:
+        metrics.attempts = i + 1
+        if i and o.stream is not None and last_batch(engine.log, o.stream[0]) >= o.stream[1]:
+            metrics.extra["skipped_batch"] = True  # committed meanwhile by an earlier run of the batch
+            return metrics
+        return merge_once(engine, spec, resolve(engine.log), o, metrics)
+
+    return with_retries(f"table {table}: merge", o.attempts, attempt)
+
+
+def merge_once(
+    engine: Engine, spec: MergeSpec, snap: Snapshot, options: Options, metrics: MergeMetrics | None = None
+) -> MergeMetrics:
+    """One attempt of a merge planned from ``snap``: CommitConflict when a
+    commit since then makes the plan stale (:func:`merge` plans again)."""
+    metrics = metrics if metrics is not None else MergeMetrics(num_source_rows=engine.source_rows())
+    new_schema = None
+    if options.merge_schema:
+        where = f"table {engine.table}: merge"
+        evolved = evolve(snap, merged(snap.schema, engine.source_schema(), where, snap.primary_key), where)
+        if evolved is not snap:
+            snap, new_schema = evolved, evolved.schema
+    found = engine.find_merge(snap, spec)
+    try:
+        return _commit_merge(engine, snap, spec, found, metrics, options, new_schema)
+    finally:
+        found.close()
+
+
+def _commit_merge(
+    engine: Engine, snap: Snapshot, spec: MergeSpec, found: Found, metrics: MergeMetrics, o: Options,
+    new_schema: Schema | None,
+) -> MergeMetrics:  # fmt: skip
+    table = engine.table
+    if found.multiple and not spec.multiple_matches_allowed:
+        raise MergeError(
+            f"table {table}: merge: several source rows match one target row and a matched clause would change "
+            f"it ({'; '.join(found.multiple_labels())}); make the source's keys unique (one row per key: "
+            "castsql.write.cdc.latest_per_key) — nothing was committed"
+        )
+    found.refuse_unstorable()
+    c = found.counts
+    metrics.num_target_rows_updated, metrics.num_target_rows_deleted = c.updated, c.deleted
+    metrics.num_target_rows_inserted, metrics.num_output_rows = c.inserted, c.updated + c.inserted
+    metrics.version = None
+    if not c.any:
+        return metrics
+    span = _merge_keys(engine, snap, spec, found, o.allow_duplicate_keys)
+    records, n_gone = found.tombstones()
+    if n_gone != c.updated + c.deleted:
+        raise WriteError(
+            f"table {table}: merge: planned {n_gone} tombstoned row(s) for {c.updated + c.deleted} changed"
+        )
+    files = found.write() if c.updated + c.inserted else []
+    stream = o.stream
+    m = commit_dml(
+        engine.log,
+        operation="MERGE",
+        read_version=snap.version,
+        records=records,
+        files=files,
+        summary={
+            "inserted_rows": c.inserted,
+            "updated_rows": c.updated,
+            "deleted_rows": n_gone,
+            "source_rows": metrics.num_source_rows,
+            **({"stream_query": stream[0], "stream_batch": stream[1]} if stream is not None else {}),
+        },
+        insert_key_span=span,
+        schema=snap.schema if new_schema is not None else None,
+        new_schema=new_schema,  # merge_schema: the schema changes in this version (FORMAT.md §3.4)
+    )
+    metrics.version = m.version
+    metrics.num_target_files_added = len(files)
+    metrics.num_tombstones_added = 1 if records else 0
+    metrics.bytes_written = sum(f.size_bytes for f in files)
+    metrics.extra["tombstone_records"] = len(records)
+    metrics.extra["tombstone_bytes"] = len(serialize_tombstones(records)) if records else 0
+    return metrics
+
+
+def _merge_keys(engine: Engine, snap: Snapshot, spec: MergeSpec, found: Found, allow: bool) -> tuple | None:
+    """The primary-key rule for a merge, and its conflict span.
+
+    Where keys may move (an update sets the key, or copies it from a source
+    row matched on other columns) or inserted keys may already be live (a
+    merge not on the key alone, a computed key), every added and replaced key
+    is checked (:func:`castsql.write.keys.check_written_keys`). An upsert on
+    the key (the usual merge) only needs its inserted keys non-NULL and
+    distinct: counted where the engine holds them, fetched only to name the
+    offenders. Without a primary key (or with ``allow_duplicate_keys``) the
+    span is the merge's first key over the inserted rows."""
+    table, c = engine.table, found.counts
+    pk = snap.primary_key
+    if pk is not None and not allow:
+        floating = pa.types.is_floating(type_from_name(snap.schema.column(pk).type))  # NaN: counted as a value
+        unmatched = inserts_unmatched(spec, pk)
+        if moves_keys(spec, pk) or not unmatched or floating:
+            added, replaced, inserted = found.keys(pk)
+            return check_written_keys(
+                table, "merge", pk, engine.log.storage, snap, added, replaced=replaced,
+                absent=inserted if unmatched else None,
+            )  # fmt: skip
+        if not c.inserted:
+            return None
+        st = found.insert_stats(pk)
+        if st.nulls or st.distinct != c.inserted:
+            added, _, inserted = found.keys(pk)
+            check_input_keys(table, pk, added.filter(pa.array(inserted)), "merge")
+        return pk, json_stat(st.lo), json_stat(st.hi)
+    if not c.inserted:
+        return None
+    if spec.keys is None:
+        return (None, None, None)  # any concurrent data file conflicts
+    col = next((n for n in snap.schema.names if n.lower() == spec.keys[0].lower()), spec.keys[0])
+    st = found.insert_stats(col)
+    lo, hi = json_stat(st.lo), json_stat(st.hi)
+    return (col, lo, hi) if lo is not None and hi is not None else (None, None, None)
