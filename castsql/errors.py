@@ -108,3 +108,47 @@ class PreconditionFailed(StorageError):
     def __init__(self, uri: str, reason: str) -> None:
         super().__init__(f"{uri}: {reason}")
         self.uri = uri
+
+
+# ---------------------------------------------------------------------- by the layer that raises them
+
+
+class QueryError(CastSQLError):
+    """DuckDB refused or failed a query; the message is DuckDB's."""
+
+
+class ForbiddenStatement(CastSQLError):
+    """A statement that CastSQL refuses to run, in every mode."""
+
+
+class SafeModeError(ForbiddenStatement):
+    """A statement or action that safe mode forbids."""
+
+
+class SQLRewriteError(CastSQLError):
+    """A time-travel clause is malformed."""
+
+
+class ShellError(CastSQLError):
+    """A mistake in a shell command (unknown meta-command, bad argument); the message is the hint."""
+
+
+class UsageError(CastSQLError):
+    """A command-line argument is malformed."""
+
+
+class BadOption(CastSQLError):
+    """An option of ``format("castsql")`` is unknown, missing or malformed."""
+
+
+class SparkJobFailed(CastSQLError):
+    """A Spark job of a CastSQL operation failed; nothing was committed."""
+
+
+class WrongType(CastSQLError):
+    """An expression compares or assigns a column with a value of another
+    type that Spark would convert row by row (and fail on, mid-job)."""
+
+
+class BadCondition(CastSQLError):
+    """The delete condition is not a boolean SQL expression over the table's columns."""

@@ -41,7 +41,10 @@ from castsql.storage import S3Config
 if TYPE_CHECKING:
     import duckdb
 
+    from castsql.embedded.writer import Writer
     from castsql.engine import Session
+    from castsql.format import Manifest
+    from castsql.write.merge import MergeBuilder, MergeMetrics, MergeSpec
 
 
 def open(
@@ -229,7 +232,7 @@ class Table:
 
     # ------------------------------------------------------------------ writes (embedded engine, no Spark)
 
-    def _writer(self) -> Any:
+    def _writer(self) -> Writer:
         from castsql.embedded.writer import Writer
 
         if self._pinned:
@@ -243,7 +246,7 @@ class Table:
         if version is not None:
             self.version = version  # like deltalake's DeltaTable: the object reads what it wrote
 
-    def append(self, data: Any, *, merge_schema: bool = False, allow_duplicate_keys: bool = False) -> Any:
+    def append(self, data: Any, *, merge_schema: bool = False, allow_duplicate_keys: bool = False) -> Manifest | None:
         """Append Arrow, pandas or polars ``data`` (the table's columns; input
         types every value of which the column's type holds exactly are cast, any
         other is refused naming the column and both types) as one version;
@@ -264,7 +267,7 @@ class Table:
         self._moved(m.version if m is not None else None)
         return m
 
-    def add_columns(self, columns: dict[str, Any]) -> Any:
+    def add_columns(self, columns: dict[str, Any]) -> Manifest | None:
         """Add nullable columns at the end (name -> type: ``"int64"``, ``"BIGINT"``,
         ``"decimal128(10, 2)"`` or an Arrow type) as one version (operation
         ``ALTER``, no file rewritten: older rows read NULL there); returns its
@@ -280,7 +283,7 @@ class Table:
         self._moved(m.version if m is not None else None)
         return m
 
-    def widen_columns(self, columns: dict[str, Any]) -> Any:
+    def widen_columns(self, columns: dict[str, Any]) -> Manifest | None:
         """Widen column types (name -> wider type) as one version, without
         rewriting files: int8 → int16 → int32 → int64, float → double, decimal
         precision up with the same scale, date32[day] → timestamp[us]. Anything
@@ -297,7 +300,7 @@ class Table:
         self._moved(m.version if m is not None else None)
         return m
 
-    def delete(self, where: str) -> Any:
+    def delete(self, where: str) -> Manifest | None:
         """Delete the rows where the SQL condition ``where`` holds: one
         tombstone, one version (no data file rewritten); None when no row
         matches. ``"true"`` deletes every row.
@@ -309,7 +312,7 @@ class Table:
         self._moved(m.version if m is not None else None)
         return m
 
-    def update(self, set: dict[str, str], where: str | None = None, *, merge_schema: bool = False) -> Any:
+    def update(self, set: dict[str, str], where: str | None = None, *, merge_schema: bool = False) -> Manifest | None:
         """Set columns to SQL expressions over the row, where ``where`` holds
         (every row without it): the old rows tombstoned and the new ones
         appended in one version; None when no row matches.
@@ -335,7 +338,7 @@ class Table:
         target_alias: str = "target",
         merge_schema: bool = False,
         allow_duplicate_keys: bool = False,
-    ) -> Any:
+    ) -> MergeBuilder:
         """Merge ``source`` (Arrow, pandas or polars) into the table, with Delta
         Lake's semantics: ``on`` is the key column(s) (``"id"``, ``["id", "day"]``)
         or a predicate over ``target`` and ``source``; add clauses, then
@@ -354,7 +357,7 @@ class Table:
 
         writer = self._writer()
 
-        def run(spec: Any, src: Any) -> Any:
+        def run(spec: MergeSpec, src: Any) -> MergeMetrics:
             metrics = writer.merge(spec, src, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
             self._moved(metrics.version)
             return metrics

@@ -18,7 +18,7 @@ import pytest
 
 import castsql
 from castsql.engine.session import Session
-from castsql.errors import SchemaMismatch
+from castsql.errors import SchemaMismatch, WriteError
 from castsql.format import TableLog
 from castsql.format.layout import DATA_DIR
 from castsql.spark import append, read
@@ -180,7 +180,6 @@ def test_spark_merge_and_update_with_merge_schema(spark, storage_root, s3_config
     engine does: new columns (nullable, at the end) and widenings in the
     version that writes the rows; without it, update refuses the new column."""
     from castsql.spark import merge, update
-    from castsql.write.merge import MergeError
 
     uri = storage_root + "/mrg"
     st = open_storage(uri, s3=s3_config)
@@ -207,7 +206,7 @@ def test_spark_merge_and_update_with_merge_schema(spark, storage_root, s3_config
     ]
     assert same(spark, uri, s3_config, 1).column_names == ["id", "v"]
 
-    with pytest.raises(MergeError, match=r"column 'country' is not a column of the table .*merge_schema=True adds it"):
+    with pytest.raises(WriteError, match=r"update: column 'country' does not exist .*merge_schema=True adds it"):
         update(spark, uri, {"country": "'NL'"}, "id = 1", s3=s3_config)
     with pytest.raises(SchemaMismatch, match="new column 'gone' holds only nulls"):
         update(spark, uri, {"gone": "NULL"}, s3=s3_config, merge_schema=True)

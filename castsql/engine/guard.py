@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from castsql.engine.literals import literal_at
 from castsql.engine.names import PREFIX
 from castsql.engine.tokens import Token, tokenize
-from castsql.errors import CastSQLError
+from castsql.errors import CastSQLError, ForbiddenStatement
 
 INTERNAL_CATALOG = "castsql_lake"
 INTERNAL_NAMES = frozenset({INTERNAL_CATALOG, f"__ducklake_metadata_{INTERNAL_CATALOG}"})
@@ -53,10 +53,6 @@ FILE_ARGUMENTS = {"enable_logging": "storage_path", "enable_profiling": "save_lo
 OWN_DATABASES = frozenset({"memory", "temp"})
 
 _WHY = "CastSQL's own catalog is not reachable from SQL"
-
-
-class ForbiddenStatement(CastSQLError):
-    """A statement that CastSQL refuses to run, in every mode."""
 
 
 Tok = Token  # the name policy.py and older callers use

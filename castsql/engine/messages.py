@@ -6,12 +6,7 @@ import re
 from collections.abc import Callable
 
 from castsql.engine import names
-from castsql.errors import CastSQLError
-
-
-class QueryError(CastSQLError):
-    """DuckDB refused or failed a query; the message is DuckDB's."""
-
+from castsql.errors import QueryError as QueryError  # raised by the executor, named here by callers
 
 _MISSING = re.compile(r"Catalog Error: Table with name (.+?) does not exist!")
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from castsql.engine.tokens import Token, string_value, tokenize, unquote
-from castsql.errors import CastSQLError
+from castsql.errors import SQLRewriteError
 
 __all__ = [
     "Clause",
@@ -30,10 +30,6 @@ __all__ = [
     "string_value",
     "tokenize",
 ]
-
-
-class SQLRewriteError(CastSQLError):
-    """A time-travel clause is malformed."""
 
 
 @dataclass(frozen=True)

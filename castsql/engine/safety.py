@@ -34,12 +34,8 @@ from typing import Any
 
 import duckdb
 
-from castsql.engine.guard import ForbiddenStatement
 from castsql.engine.quoting import sql_str
-
-
-class SafeModeError(ForbiddenStatement):
-    """A statement or action that safe mode forbids."""
+from castsql.errors import SafeModeError
 
 
 def lock_down(con: duckdb.DuckDBPyConnection, allowed: list[str], temp_directory: str) -> None:

@@ -41,7 +41,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from castsql.errors import CastSQLError, require
+from castsql.errors import CastSQLError, UsageError, require
 from castsql.format import Manifest, TableLog
 from castsql.spark.errors import job_errors
 from castsql.spark.garbage import format_bytes
@@ -52,10 +52,6 @@ _UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 _FORMATS = ("parquet", "csv", "json")
 _ENGINES = ("spark", "duckdb")
 _SET = re.compile(r"^\s*(`[^`]+`|\"[^\"]+\"|[A-Za-z_][\w$]*)\s*=(?!=)\s*(.*\S)\s*$", re.S)
-
-
-class UsageError(CastSQLError):
-    """A command-line argument is malformed."""
 
 
 def parse_assignment(text: str) -> tuple[str, str]:

@@ -60,7 +60,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from castsql.errors import CastSQLError, CommitConflict
+from castsql.errors import BadOption, CommitConflict
 from castsql.format import Schema, TableLog
 from castsql.format.manifest import json_stat, parse_time
 from castsql.snapshot import Predicate, Snapshot, resolve
@@ -69,6 +69,7 @@ from castsql.spark.tasks import TableRef, Unit, _for_spark, live_row_groups, ope
 from castsql.spark.types import spark_schema
 from castsql.spark.units import Splits
 from castsql.storage import S3Config, Storage, open_storage
+from castsql.write.pipeline import last_batch
 
 NAME = "castsql"
 
@@ -87,10 +88,6 @@ S3_OPTIONS = {
 # Set by Spark itself on some paths (__streamQueryId: by the JVM source); never the user's typo.
 SPARK_OPTIONS = ("paths", "checkpointLocation", "queryName", "__partition_columns", "__streamQueryId")
 KNOWN = {o.lower() for o in (*READ_OPTIONS, *WRITE_OPTIONS, *S3_OPTIONS, *SPARK_OPTIONS)}
-
-
-class BadOption(CastSQLError):
-    """An option of ``format("castsql")`` is unknown, missing or malformed."""
 
 
 # ---------------------------------------------------------------------- options
@@ -679,20 +676,6 @@ class CastSQLStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         pass
-
-
-def last_batch(log: TableLog, query: str) -> int:
-    """The highest micro-batch id of stream ``query`` committed to the table, or -1:
-    the head's record (every version carries it, whatever GC dropped), else, for
-    batches committed before manifests carried it, the versions' summaries."""
-    head = log.latest()
-    if query in head.streams:
-        return head.streams[query]
-    for m in reversed(log.history()):
-        s = m.summary or {}
-        if s.get("stream_query") == query:
-            return int(s["stream_batch"])
-    return -1
 
 
 # ---------------------------------------------------------------------- the source

@@ -39,22 +39,18 @@ import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from castsql.errors import CastSQLError
+from castsql.errors import BadCondition, CastSQLError
 from castsql.format import Manifest, TableLog
-from castsql.snapshot import Snapshot, resolve
+from castsql.snapshot import Snapshot
 from castsql.spark.errors import check_types, job_errors
 from castsql.spark.reader import read_snapshot
 from castsql.spark.tasks import summarize_task
 from castsql.storage import S3Config, open_storage
-from castsql.write.commit import commit_dml, with_retries
+from castsql.write import pipeline
 from castsql.write.records import FILE_COL, MATCH_COL, PK_COL, POS_COL, RG_COL, DeletePlan, key_range_type, plan_records
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-
-class BadCondition(CastSQLError):
-    """The delete condition is not a boolean SQL expression over the table's columns."""
 
 
 def plan_delete(spark: SparkSession, log: TableLog, snap: Snapshot, where: str) -> DeletePlan:
@@ -123,17 +119,7 @@ def delete(
     """
     if not where or not where.strip():
         raise BadCondition("the delete condition is empty (to delete every row, say so: --where 'true')")
-    log = TableLog(open_storage(uri, s3=s3))
+    from castsql.spark.merger import SparkEngine
 
-    def attempt(_: int) -> Manifest | None:
-        snap = resolve(log)
-        plan = plan_delete(spark, log, snap, where)
-        if not plan.records:
-            return None
-        # The embedded delete's commit and conflict rules (castsql.write.commit).
-        return commit_dml(
-            log, operation="DELETE", read_version=snap.version, records=plan.records, files=[],
-            summary={"deleted_rows": plan.rows},
-        )  # fmt: skip
-
-    return with_retries(f"table {log.uri}: delete", attempts, attempt)
+    # The one write sequence (castsql.write.pipeline): the embedded delete's commit and conflict rules.
+    return pipeline.delete(SparkEngine(spark, TableLog(open_storage(uri, s3=s3))), where, attempts=attempts)

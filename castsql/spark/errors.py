@@ -13,22 +13,13 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from castsql.errors import CastSQLError
+from castsql.errors import SparkJobFailed, WrongType
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 _CASTSQL_LINE = re.compile(r"^castsql\.[\w.]+\.(\w+): (.*)$", re.M)
 _ANY_ERROR_LINE = re.compile(r"^(\w+(?:Error|Exception)): (.*)$", re.M)
-
-
-class SparkJobFailed(CastSQLError):
-    """A Spark job of a CastSQL operation failed; nothing was committed."""
-
-
-class WrongType(CastSQLError):
-    """An expression compares or assigns a column with a value of another
-    type that Spark would convert row by row (and fail on, mid-job)."""
 
 
 def spark_message(e: BaseException) -> str:

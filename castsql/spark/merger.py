@@ -1,42 +1,35 @@
-"""Merge (upsert) and update on Spark: one version each, tombstones plus new rows.
+"""Merge (upsert), update and delete on Spark: Spark's engine of the one write
+pipeline (:mod:`castsql.write.pipeline`), one version each, tombstones plus
+new rows.
 
 ``merge(spark, uri, source_df, on="id")`` returns the same builder as the
 embedded engine's ``castsql.Table.merge`` (:class:`castsql.write.merge.MergeBuilder`:
 clauses in order, first match wins, ``execute()`` gives
-:class:`~castsql.write.merge.MergeMetrics`); only the engine differs:
+:class:`~castsql.write.merge.MergeMetrics`); ``update`` and
+``castsql.spark.delete`` take a SQL condition. The pipeline owns the
+sequence and every rule (schema evolution, the type rule for the source,
+multiple matches, the primary key, conflict spans, retries, streams, the
+commit); :class:`SparkEngine` supplies only Spark's part:
 
-1. the target's live rows of the newest version, with their identity (file,
-   row group, position), are read by :func:`castsql.spark.reader.read_snapshot`
-   (only the columns the clauses can name) and the source DataFrame is
-   registered as a temporary view;
-2. the shared :func:`castsql.write.merge.actions_sql` runs in Spark SQL over
-   the two views: one row per changed row, with its action (update, delete,
-   insert) and how many source rows matched its target row. Types are checked
-   before any job runs: the source's table columns by the one type rule
-   (:func:`check_source_types`: lossless widenings only, SchemaMismatch), a
-   string column compared with a number, a value of another kind than its
-   column's;
-3. one job counts the actions and refuses Delta's multiple-match case
-   (several source rows updating or deleting one target row: MergeError
-   naming up to five keys, nothing written), a number a clause computes that
-   its column cannot hold unchanged, and (unless ``allow_duplicate_keys``)
-   inserted primary keys that are NULL, repeated, or already live
-   (:func:`_check_inserted_keys`, DuplicateKey);
-4. the replaced and deleted rows' positions are turned into per-row-group
-   bitmaps on the workers (:func:`positions_task`) and the shared planner
-   (:func:`castsql.write.records.plan_records`) picks the tombstone records;
-5. the updated and inserted rows are written by the append task
-   (:func:`castsql.spark.tasks.write_task`, one collect);
-6. ONE commit through :func:`castsql.write.commit.commit_dml`: the new files
-   and the one tombstone file in the same version. On a CommitConflict
-   (docs/FORMAT.md §7) everything is planned again from the new head, up to
-   ``attempts`` times; the files of a lost attempt are garbage for GC.
-
-``update(spark, uri, set={"v": "v * 2"}, where="kind = 'x'")`` is the same
-without a source: the delete's job (:func:`castsql.spark.deleter.plan_delete`:
-workers summarize each row group, key ranges where exact) picks the
-tombstones, a second job over the same version writes the matched rows with
-the new values, one commit.
+- a merge's actions: the target's live rows of the version with their
+  identity (file, row group, position), read by
+  :func:`castsql.spark.reader.read_snapshot` (only the columns the clauses
+  can name), and the source DataFrame become temporary views; the shared
+  :func:`castsql.write.merge.actions_sql` runs in Spark SQL over them,
+  persisted, and ONE job counts the actions, the target rows several source
+  rows would change, the inserted keys (NULLs, distinct, min, max) and the
+  values a clause computes that their column cannot hold unchanged;
+- an update's and a delete's rows: the delete's job
+  (:func:`castsql.spark.deleter.plan_delete`: workers summarize each row
+  group, key ranges where exact) picks the tombstones; a second job over the
+  same version writes the matched rows with the new values;
+- a merge's tombstones: the replaced and deleted rows' positions become
+  per-row-group bitmaps on the workers (:func:`positions_task`) and the
+  shared planner (:func:`castsql.write.records.plan_records`) picks the records;
+- new rows: written by the append task (:func:`castsql.spark.tasks.write_task`,
+  one collect);
+- keys, when the pipeline needs them (keys that may move): one collect of
+  the added and replaced keys.
 
 Example::
 
@@ -64,17 +57,14 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from castsql.errors import CastSQLError, SchemaMismatch
-from castsql.format import DataFile, Manifest, Schema, TableLog
-from castsql.format.evolution import fits, merged, rebase, refusal, widens
-from castsql.format.manifest import json_stat
+from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord
+from castsql.format.evolution import fits
 from castsql.format.schema import type_from_name
-from castsql.format.tombstone import serialize_tombstones
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
-from castsql.snapshot import Snapshot, resolve
+from castsql.snapshot import Snapshot
 from castsql.spark.types import quote
 from castsql.storage import S3Config, open_storage
-from castsql.write.commit import commit_dml, with_retries
-from castsql.write.keys import check_input_keys, check_written_keys
+from castsql.write import pipeline
 from castsql.write.merge import (
     ACTION_COL,
     ACTION_DELETE,
@@ -87,10 +77,8 @@ from castsql.write.merge import (
     MergeMetrics,
     MergeSpec,
     actions_sql,
-    inserts_unmatched,
-    moves_keys,
-    validate,
 )
+from castsql.write.pipeline import Counts, KeyStats
 from castsql.write.records import FILE_COL, POS_COL, RG_COL, plan_records
 
 if TYPE_CHECKING:
@@ -181,29 +169,6 @@ def _arrow_of(t: DataType) -> pa.DataType | None:
         return None
 
 
-def check_source_types(source: DataFrame, schema: Schema, where: str) -> None:
-    """The one type rule (:func:`castsql.format.evolution.fits`, FORMAT.md
-    §3.4) for the source's columns that are table columns (by name, any
-    case), as the embedded merge applies it: only lossless widenings
-    (``int`` into ``bigint``); a double into a BIGINT column, a BIGINT into an
-    INT one or a string into a number is refused naming the column and both
-    types, before any job runs."""
-    types = {c.name.lower(): c for c in schema.columns}
-    for field in source.schema.fields:
-        col = types.get(field.name.lower())
-        if col is None:
-            continue
-        want = type_from_name(col.type)
-        got = _arrow_of(field.dataType)
-        if got is None:
-            raise SchemaMismatch(
-                f"{where}: column {col.name!r} is {field.dataType.simpleString()} in the data, the table has "
-                f"{want} (only lossless widenings are accepted); nothing was written"
-            )
-        if not fits(got, want):
-            raise refusal(where, col.name, got, want)
-
-
 # A value a clause computes whose type does not fit its column (a SQL
 # expression's number): (column, Spark type of the value, column's Spark
 # type, the expression's text or None, the Column giving the value as text
@@ -278,19 +243,6 @@ def _refuse_lossy(table: str, what: str, lossy: list[Lossy], examples: Sequence[
         )
 
 
-def evolve_snapshot(snap: Snapshot, schema: Schema, where: str) -> Snapshot:
-    """``snap`` seen through ``schema``, the schema a ``merge_schema`` write
-    gives it (itself when that is its own): added columns carry ``added_in``
-    (the next version), so its files, which lack them, read NULL there, and
-    widened columns read in the wider type, as the committed version will."""
-    if schema == snap.schema:
-        return snap
-    provisional = rebase(snap.schema, schema, snap.version + 1, where)
-    return Snapshot(
-        snap.table_uri, snap.version, snap.manifest.evolve(schema=provisional), snap.files, snap.primary_key
-    )
-
-
 def _analysis(table: str, what: str, e: Exception) -> MergeError:
     from castsql.spark.errors import spark_message
 
@@ -347,17 +299,8 @@ def merge(
     log.latest()  # no table here: TableNotFound now, not at execute()
 
     def run(spec: MergeSpec, src: Any) -> MergeMetrics:
-        return _execute_merge(
-            spark,
-            log,
-            spec,
-            src,
-            attempts,
-            row_group_size,
-            target_file_bytes,
-            merge_schema=merge_schema,
-            allow_duplicate_keys=allow_duplicate_keys,
-        )
+        engine = SparkEngine(spark, log, row_group_size, target_file_bytes, source=src, merge_schema=merge_schema)
+        return pipeline.merge(engine, spec, pipeline.Options(attempts, merge_schema, allow_duplicate_keys))
 
     return MergeBuilder(log.uri, source, on, run, source_alias=source_alias, target_alias=target_alias)
 
@@ -418,128 +361,10 @@ def cdc_merge(
     log = TableLog(open_storage(uri, s3=s3))
     spec = cdc_merge_spec(keys, op_column, delete_values, quote=quote)
     started = time.perf_counter()
-    metrics = _execute_merge(
-        spark, log, spec, batch, attempts, DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES, stream=stream
-    )
+    engine = SparkEngine(spark, log, DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES, source=batch)
+    metrics = pipeline.merge(engine, spec, pipeline.Options(attempts, stream=stream))
     metrics.execution_time_ms = int((time.perf_counter() - started) * 1000)
     return metrics
-
-
-def _execute_merge(
-    spark: SparkSession,
-    log: TableLog,
-    spec: MergeSpec,
-    source: DataFrame,
-    attempts: int,
-    rgs: int,
-    tfb: int,
-    *,
-    stream: tuple[str, int] | None = None,
-    merge_schema: bool = False,
-    allow_duplicate_keys: bool = False,
-) -> MergeMetrics:
-    """``stream``: (query, batch id) recorded in the commit; a batch the table
-    already has for that query commits nothing (``extra["skipped_batch"]``).
-    ``merge_schema``: the source's new columns added, widenings made;
-    ``allow_duplicate_keys``: inserted keys not checked (see :func:`merge`)."""
-    from pyspark import StorageLevel
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import DataFrame as SparkDataFrame
-
-    from castsql.spark.errors import check_types, job_errors
-    from castsql.spark.reader import read_snapshot
-
-    table = log.uri
-    if not isinstance(source, SparkDataFrame):
-        raise MergeError(
-            f"table {table}: merge: the Spark engine merges a Spark DataFrame, got {type(source).__name__}"
-        )
-    if stream is not None and _batch_done(log, stream):
-        return MergeMetrics(extra={"skipped_batch": True})
-    where = f"table {table}: merge"
-    head = log.latest()
-    src_schema = None
-    if merge_schema:
-        from castsql.spark.types import schema_from_spark
-
-        try:
-            src_schema = schema_from_spark(source.schema).to_arrow()
-        except SchemaMismatch as e:
-            raise SchemaMismatch(f"{where}: the source: {e}") from None
-        target = merged(head.schema, src_schema, where, head.primary_key)
-    else:
-        target = head.schema
-    validate(spec, table, target.names, source.columns)
-    check_source_types(source, target, where)  # the one type rule, before any job
-    tag = uuid.uuid4().hex[:12]
-    source_view, target_view = f"_castsql_source_{tag}", f"_castsql_target_{tag}"
-    source.createOrReplaceTempView(source_view)
-    with job_errors(f"{table}: merge: reading the source"):
-        num_source = source.count()
-    metrics = MergeMetrics(num_source_rows=num_source)
-    texts = {n.lower(): e for c in spec.clauses if c.set for n, e in c.set.items()}
-
-    def attempt(i: int) -> MergeMetrics:
-        metrics.attempts = i + 1
-        snap = resolve(log)
-        if i and stream is not None and _batch_done(log, stream):
-            metrics.extra["skipped_batch"] = True  # committed meanwhile by an earlier run of the batch
-            return metrics
-        new_schema = None
-        if src_schema is not None:
-            evolved = evolve_snapshot(snap, merged(snap.schema, src_schema, where, snap.primary_key), where)
-            if evolved is not snap:
-                snap, new_schema = evolved, evolved.schema
-        names = snap.schema.names
-        used = spec.target_columns_used(names)
-        pk = snap.primary_key
-        if pk is not None and pk not in used:
-            used.append(pk)  # the key a changed row had (the key check)
-        out = None
-        for cols in (used, None):  # the guess at the columns, else all of them
-            read_snapshot(spark, log, snap, positions=True, row_groups=True, columns=cols).createOrReplaceTempView(
-                target_view
-            )
-            try:
-                acts = spark.sql(actions_sql(spec, quote(target_view), quote(source_view), names, quote, old_key=pk))
-                cast, lossy = _cast_columns(acts, snap, table, "merge", texts)
-                out = acts.select(
-                    FILE_COL,
-                    RG_COL,
-                    POS_COL,
-                    ACTION_COL,
-                    MATCHES_COL,
-                    *([OLD_KEY_COL] if pk is not None else []),
-                    *cast,
-                    *[c.alias(f"_castsql_lossy{j}") for j, (*_, c) in enumerate(lossy)],
-                )
-                break
-            except AnalysisException as e:
-                if cols is None:
-                    raise _analysis(table, "merge", e) from None
-        assert out is not None
-        check_types(out, table, "merge", _describe(spec))
-        out = out.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            return _run_merge(
-                spark, log, snap, spec, out, target_view, metrics, rgs, tfb, stream, new_schema,
-                lossy=lossy, check_keys=not allow_duplicate_keys,
-            )  # fmt: skip
-        finally:
-            out.unpersist()
-
-    try:
-        return with_retries(f"{table}: merge", attempts, attempt)
-    finally:
-        spark.catalog.dropTempView(source_view)
-        spark.catalog.dropTempView(target_view)
-
-
-def _batch_done(log: TableLog, stream: tuple[str, int]) -> bool:
-    """Whether the table has a version of micro-batch ``stream[1]`` (or a later one) of query ``stream[0]``."""
-    from castsql.spark.datasource import last_batch
-
-    return last_batch(log, stream[0]) >= stream[1]
 
 
 def _describe(spec: MergeSpec) -> str:
@@ -550,181 +375,6 @@ def _describe(spec: MergeSpec) -> str:
         if c.set:
             parts += [f"{k} = {v}" for k, v in c.set.items()]
     return "; ".join(parts)
-
-
-def _run_merge(
-    spark: SparkSession,
-    log: TableLog,
-    snap: Snapshot,
-    spec: MergeSpec,
-    out: DataFrame,
-    target_view: str,
-    metrics: MergeMetrics,
-    rgs: int,
-    tfb: int,
-    stream: tuple[str, int] | None = None,
-    new_schema: Schema | None = None,
-    *,
-    lossy: Sequence[Lossy] = (),
-    check_keys: bool = True,
-) -> MergeMetrics:
-    """Count the actions (one job), refuse what must not be written (several
-    source rows for one target row, a value its column cannot hold
-    unchanged, inserted primary keys NULL, repeated or already in the table),
-    then write the new rows and commit."""
-    from pyspark.sql import functions as F
-
-    from castsql.spark.errors import job_errors
-
-    table = log.uri
-    action = F.col(ACTION_COL)
-    changes = action.isin(ACTION_UPDATE, ACTION_DELETE)
-    key = snap.primary_key or (spec.keys[0] if spec.keys else None)
-    aggs = [
-        F.count_distinct(F.when(action == ACTION_UPDATE, F.struct(FILE_COL, POS_COL))).alias("updated"),
-        F.count_distinct(F.when(action == ACTION_DELETE, F.struct(FILE_COL, POS_COL))).alias("deleted"),
-        F.sum(F.when(action == ACTION_INSERT, 1).otherwise(0)).alias("inserted"),
-        F.sum(F.when(changes & (F.col(MATCHES_COL) > 1), 1).otherwise(0)).alias("multiple"),
-    ]
-    if key is not None:
-        k = F.when(action == ACTION_INSERT, F.col(quote(key)))
-        aggs += [F.min(k).alias("lo"), F.max(k).alias("hi")]
-    aggs += [F.min(f"_castsql_lossy{j}").alias(f"lossy{j}") for j in range(len(lossy))]
-    pk = snap.primary_key if check_keys else None
-    # Keys move (an update sets the key, or copies it from a source row matched
-    # on other columns) or inserts may hit live keys: the keys come to the
-    # driver for the one check (write.keys.check_written_keys). Otherwise
-    # (an upsert on the key) NULL and repeated inserted keys are counted in the same job.
-    moving = pk is not None and (moves_keys(spec, pk) or not inserts_unmatched(spec, pk))
-    if pk is not None and not moving:
-        pkc = F.col(quote(pk))
-        aggs += [
-            F.sum(F.when((action == ACTION_INSERT) & pkc.isNull(), 1).otherwise(0)).alias("null_keys"),
-            F.count_distinct(F.when(action == ACTION_INSERT, pkc)).alias("distinct_keys"),
-        ]
-    with job_errors(f"{table}: merge"):
-        [stats] = out.agg(*aggs).collect()
-    if stats["multiple"] and not spec.multiple_matches_allowed:
-        raise _multiple_matches(spark, log, spec, out, target_view)
-    updated, deleted, inserted = stats["updated"], stats["deleted"], stats["inserted"] or 0
-    _refuse_lossy(table, "merge", list(lossy), [stats[f"lossy{j}"] for j in range(len(lossy))])
-    span = None
-    if moving and (updated or inserted):
-        span = _check_moved_keys(log, snap, spec, out, pk)
-    elif pk is not None and inserted:
-        _check_inserted_keys(log, snap, out, pk, inserted, stats["null_keys"], stats["distinct_keys"])
-    metrics.num_target_rows_updated, metrics.num_target_rows_deleted = updated, deleted
-    metrics.num_target_rows_inserted = inserted
-    metrics.num_output_rows = updated + inserted
-    if not (updated or deleted or inserted):
-        metrics.version = None
-        return metrics
-    plan = _plan_from_positions(spark, log, snap, out.where(changes).select(FILE_COL, RG_COL, POS_COL), "merge")
-    if plan.rows != updated + deleted:
-        raise CastSQLError(f"{table}: merge: planned {plan.rows} tombstoned row(s) for {updated + deleted} changed")
-    new = out.where(action.isin(ACTION_UPDATE, ACTION_INSERT)).select(*map(quote, snap.schema.names))
-    # A few large files, not one per shuffle partition: about one task per ROWS_PER_TASK new rows.
-    new = new.coalesce(max(1, math.ceil((updated + inserted) / ROWS_PER_TASK)))
-    files = _write_rows(log, snap, new, "merge", rgs, tfb)
-    if inserted and not moving:
-        span = (key, json_stat(stats["lo"]), json_stat(stats["hi"])) if key is not None else (None, None, None)
-        if span[0] is not None and (span[1] is None or span[2] is None):
-            span = (None, None, None)
-    m = commit_dml(
-        log,
-        operation="MERGE",
-        read_version=snap.version,
-        records=plan.records,
-        files=files,
-        summary={
-            "inserted_rows": inserted,
-            "updated_rows": updated,
-            "deleted_rows": plan.rows,
-            "source_rows": metrics.num_source_rows,
-            **({"stream_query": stream[0], "stream_batch": stream[1]} if stream is not None else {}),
-        },
-        insert_key_span=span,
-        schema=snap.schema if new_schema is not None else None,
-        new_schema=new_schema,  # merge_schema: the schema changes in this version (FORMAT.md §3.4)
-    )
-    # As the embedded engine counts them: tombstone files, data bytes; the records in extra.
-    metrics.version = m.version
-    metrics.num_target_files_added = len(files)
-    metrics.num_tombstones_added = 1 if plan.records else 0
-    metrics.bytes_written = sum(f.size_bytes for f in files)
-    metrics.extra["tombstone_records"] = len(plan.records)
-    metrics.extra["tombstone_bytes"] = len(serialize_tombstones(plan.records)) if plan.records else 0
-    return metrics
-
-
-def _inserted_keys(table: str, out: DataFrame, pk: str) -> pa.Array:
-    """The primary keys of the rows the merge inserts, on the driver."""
-    from pyspark.sql import functions as F
-
-    from castsql.spark.errors import job_errors
-
-    with job_errors(f"{table}: merge"):
-        keys = out.where(F.col(ACTION_COL) == ACTION_INSERT).select(quote(pk)).toArrow()
-    return keys.column(0).combine_chunks()
-
-
-def _check_moved_keys(log: TableLog, snap: Snapshot, spec: MergeSpec, out: DataFrame, pk: str) -> tuple | None:
-    """The primary-key invariant of a merge whose keys may move: the keys of
-    the rows it adds and of those it replaces, on the driver, checked by
-    :func:`castsql.write.keys.check_written_keys` (the embedded engine's
-    check); returns the conflict span."""
-    from pyspark.sql import functions as F
-
-    from castsql.spark.errors import job_errors
-
-    action = F.col(ACTION_COL)
-    with job_errors(f"{log.uri}: merge"):
-        added = out.where(action.isin(ACTION_UPDATE, ACTION_INSERT)).select(quote(pk), ACTION_COL).toArrow()
-        replaced = out.where(action.isin(ACTION_UPDATE, ACTION_DELETE)).select(OLD_KEY_COL).toArrow()
-    absent = None
-    if inserts_unmatched(spec, pk):  # the source's unmatched keys: not in the table
-        absent = added.column(1).to_numpy() == ACTION_INSERT
-    return check_written_keys(
-        log.uri, "merge", pk, log.storage, snap, added.column(0), replaced=replaced.column(0), absent=absent
-    )
-
-
-def _check_inserted_keys(
-    log: TableLog, snap: Snapshot, out: DataFrame, pk: str, inserted: int, nulls: int, distinct: int
-) -> None:
-    """NullKey / DuplicateKey (:mod:`castsql.write.keys`: the embedded
-    merge's rule and messages) for an upsert on the key whose inserted keys
-    are NULL or repeated; they cannot already be live (their source rows
-    matched nothing on the key). The job counting the actions counted NULL
-    and distinct keys; the keys come to the driver only to name the offending ones."""
-    if nulls or distinct != inserted:
-        check_input_keys(log.uri, pk, _inserted_keys(log.uri, out, pk), "merge")
-
-
-def _multiple_matches(spark: SparkSession, log: TableLog, spec: MergeSpec, out: DataFrame, view: str) -> MergeError:
-    """Delta's DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE, naming up to five keys."""
-    from pyspark.sql import functions as F
-
-    from castsql.spark.errors import job_errors
-
-    bad = out.where(F.col(ACTION_COL).isin(ACTION_UPDATE, ACTION_DELETE) & (F.col(MATCHES_COL) > 1))
-    ident = bad.select(FILE_COL, POS_COL).distinct()
-    keys = list(spec.keys or ())
-    with job_errors(f"{log.uri}: merge"):
-        if keys:
-            t = spark.table(quote(view)).select(FILE_COL, POS_COL, *map(quote, keys))
-            rows = ident.join(t, [FILE_COL, POS_COL]).select(*map(quote, keys)).limit(5).collect()
-            seen = [", ".join(f"{k}={v!r}" for k, v in zip(keys, r, strict=True)) for r in rows]
-        else:
-            seen = [f"row {r[1]} of {r[0]}" for r in ident.limit(5).collect()]
-    return MergeError(
-        f"table {log.uri}: merge: several source rows match one target row and a matched clause "
-        f"would change it ({'; '.join(sorted(seen))}); make the source's keys unique (one row per key) "
-        "— nothing was committed"
-    )
-
-
-# ---------------------------------------------------------------------- update
 
 
 def update(
@@ -764,121 +414,349 @@ def update(
         >>> m.summary["updated_rows"]                                                  # doctest: +SKIP
         1204
     """
-    from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
-
-    from castsql.spark.deleter import plan_delete
-    from castsql.spark.errors import check_types, job_errors
-    from castsql.spark.reader import read_snapshot
-
     log = TableLog(open_storage(uri, s3=s3))
-    table = log.uri
-    columns = log.latest().schema.names
-    if not isinstance(set, Mapping) or not set:
-        raise MergeError(f"table {table}: update: set names no column (give {{column: SQL expression}})")
-    by_lower = {c.lower(): c for c in columns}
-    for name, expr in set.items():
-        if not isinstance(name, str) or not name or (name.lower() not in by_lower and not merge_schema):
-            raise MergeError(
-                f"table {table}: update: column {name!r} is not a column of the table ({', '.join(columns)}; "
-                "merge_schema=True adds it)"
-            )
-        if not isinstance(expr, str) or not expr.strip():
-            raise MergeError(f"table {table}: update: column {name!r}: the value must be SQL text, got {expr!r}")
-    cond = where if where is not None and where.strip() else "TRUE"
+    engine = SparkEngine(spark, log, row_group_size, target_file_bytes)
+    return pipeline.update(engine, set, where, merge_schema=merge_schema, attempts=attempts)
 
-    def attempt(i: int) -> Manifest | None:
-        snap = resolve(log)
-        new_schema = None
-        if merge_schema:
+
+# ---------------------------------------------------------------------- the engine
+
+
+class SparkEngine:
+    """Spark's engine of the one write pipeline (:mod:`castsql.write.pipeline`):
+    rows found by Spark jobs over the snapshot (read by CastSQL's workers with
+    their file and position), new rows written by the append task, what the
+    driver needs counted in one job."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        log: TableLog,
+        rgs: int = DEFAULT_ROW_GROUP_SIZE,
+        tfb: int = DEFAULT_TARGET_FILE_BYTES,
+        *,
+        source: Any = None,
+        merge_schema: bool = False,
+    ) -> None:
+        self.spark, self.log, self.table = spark, log, log.uri
+        self.rgs, self.tfb = rgs, tfb
+        self.source, self.merge_schema = source, merge_schema
+        self._views: list[str] = []
+        self._count: int | None = None
+
+    # -------------------------------------------------- delete and update
+
+    def check_texts(self, texts: Sequence[str], op: str) -> None:
+        return None  # Spark parses them; nothing else runs them
+
+    def find_delete(self, snap: Snapshot, where: str) -> _SparkFound | None:
+        from castsql.spark.deleter import plan_delete
+
+        plan = plan_delete(self.spark, self.log, snap, where)
+        if not plan.records:
+            return None
+        return _SparkFound(self, snap, Counts(deleted=plan.rows), plan=plan)
+
+    def expression_types(self, snap: Snapshot, set: Mapping[str, str], op: str) -> dict[str, pa.DataType]:
+        """Types from Spark's analysis of the expressions over the version's rows (no job runs)."""
+        from pyspark.errors import AnalysisException
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import NullType
+
+        from castsql.spark.reader import read_snapshot
+        from castsql.spark.types import schema_from_spark
+
+        df = read_snapshot(self.spark, self.log, snap)
+        have = {c.lower() for c in snap.schema.names}
+        out: dict[str, pa.DataType] = {}
+        for col, expr in set.items():
             try:
-                evolved = _evolve_for_set(spark, log, snap, set, f"table {table}: update")
+                got = df.select(F.expr(expr).alias(col)).schema
             except AnalysisException as e:
-                raise _analysis(table, "update", e) from None
-            if evolved is not snap:
-                snap, new_schema = evolved, evolved.schema
+                raise _analysis(self.table, op, e) from None
+            if isinstance(got[0].dataType, NullType):
+                out[col] = pa.null()
+                continue
+            try:
+                out[col] = schema_from_spark(got).to_arrow().field(0).type
+            except SchemaMismatch:
+                if col.lower() not in have:
+                    raise SchemaMismatch(
+                        f"table {self.table}: {op}: new column {col!r}: {expr!r} is "
+                        f"{got[0].dataType.simpleString()}, a type no table column can have"
+                    ) from None
+        return out
+
+    def find_update(self, snap: Snapshot, set: Mapping[str, str], where: str | None) -> _SparkFound | None:
+        from pyspark.errors import AnalysisException
+        from pyspark.sql import functions as F
+
+        from castsql.spark.deleter import plan_delete
+        from castsql.spark.errors import check_types
+        from castsql.spark.reader import read_snapshot
+
+        table = self.table
+        cond = where if where is not None and where.strip() else "TRUE"
         names = snap.schema.names
-        lower = {c.lower(): c for c in names}
-        assign = {lower[n.lower()]: e for n, e in set.items()}
-        df = read_snapshot(spark, log, snap)
+        df = read_snapshot(self.spark, self.log, snap)
         try:
             new = df.where(F.expr(cond)).select(
-                *[F.expr(assign[c]).alias(c) if c in assign else F.col(quote(c)) for c in names]
+                *[F.expr(set[c]).alias(c) if c in set else F.col(quote(c)) for c in names]
             )
             check_types(df.select(F.expr(cond)), table, "condition", cond)
-            for c, e in assign.items():
+            for c, e in set.items():
                 check_types(df.select(F.expr(e)), table, f"value of {c}", e)
-            cols, lossy = _cast_columns(new, snap, table, "update", {c.lower(): e for c, e in assign.items()})
+            cols, lossy = _cast_columns(new, snap, table, "update", {c.lower(): e for c, e in set.items()})
             cast = new.select(*cols)
         except AnalysisException as e:
             raise _analysis(table, "update", e) from None
-        plan = plan_delete(spark, log, snap, cond)
+        plan = plan_delete(self.spark, self.log, snap, cond)
         if not plan.records:
             return None
-        if lossy:  # one job: a value its column cannot hold unchanged refuses the update
-            with job_errors(f"{table}: update"):
-                [row] = new.agg(*[F.min(c).alias(f"v{j}") for j, (*_, c) in enumerate(lossy)]).collect()
-            _refuse_lossy(table, "update", lossy, list(row))
         pk = snap.primary_key
-        span = None
-        if pk is not None and pk in assign:  # keys may move: unique and non-NULL after it too (one job)
-            with job_errors(f"{table}: update"):
-                keys = df.where(F.expr(cond)).select(F.expr(assign[pk]).alias("new"), F.col(quote(pk))).toArrow()
-            new_keys = keys.column(0).cast(type_from_name(snap.schema.column(pk).type))
-            span = check_written_keys(table, "update", pk, log.storage, snap, new_keys, replaced=keys.column(1))
-        files = _write_rows(log, snap, cast, "update", row_group_size, target_file_bytes)
-        written = sum(f.total_rows for f in files)
-        if written != plan.rows:
-            raise CastSQLError(
-                f"table {table}: update: the condition {cond!r} matched {plan.rows} row(s) and then {written}; "
-                "it must give the same answer every time it is evaluated (no rand()); nothing was committed"
-            )
-        return commit_dml(
-            log,
-            operation="UPDATE",
-            read_version=snap.version,
-            records=plan.records,
-            files=files,
-            summary={"updated_rows": plan.rows, "deleted_rows": plan.rows},
-            insert_key_span=span,
-            schema=snap.schema if new_schema is not None else None,
-            new_schema=new_schema,  # merge_schema: the schema changes in this version (FORMAT.md §3.4)
+        old = df.where(F.expr(cond)).select(F.col(quote(pk)).alias(OLD_KEY_COL)) if pk is not None else None
+        return _SparkFound(
+            self, snap, Counts(updated=plan.rows), plan=plan, new=new, cast=cast, lossy=lossy, old=old, cond=cond
         )
 
-    return with_retries(f"{table}: update", attempts, attempt)
+    # -------------------------------------------------- merge
 
+    def source_schema(self) -> pa.Schema:
+        """The source's columns as Arrow types: the table's columns by the one
+        type rule's reading of Spark types; with ``merge_schema`` every column."""
+        from castsql.spark.types import schema_from_spark
 
-def _evolve_for_set(spark: SparkSession, log: TableLog, snap: Snapshot, set: Mapping[str, str], where: str) -> Snapshot:
-    """``snap`` seen through the schema an update with ``merge_schema`` gives
-    it (the embedded engine's rule, :meth:`castsql.engine.dml.Writer.update`):
-    ``set`` columns it lacks added with their expression's type, columns whose
-    expression's type is an allowed widening of theirs widened; itself when
-    nothing changes. The types come from Spark's analysis of the expressions
-    over the version's rows (no job runs)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import NullType
+        self._check_source()
+        where = f"table {self.table}: merge"
+        if self.merge_schema:
+            try:
+                return schema_from_spark(self.source.schema).to_arrow()
+            except SchemaMismatch as e:
+                raise SchemaMismatch(f"{where}: the source: {e}") from None
+        types = {c.name.lower(): c for c in self.log.latest().schema.columns}
+        fields = []
+        for field in self.source.schema.fields:
+            got = _arrow_of(field.dataType)
+            col = types.get(field.name.lower())
+            if got is None and col is not None:
+                raise SchemaMismatch(
+                    f"{where}: column {col.name!r} is {field.dataType.simpleString()} in the data, the table has "
+                    f"{type_from_name(col.type)} (only lossless widenings are accepted); nothing was written"
+                )
+            fields.append(pa.field(field.name, got if got is not None else pa.null()))
+        return pa.schema(fields)
 
-    from castsql.format.schema import normalize_type, type_name
-    from castsql.spark.reader import read_snapshot
-    from castsql.spark.types import schema_from_spark
+    def _check_source(self) -> None:
+        from pyspark.sql import DataFrame as SparkDataFrame
 
-    have = {c.name.lower(): c for c in snap.schema.columns}
-    df = read_snapshot(spark, log, snap)
-    fields = []
-    for col, expr in set.items():
-        got = df.select(F.expr(expr).alias(col)).schema
-        c = have.get(col.lower())
+        if not isinstance(self.source, SparkDataFrame):
+            raise MergeError(
+                f"table {self.table}: merge: the Spark engine merges a Spark DataFrame, "
+                f"got {type(self.source).__name__}"
+            )
+
+    def source_rows(self) -> int:
+        from castsql.spark.errors import job_errors
+
+        self._check_source()
+        if self._count is None:
+            with job_errors(f"{self.table}: merge: reading the source"):
+                self._count = self.source.count()
+        return self._count
+
+    def find_merge(self, snap: Snapshot, spec: MergeSpec) -> _SparkFound:
+        """The actions of :func:`castsql.write.merge.actions_sql` over the
+        source and the live target rows, persisted, and counted in one job."""
+        from pyspark import StorageLevel
+        from pyspark.errors import AnalysisException
+        from pyspark.sql import functions as F
+
+        from castsql.spark.errors import check_types, job_errors
+        from castsql.spark.reader import read_snapshot
+
+        table = self.table
+        tag = uuid.uuid4().hex[:12]
+        source_view, target_view = f"_castsql_source_{tag}", f"_castsql_target_{tag}"
+        self.source.createOrReplaceTempView(source_view)
+        self._views += [source_view, target_view]
+        texts = {n.lower(): e for c in spec.clauses if c.set for n, e in c.set.items()}
+        names = snap.schema.names
+        used = spec.target_columns_used(names)
+        pk = snap.primary_key
+        if pk is not None and pk not in used:
+            used.append(pk)  # the key a changed row had (the key check)
+        out = None
+        for cols in (used, None):  # the guess at the columns, else all of them
+            read_snapshot(self.spark, self.log, snap, positions=True, row_groups=True, columns=cols
+                          ).createOrReplaceTempView(target_view)  # fmt: skip
+            try:
+                acts = self.spark.sql(
+                    actions_sql(spec, quote(target_view), quote(source_view), names, quote, old_key=pk)
+                )
+                cast, lossy = _cast_columns(acts, snap, table, "merge", texts)
+                out = acts.select(
+                    FILE_COL, RG_COL, POS_COL, ACTION_COL, MATCHES_COL,
+                    *([OLD_KEY_COL] if pk is not None else []),
+                    *cast,
+                    *[c.alias(f"_castsql_lossy{j}") for j, (*_, c) in enumerate(lossy)],
+                )  # fmt: skip
+                break
+            except AnalysisException as e:
+                if cols is None:
+                    raise _analysis(table, "merge", e) from None
+        assert out is not None
+        check_types(out, table, "merge", _describe(spec))
+        out = out.persist(StorageLevel.MEMORY_AND_DISK)
+        found = _SparkFound(self, snap, Counts(), out=out, lossy=lossy, spec=spec, target_view=target_view)
         try:
-            t = pa.null() if isinstance(got[0].dataType, NullType) else schema_from_spark(got).to_arrow().field(0).type
-        except SchemaMismatch:
-            if c is None:
-                raise SchemaMismatch(f"{where}: new column {col!r}: {expr!r} is {got[0].dataType.simpleString()}, "
-                                     "a type no table column can have") from None  # fmt: skip
-            continue  # the update's own type check names it
-        if c is None:
-            fields.append(pa.field(col, t))  # merged() refuses a bare NULL: it has no type
-        elif not pa.types.is_null(t) and (wider := type_name(normalize_type(t))) != c.type and widens(c.type, wider):
-            fields.append(pa.field(c.name, t))
-    if not fields:
-        return snap
-    return evolve_snapshot(snap, merged(snap.schema, pa.schema(fields), where, snap.primary_key), where)
+            action = F.col(ACTION_COL)
+            changes = action.isin(ACTION_UPDATE, ACTION_DELETE)
+            key = pk or (spec.keys[0] if spec.keys else None)
+            aggs = [
+                F.count_distinct(F.when(action == ACTION_UPDATE, F.struct(FILE_COL, POS_COL))).alias("updated"),
+                F.count_distinct(F.when(action == ACTION_DELETE, F.struct(FILE_COL, POS_COL))).alias("deleted"),
+                F.sum(F.when(action == ACTION_INSERT, 1).otherwise(0)).alias("inserted"),
+                F.sum(F.when(changes & (F.col(MATCHES_COL) > 1), 1).otherwise(0)).alias("multiple"),
+            ]
+            if key is not None:  # the inserted keys, counted in the same job
+                k = F.when(action == ACTION_INSERT, F.col(quote(key)))
+                aggs += [
+                    F.min(k).alias("lo"),
+                    F.max(k).alias("hi"),
+                    F.sum(F.when((action == ACTION_INSERT) & F.col(quote(key)).isNull(), 1).otherwise(0)).alias(
+                        "nulls"
+                    ),
+                    F.count_distinct(k).alias("distinct"),
+                ]
+            aggs += [F.min(f"_castsql_lossy{j}").alias(f"lossy{j}") for j in range(len(lossy))]
+            with job_errors(f"{table}: merge"):
+                [stats] = out.agg(*aggs).collect()
+        except BaseException:
+            found.close()
+            raise
+        found.counts = Counts(stats["updated"], stats["deleted"], stats["inserted"] or 0)
+        found.multiple = bool(stats["multiple"])
+        found.stats, found.stats_key = stats, key
+        return found
+
+    def close(self) -> None:
+        for v in self._views:
+            self.spark.catalog.dropTempView(v)
+        self._views = []
+
+
+class _SparkFound:
+    """What Spark's engine found for one attempt (:class:`castsql.write.pipeline.Found`):
+    a merge's persisted actions and their counts, or an update's or delete's
+    tombstone plan (the workers summarized each row group) and new rows."""
+
+    def __init__(self, engine: SparkEngine, snap: Snapshot, counts: Counts, **parts: Any) -> None:
+        self.engine, self.snap, self.counts = engine, snap, counts
+        self.multiple = False
+        self.plan = parts.get("plan")
+        self.out: DataFrame | None = parts.get("out")
+        self.new, self.cast = parts.get("new"), parts.get("cast")
+        self.old, self.cond = parts.get("old"), parts.get("cond")
+        self.lossy: Sequence[Lossy] = parts.get("lossy") or ()
+        self.spec: MergeSpec | None = parts.get("spec")
+        self.target_view: str | None = parts.get("target_view")
+        self.stats: Any = None
+        self.stats_key: str | None = None
+
+    @property
+    def _what(self) -> str:
+        return "merge" if self.out is not None else "update"
+
+    def multiple_labels(self) -> list[str]:
+        from pyspark.sql import functions as F
+
+        from castsql.spark.errors import job_errors
+
+        assert self.out is not None and self.spec is not None
+        spark, keys = self.engine.spark, list(self.spec.keys or ())
+        bad = self.out.where(F.col(ACTION_COL).isin(ACTION_UPDATE, ACTION_DELETE) & (F.col(MATCHES_COL) > 1))
+        ident = bad.select(FILE_COL, POS_COL).distinct()
+        with job_errors(f"{self.engine.table}: merge"):
+            if keys:
+                t = spark.table(quote(self.target_view)).select(FILE_COL, POS_COL, *map(quote, keys))
+                rows = ident.join(t, [FILE_COL, POS_COL]).select(*map(quote, keys)).limit(5).collect()
+                return sorted(", ".join(f"{k}={v!r}" for k, v in zip(keys, r, strict=True)) for r in rows)
+            return sorted(f"row {r[1]} of {r[0]}" for r in ident.limit(5).collect())
+
+    def refuse_unstorable(self) -> None:
+        from pyspark.sql import functions as F
+
+        from castsql.spark.errors import job_errors
+
+        if not self.lossy:
+            return
+        if self.out is not None:  # counted by the merge's job
+            examples = [self.stats[f"lossy{j}"] for j in range(len(self.lossy))]
+        else:  # one job: a value its column cannot hold unchanged refuses the update
+            with job_errors(f"{self.engine.table}: update"):
+                [row] = self.new.agg(*[F.min(c).alias(f"v{j}") for j, (*_, c) in enumerate(self.lossy)]).collect()
+            examples = list(row)
+        _refuse_lossy(self.engine.table, self._what, list(self.lossy), examples)
+
+    def insert_stats(self, column: str) -> KeyStats:
+        s = self.stats
+        if s is None or column != self.stats_key:
+            raise CastSQLError(f"{self.engine.table}: merge: no statistics of inserted column {column!r}")
+        return KeyStats(s["nulls"], s["distinct"], s["lo"], s["hi"])
+
+    def keys(self, pk: str) -> tuple[pa.Array, pa.Array, np.ndarray]:
+        from pyspark.sql import functions as F
+
+        from castsql.spark.errors import job_errors
+
+        want = type_from_name(self.snap.schema.column(pk).type)
+        with job_errors(f"{self.engine.table}: {self._what}"):
+            if self.out is not None:
+                action = F.col(ACTION_COL)
+                added = self.out.where(action.isin(ACTION_UPDATE, ACTION_INSERT)).select(quote(pk), ACTION_COL)
+                added_t = added.toArrow()
+                old = self.out.where(action.isin(ACTION_UPDATE, ACTION_DELETE)).select(OLD_KEY_COL).toArrow()
+                inserted = added_t.column(1).to_numpy() == ACTION_INSERT
+            else:
+                added_t = self.cast.select(quote(pk)).toArrow()
+                old = self.old.toArrow()
+                inserted = np.zeros(added_t.num_rows, dtype=bool)
+        return added_t.column(0).cast(want).combine_chunks(), old.column(0).combine_chunks(), inserted
+
+    def tombstones(self) -> tuple[list[TombstoneRecord], int]:
+        if self.out is None:
+            return list(self.plan.records), self.plan.rows
+        from pyspark.sql import functions as F
+
+        changes = F.col(ACTION_COL).isin(ACTION_UPDATE, ACTION_DELETE)
+        plan = _plan_from_positions(
+            self.engine.spark, self.engine.log, self.snap,
+            self.out.where(changes).select(FILE_COL, RG_COL, POS_COL), "merge",
+        )  # fmt: skip
+        return list(plan.records), plan.rows
+
+    def write(self) -> list[DataFile]:
+        e = self.engine
+        if self.out is None:
+            files = _write_rows(e.log, self.snap, self.cast, "update", e.rgs, e.tfb)
+            written = sum(f.total_rows for f in files)
+            if written != self.plan.rows:
+                raise CastSQLError(
+                    f"table {e.table}: update: the condition {self.cond!r} matched {self.plan.rows} row(s) and "
+                    f"then {written}; it must give the same answer every time it is evaluated (no rand()); "
+                    "nothing was committed"
+                )
+            return files
+        from pyspark.sql import functions as F
+
+        c = self.counts
+        new = self.out.where(F.col(ACTION_COL).isin(ACTION_UPDATE, ACTION_INSERT))
+        new = new.select(*map(quote, self.snap.schema.names))
+        # A few large files, not one per shuffle partition: about one task per ROWS_PER_TASK new rows.
+        new = new.coalesce(max(1, math.ceil((c.updated + c.inserted) / ROWS_PER_TASK)))
+        return _write_rows(e.log, self.snap, new, "merge", e.rgs, e.tfb)
+
+    def close(self) -> None:
+        if self.out is not None:
+            self.out.unpersist()
+        self.engine.close()
