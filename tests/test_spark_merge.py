@@ -14,6 +14,7 @@ import pytest
 from conftest import events_rows
 
 import castsql
+from castsql.errors import WriteError
 from castsql.format import KeyRangeDelete, TableLog
 from castsql.spark import append, merge, update
 from castsql.spark.cli import main
@@ -401,7 +402,7 @@ def test_merge_expression_values_are_stored_only_unchanged(spark, tmp_path):
             merge(spark, uri, src, on="id").when_matched_update(set=set_).execute()
         msg = str(e.value)
         assert needle in msg and "nothing was committed" in msg and "\n" not in msg, msg
-    with pytest.raises(MergeError, match="column b is bigint, and the value 'b / 7' is double"):
+    with pytest.raises(WriteError, match="update: column b is bigint, and the value 'b / 7' is double"):
         update(spark, uri, {"b": "b / 7"}, "id = 2")
     assert _objects(uri) == before and TableLog(open_storage(uri)).latest().version == 2
 

@@ -262,16 +262,6 @@ def test_names_with_dots_and_backticks_are_columns_not_paths(spark, tmp_path):
     assert sorted(r[0] for r in read(spark, uri, columns=["a`b"]).collect()) == [100, 101, 105, 106, 108, 109]
 
 
-def test_names_spark_would_confuse_go_to_the_workers(spark, tmp_path):
-    ints = pa.array(range(5), pa.int64())
-    uri = str(tmp_path / "helper")
-    log, f = _table(uri, pa.table({"id": ints, "_CASTSQL_POS": ints}), "id")
-    log.delete([PositionDelete(f, None, BitMap([1]))])
-    assert "starts with _castsql_" in why_not(log.storage, resolve(log), ["id", "_CASTSQL_POS"])
-    df = read(spark, uri)
-    assert not _native(df) and sorted(r.id for r in df.collect()) == [0, 2, 3, 4]
-
-
 def test_naive_timestamp_key_ranges_ignore_the_session_time_zone(spark, tmp_path):
     """02:30 on 2025-03-09 does not exist in New York: a bound compared
     through the session's zone would move and bring the row back."""

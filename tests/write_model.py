@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from castsql.errors import DuplicateKey, MergeError, NullKey
+from castsql.errors import DuplicateKey, MergeError, NullKey, WriteError
 
 # Column names a user may give that name machinery of the engines (issue 33).
 HOSTILE = ("_pos", "_file", "filename", "pos", "fi", "rowid", "_row_id")  # plain identifiers in DuckDB and Spark SQL
@@ -103,6 +103,7 @@ def gen_op(rng: random.Random, h: str, next_id: int) -> Op:
             ({"id": "NULL"}, {"id": lambda x: None}),
             ({"id": f"{c}"}, {"id": lambda x: c}),
             ({h: "id", "n": "NULL"}, {h: lambda x: x["id"], "n": lambda x: None}),
+            ({"n": "n / 2"}, {"n": lambda x: None if x["n"] is None else x["n"] // 2}),  # a fraction is refused
         ]
         text, fns = rng.choice(sets)
         return Op("update", (text, where), f"update {text} where {where}", {"where": cond, "set": fns})
@@ -193,6 +194,8 @@ class Model:
         if not hit:
             return False
         keep = [r for r in self.rows if not op.fns["where"](r)]
+        if op.args[0] == {"n": "n / 2"} and any(r["n"] is not None and r["n"] % 2 for r in hit):
+            raise WriteError("a fraction cannot be stored in a BIGINT column unchanged")
         added = [{**r, **{c: f(r) for c, f in op.fns["set"].items()}} for r in hit]
         if "id" in op.fns["set"]:
             self._commit(keep, added, hit)

@@ -81,6 +81,7 @@ from castsql.write.merge import (
     MergeMetrics,
     MergeSpec,
     actions_sql,
+    unstorable,
 )
 from castsql.write.pipeline import ATTEMPTS, Counts
 from castsql.write.records import FILE_COL, POS_COL, RG_COL, file_records, key_range_type, position_units
@@ -293,15 +294,18 @@ class Writer:
     def find_update(self, snap: Snapshot, set: Mapping[str, str], where: str | None) -> _Found | None:
         op = "update"
         cond, preds = self._condition(snap, where, op)
+        got = self._check_exprs(snap, set, op)
+        wants = {c.name: duck_type(c.type) for c in snap.schema.columns}
+        lossy = _lossy([(c, wants[c], got[c], f"({e}\n)", e) for c, e in set.items()])
         exprs = []
         for c in snap.schema.columns:
             e = set.get(c.name)
             body = ident(c.name) if e is None else f"({e}\n)"
-            exprs.append(f"CAST({body} AS {duck_type(c.type)}) AS {ident(c.name)}")
+            exprs.append(f"{_cast(c.name, lossy)}({body} AS {wants[c.name]}) AS {ident(c.name)}")
         pk = snap.primary_key
         if pk is not None:
             exprs.append(f"{ident(pk)} AS {_q(PK_COL)}")  # the key the row has now
-        self._check_exprs(snap, set, op)
+        exprs += [flag for *_, flag in lossy]
         try:
             hit = self._matched(snap, cond, preds, exprs)
         except duckdb.Error as e:
@@ -310,7 +314,7 @@ class Writer:
             return None
         new = hit.select(snap.schema.names)
         return _Found(self, snap, Counts(updated=hit.num_rows), gone=hit, new=new,
-                      inserted=np.zeros(hit.num_rows, dtype=bool))  # fmt: skip
+                      inserted=np.zeros(hit.num_rows, dtype=bool), lossy=lossy, rows=hit)  # fmt: skip
 
     def expression_types(self, snap: Snapshot, set: Mapping[str, str], op: str) -> dict[str, pa.DataType]:
         where = f"table {self.table}: {op}"
@@ -330,24 +334,26 @@ class Writer:
             self.con.unregister(empty)
         return out
 
-    def _check_exprs(self, snap: Snapshot, set: Mapping[str, str], op: str) -> None:
+    def _check_exprs(self, snap: Snapshot, set: Mapping[str, str], op: str) -> dict[str, str]:
         """Bind each ``set`` expression against the table's columns and cast it
-        to the column's type, so an unknown column or a wrong type is named."""
+        to the column's type, so an unknown column or a wrong type is named;
+        each expression's DuckDB type."""
         empty = self._name("empty")
         self.con.register(empty, snap.schema.to_arrow().empty_table())
         try:
-            self._check_typed(snap.schema, set, ident(empty), op)
+            return self._check_typed(snap.schema, set, ident(empty), op)
         finally:
             self.con.unregister(empty)
 
-    def _check_typed(self, schema: Schema, set: Mapping[str, str], relation: str, op: str) -> None:
+    def _check_typed(self, schema: Schema, set: Mapping[str, str], relation: str, op: str) -> dict[str, str]:
         """The one rule for a value an update or a merge clause computes (as
         Spark's): text only into a text column, and no text into another; an
         expression that does not bind is named."""
-        types = {c.name.lower(): c.type for c in schema.columns}
+        columns = {c.name.lower(): c.type for c in schema.columns}
         error = MergeError if op == "merge" else WriteError
+        types: dict[str, str] = {}
         for col, expr in set.items():
-            want = duck_type(types[col.lower()])
+            want = duck_type(columns[col.lower()])
             try:
                 got = str(self.con.sql(f"SELECT ({expr}\n) FROM {relation}").types[0])
             except duckdb.Error as e:
@@ -357,6 +363,8 @@ class Writer:
                     f"table {self.table}: {op}: column {col!r} is {want}, but {expr!r} is {got} (CAST it "
                     "explicitly); nothing was committed"
                 )
+            types[col] = got
+        return types
 
     def _check_values(self, spec: MergeSpec, target: str, source: str, schema: Schema) -> None:
         """:meth:`_check_typed` for every value a merge clause computes, bound
@@ -513,15 +521,24 @@ class Writer:
                 made.append(("view", target))
             pk = snap.primary_key
             sql = actions_sql(spec, ident(target), ident(src_name), columns, _q, old_key=pk)
-            casts = ", ".join(
-                f"CAST({ident(c.name)} AS {duck_type(c.type)}) AS {ident(c.name)}" for c in schema.columns
-            )
             old = f", {_q(OLD_KEY_COL)}" if pk is not None else ""
             try:
                 self._check_values(spec, target, src_name, schema)
+                rel = self.con.sql(f"SELECT * FROM ({sql}) LIMIT 0")
+                got = dict(zip(rel.columns, map(str, rel.types), strict=True))
+                texts = {n.lower(): e for c in spec.clauses if c.set for n, e in c.set.items()}
+                lossy = _lossy(
+                    [(c.name, duck_type(c.type), got[c.name], ident(c.name), texts.get(c.name.lower()))
+                     for c in schema.columns]
+                )  # fmt: skip
+                flags = "".join(f", {flag}" for *_, flag in lossy)
+                casts = ", ".join(
+                    f"{_cast(c.name, lossy)}({ident(c.name)} AS {duck_type(c.type)}) AS {ident(c.name)}"
+                    for c in schema.columns
+                )
                 out = self.con.sql(
-                    f"SELECT {_q(FILE_COL)}, {_q(POS_COL)}, {_q(ACTION_COL)}, {_q(MATCHES_COL)}{old}, {casts} "
-                    f"FROM ({sql})"
+                    f"SELECT {_q(FILE_COL)}, {_q(POS_COL)}, {_q(ACTION_COL)}, {_q(MATCHES_COL)}{old}, {casts}"
+                    f"{flags} FROM ({sql})"
                 ).to_arrow_table()
             except duckdb.Error as e:
                 raise MergeError(f"{where}: {_explain(e)}; nothing was committed") from None
@@ -544,7 +561,7 @@ class Writer:
             inserted=int((action == ACTION_INSERT).sum()),
         )
         found = _Found(self, snap, counts, gone=gone, new=out.filter(pa.array(adds)).select(columns),
-                       inserted=action[adds] == ACTION_INSERT, op="merge")  # fmt: skip
+                       inserted=action[adds] == ACTION_INSERT, op="merge", lossy=lossy, rows=out)  # fmt: skip
         if len(many):
             found.multiple = True
             found.labels = _labels(spec, out.take(pa.array(many)))
@@ -676,6 +693,33 @@ class Writer:
         return hits
 
 
+_NUMERIC = re.compile(r"(U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\))")
+
+
+def _lossy(values: list[tuple[str, str, str, str, str | None]]) -> list[tuple[str, str, str, str | None, str]]:
+    """For each (column, its type, the value's type, the value's SQL, the
+    user's text) whose value is a number of another numeric type: (column,
+    types, text, a SELECT item ``_castsql_lossyJ`` that is the value as text
+    where the cast to the column's type would change it, else NULL)."""
+    out = []
+    for col, want, got, value, text in values:
+        if got == want or not (_NUMERIC.fullmatch(got) and _NUMERIC.fullmatch(want)):
+            continue
+        stored = f"TRY_CAST({value} AS {want})"
+        flag = (
+            f"CASE WHEN {value} IS NOT NULL AND ({stored} IS NULL OR {stored} <> {value}) "
+            f"THEN CAST({value} AS VARCHAR) END AS {_q(f'_castsql_lossy{len(out)}')}"
+        )
+        out.append((col, want, got, text, flag))
+    return out
+
+
+def _cast(column: str, lossy: list[tuple]) -> str:
+    """``TRY_CAST`` for a column whose number may not fit (refuse_unstorable
+    names the value before anything is written), ``CAST`` for the others."""
+    return "TRY_CAST" if any(col == column for col, *_ in lossy) else "CAST"
+
+
 def _labels(spec: MergeSpec, rows: pa.Table) -> list[str]:
     """Up to five target rows of ``rows`` (actions of several matching source
     rows), by their keys where the merge has key columns."""
@@ -710,9 +754,12 @@ class _Found:
         new: pa.Table | None = None,
         inserted: np.ndarray | None = None,
         op: str = "update",
+        lossy: list[tuple[str, str, str, str | None, str]] | None = None,
+        rows: pa.Table | None = None,
     ) -> None:
         self.writer, self.snap, self.counts = writer, snap, counts
         self.gone, self.new, self.inserted, self.op = gone, new, inserted, op
+        self.lossy, self.rows = lossy or [], rows
         self.multiple = False
         self.labels: list[str] = []
 
@@ -720,7 +767,13 @@ class _Found:
         return self.labels
 
     def refuse_unstorable(self) -> None:
-        return None  # the values were cast in DuckDB, after the type rule (_check_typed)
+        """The rule Spark's engine applies: a number stored in another numeric
+        type only where the conversion changes no value."""
+        for j, (col, want, got, text, _) in enumerate(self.lossy):
+            assert self.rows is not None
+            values = self.rows.column(f"_castsql_lossy{j}").drop_null()
+            if len(values):
+                raise unstorable(self.writer.table, self.op, col, want, got, text, values[0].as_py())
 
     def insert_stats(self, column: str) -> pipeline.KeyStats:
         assert self.new is not None and self.inserted is not None

@@ -24,7 +24,7 @@ Example::
     >>> check_statement("SELECT * FROM events WHERE note = $$a)b$$")
     >>> check_statement("SELECT * FROM ducklake_expire_snapshots('castsql_lake')")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    castsql.engine.guard.ForbiddenStatement: DuckLake functions are not available in CastSQL ...
+    castsql.errors.ForbiddenStatement: DuckLake functions are not available in CastSQL ...
 """
 
 from __future__ import annotations

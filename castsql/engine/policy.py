@@ -28,7 +28,7 @@ Example::
     >>> check(con, "CREATE TEMP TABLE mine AS SELECT 1 AS x; INSERT INTO mine VALUES (2)", scope)
     >>> check(con, "DELETE FROM events", scope)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    castsql.engine.guard.ForbiddenStatement: table events is read-only to SQL; ...
+    castsql.errors.ForbiddenStatement: table events is read-only to SQL; ...
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ _EXPORTS = {
     "append": "castsql.spark.writer",
     "cdc_merge": "castsql.spark.merger",
     "compact": "castsql.spark.compactor",
-    "delete": "castsql.spark.deleter",
+    "delete": "castsql.spark.merger",
     "gc": "castsql.spark.garbage",
     "merge": "castsql.spark.merger",
     "update": "castsql.spark.merger",

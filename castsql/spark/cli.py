@@ -312,7 +312,7 @@ def _spark_command(spark: Any, args: Any) -> str:
         )
         return _summary("append", m)
     if args.command == "delete":
-        from castsql.spark.deleter import delete
+        from castsql.spark.merger import delete
 
         m = delete(spark, args.uri, args.where)
         return "delete: no row matched; nothing committed" if m is None else _summary("delete", m)

@@ -19,17 +19,16 @@ records:
 
 The choice between "row groups + positions" and "one key range" is the one
 whose JSON is shorter (row groups win ties: readers skip them without
-reading). Concurrency (docs/FORMAT.md §7): the delete removes the rows that
-matched in the version it read; rows appended meanwhile stay. If a
-concurrent compaction removed a file it names, the commit raises
-CommitConflict and the delete is recomputed from the new version, up to
-``attempts`` times.
+reading). :func:`castsql.spark.merger.delete` (``castsql.spark.delete``)
+commits the plan through the one write sequence (:mod:`castsql.write.pipeline`),
+whose conflict rules (docs/FORMAT.md §7) replan from a new version when a
+concurrent commit removed a file the plan names or deleted rows of one.
 
 Example::
 
-    >>> m = delete(spark, "/data/events", "kind = 'test' AND ts < '2025-01-01'")   # doctest: +SKIP
-    >>> m.summary["deleted_rows"], m.summary["tombstone_records"]                  # doctest: +SKIP
-    (5120, 3)
+    >>> plan = plan_delete(spark, log, resolve(log), "kind = 'test'")   # doctest: +SKIP
+    >>> plan.rows, [type(r).__name__ for r in plan.records]               # doctest: +SKIP
+    (5120, ['RowGroupDelete', 'PositionDelete'])
 """
 
 from __future__ import annotations
@@ -40,13 +39,11 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from castsql.errors import BadCondition, CastSQLError
-from castsql.format import Manifest, TableLog
+from castsql.format import TableLog
 from castsql.snapshot import Snapshot
 from castsql.spark.errors import check_types, job_errors
 from castsql.spark.reader import read_snapshot
 from castsql.spark.tasks import summarize_task
-from castsql.storage import S3Config, open_storage
-from castsql.write import pipeline
 from castsql.write.records import FILE_COL, MATCH_COL, PK_COL, POS_COL, RG_COL, DeletePlan, key_range_type, plan_records
 
 if TYPE_CHECKING:
@@ -93,33 +90,3 @@ def plan_delete(spark: SparkSession, log: TableLog, snap: Snapshot, where: str) 
         seen.add((u["key"], u["rg"]))
         per_file[u["key"]].append(u)
     return plan_records(per_file, (f.key for f in snap.files), pk_ok, version=snap.version)  # manifest order
-
-
-def delete(
-    spark: SparkSession,
-    uri: str,
-    where: str,
-    *,
-    s3: S3Config | None = None,
-    attempts: int = 5,
-) -> Manifest | None:
-    """Delete the rows of the latest version for which the SQL condition
-    ``where`` is true; returns the committed manifest, or None (nothing
-    committed) if no row matched.
-
-    Writes exactly one tombstone file and one manifest. Raises Spark's
-    AnalysisException (or ParseException) for a condition that does not
-    parse or names unknown columns, BadCondition for a non-boolean one, and
-    CommitConflict if concurrent compactions won ``attempts`` times in a row.
-
-    Example::
-
-        >>> delete(spark, "/data/events", "user = 'u42'").summary["deleted_rows"]   # doctest: +SKIP
-        37
-    """
-    if not where or not where.strip():
-        raise BadCondition("the delete condition is empty (to delete every row, say so: --where 'true')")
-    from castsql.spark.merger import SparkEngine
-
-    # The one write sequence (castsql.write.pipeline): the embedded delete's commit and conflict rules.
-    return pipeline.delete(SparkEngine(spark, TableLog(open_storage(uri, s3=s3))), where, attempts=attempts)

@@ -56,7 +56,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from castsql.errors import CastSQLError, SchemaMismatch
+from castsql.errors import BadCondition, CastSQLError, SchemaMismatch
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord
 from castsql.format.evolution import fits
 from castsql.format.schema import type_from_name
@@ -77,6 +77,7 @@ from castsql.write.merge import (
     MergeMetrics,
     MergeSpec,
     actions_sql,
+    unstorable,
 )
 from castsql.write.pipeline import Counts, KeyStats
 from castsql.write.records import FILE_COL, POS_COL, RG_COL, plan_records
@@ -85,7 +86,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType
 
-__all__ = ["cdc_merge", "merge", "update"]
+__all__ = ["cdc_merge", "delete", "merge", "update"]
 
 ROWS_PER_TASK = 500_000  # new rows per output task of a merge: a few large files, not one per shuffle partition
 
@@ -230,17 +231,12 @@ def _cast_columns(
 
 
 def _refuse_lossy(table: str, what: str, lossy: list[Lossy], examples: Sequence[Any]) -> None:
-    """MergeError for the first column of ``lossy`` whose example (a value as
-    text that its conversion would change, or None) is not None."""
+    """:func:`castsql.write.merge.unstorable` for the first column of
+    ``lossy`` whose example (a value as text that its conversion would
+    change, or None) is not None."""
     for (name, got, want, source, _), value in zip(lossy, examples, strict=True):
-        if value is None:
-            continue
-        expr = f"the value {source!r}" if source else "the source's value"
-        raise MergeError(
-            f"table {table}: {what}: column {name} is {want.simpleString()}, and {expr} is {got.simpleString()}: "
-            f"{value} cannot be stored as {want.simpleString()} unchanged (CAST it explicitly to convert); "
-            "nothing was committed"
-        )
+        if value is not None:
+            raise unstorable(table, what, name, want.simpleString(), got.simpleString(), source, value)
 
 
 def _analysis(table: str, what: str, e: Exception) -> MergeError:
@@ -365,6 +361,36 @@ def cdc_merge(
     metrics = pipeline.merge(engine, spec, pipeline.Options(attempts, stream=stream))
     metrics.execution_time_ms = int((time.perf_counter() - started) * 1000)
     return metrics
+
+
+def delete(
+    spark: SparkSession,
+    uri: str,
+    where: str,
+    *,
+    s3: S3Config | None = None,
+    attempts: int = 5,
+) -> Manifest | None:
+    """Delete the rows of the latest version for which the SQL condition
+    ``where`` is true; returns the committed manifest, or None (nothing
+    committed) if no row matched.
+
+    Writes exactly one tombstone file and one manifest, through the one write
+    sequence (:func:`castsql.write.pipeline.delete`: the embedded delete's
+    commit and conflict rules); the rows are found by
+    :func:`castsql.spark.deleter.plan_delete`. Raises Spark's
+    AnalysisException (or ParseException) for a condition that does not
+    parse or names unknown columns, BadCondition for a non-boolean one, and
+    CommitConflict if concurrent commits conflicted ``attempts`` times in a row.
+
+    Example::
+
+        >>> delete(spark, "/data/events", "user = 'u42'").summary["deleted_rows"]   # doctest: +SKIP
+        37
+    """
+    if not where or not where.strip():
+        raise BadCondition("the delete condition is empty (to delete every row, say so: --where 'true')")
+    return pipeline.delete(SparkEngine(spark, TableLog(open_storage(uri, s3=s3))), where, attempts=attempts)
 
 
 def _describe(spec: MergeSpec) -> str:

@@ -37,8 +37,9 @@ caller then reads through the Python workers (:mod:`castsql.spark.reader`):
 - a key-range bound is not exactly a key value, or Spark reads Parquet
   through its V2 source;
 - the bitsets would pass ``BITSETS_MAX`` (64 MiB: 512M rows in files with
-  deletes), the version has over ``FILES_MAX`` files, or a column's name
-  starts with ``_castsql_``.
+  deletes) or the version has over ``FILES_MAX`` files. (No column may be
+  named ``_castsql_*``, FORMAT.md §3.1, so the reader's own columns never
+  meet a table's.)
 """
 
 from __future__ import annotations
@@ -103,8 +104,6 @@ def why_not(storage: Storage, snap: Snapshot, names: list[str], spark: SparkSess
     bitsets = sum(f.total_rows for f in snap.files if f.deleted) // 8
     if bitsets > BITSETS_MAX:
         return f"the bitsets of the files with deletes would take {bitsets >> 20} MiB (at most {BITSETS_MAX >> 20})"
-    if any(n.lower().startswith("_castsql_") for n in snap.schema.names):
-        return "a column's name starts with _castsql_"
     want = {n: type_from_name(snap.schema.column(n).type) for n in _read_columns(snap, names)}  # type: ignore[union-attr]
     for n, t in want.items():
         if pa.types.is_unsigned_integer(t):

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from castsql.errors import MergeError
+from castsql.errors import MergeError, WriteError
 from castsql.write.records import FILE_COL, POS_COL, RG_COL
 
 ACTION_COL = "_castsql_action"
@@ -234,6 +234,18 @@ def inserts_unmatched(spec: MergeSpec, pk: str) -> bool:
         if c.set is not None and bare is not None and bare not in same:
             return False  # a computed key (a clause without one inserts NULL: refused as such)
     return True
+
+
+def unstorable(table: str, what: str, column: str, want: str, got: str, expr: str | None, value: Any) -> WriteError:
+    """The one refusal of a number a write computes that its column cannot
+    hold unchanged (a fraction into an integer column, an overflow, lost
+    digits): MergeError for a merge, WriteError for an update; both engines
+    raise it (type names in the engine's spelling)."""
+    text = f"the value {expr!r}" if expr else "the source's value"
+    return (MergeError if what == "merge" else WriteError)(
+        f"table {table}: {what}: column {column} is {want}, and {text} is {got}: {value} cannot be stored as "
+        f"{want} unchanged (CAST it explicitly to convert); nothing was committed"
+    )
 
 
 def moves_keys(spec: MergeSpec, pk: str) -> bool:

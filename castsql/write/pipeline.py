@@ -9,7 +9,7 @@
 
 An engine supplies only how to scan, evaluate expressions and write files:
 the embedded one (:mod:`castsql.embedded.writer`, DuckDB in-process) and Spark's
-(:mod:`castsql.spark.merger`, :mod:`castsql.spark.deleter`) implement
+(:mod:`castsql.spark.merger`) implement
 :class:`Engine`, and what they find for one attempt is a :class:`Found`,
 held where the engine holds it (an Arrow table in-process, a persisted
 DataFrame on a cluster). Every rule is here, once: schema evolution, the
