@@ -228,12 +228,15 @@ def _agree(engines: list, s3, model: Model, rng: random.Random, steps: int, next
     return done
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+# Derandomized: CI runs the same sequences each time; a failure shrinks to a short one.
+SETTINGS = {
+    "deadline": None,
+    "derandomize": True,
+    "suppress_health_check": [HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+}
+
+
+@settings(max_examples=30, **SETTINGS)
 @given(rng=st.randoms(use_true_random=False), h=st.sampled_from(HOSTILE))
 def test_the_embedded_engine_agrees_with_the_model(tmp_path, rng, h):
     uri = str(tmp_path / uuid.uuid4().hex / "t")
@@ -241,12 +244,7 @@ def test_the_embedded_engine_agrees_with_the_model(tmp_path, rng, h):
     _agree([Embedded(uri)], None, Model(h, rows), rng, 8, next_id)
 
 
-@settings(
-    max_examples=6,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(max_examples=6, **SETTINGS)
 @given(rng=st.randoms(use_true_random=False), h=st.sampled_from(HOSTILE))
 def test_the_embedded_engine_agrees_with_the_model_on_s3(s3_root, s3_server, rng, h):
     uri = f"{s3_root}/{uuid.uuid4().hex}/t"

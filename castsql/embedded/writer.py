@@ -236,8 +236,9 @@ class Writer:
             preds = self.session.planner.predicates(snap, plan.refs[0].conditions)
         return where, preds
 
-    def _matched(self, snap: Snapshot, cond: str, preds: list[Predicate], exprs: Sequence[str]) -> pa.Table:
-        """(file, position, ``exprs``…) of the live rows where ``cond`` holds."""
+    def _matched(self, snap: Snapshot, cond: str, preds: list[Predicate], exprs: Sequence[str], op: str) -> pa.Table:
+        """(file, position, ``exprs``…) of the live rows where ``cond`` holds
+        (WriteError naming the table and ``op`` for a failing expression)."""
         view = self._name("rows")
         self.session.views.create(view, snap.prune(preds) if preds else snap, positions=True)
         try:
@@ -246,6 +247,8 @@ class Writer:
                 f"SELECT {ROW_FILE} AS {_q(FILE_COL)}, {ROW_POS} AS {_q(POS_COL)}{cols} FROM {ident(view)} "
                 f"WHERE COALESCE(({cond}\n), FALSE)"
             ).to_arrow_table()
+        except duckdb.Error as e:
+            raise WriteError(f"table {self.table}: {op}: {_explain(e)}; nothing was committed") from None
         finally:
             self.session.views.drop(view)
 
@@ -264,10 +267,7 @@ class Writer:
         cond, preds = self._condition(snap, where, "delete")
         pk = snap.primary_key
         extra = [f"{ident(pk)} AS {_q(PK_COL)}"] if pk is not None else []
-        try:
-            hit = self._matched(snap, cond, preds, extra)
-        except duckdb.Error as e:
-            raise WriteError(f"table {self.table}: delete: {_explain(e)}; nothing was committed") from None
+        hit = self._matched(snap, cond, preds, extra, "delete")
         if hit.num_rows == 0:
             return None
         return _Found(self, snap, Counts(deleted=hit.num_rows), gone=hit)
@@ -280,15 +280,7 @@ class Writer:
         merge_schema: bool = False,
         attempts: int = ATTEMPTS,
     ) -> Manifest | None:
-        """Set columns (SQL expressions over the row) of the live rows where
-        ``where`` holds (every row without it): the old rows tombstoned, the new
-        ones appended, one version; None when no row matches
-        (:func:`castsql.write.pipeline.update`).
-
-        ``merge_schema``: a ``set`` column the table lacks is added (nullable,
-        at the end, of its expression's type; rows not updated read NULL), and
-        a column whose expression's type is an allowed widening of it is
-        widened, in the same version (FORMAT.md §3.4)."""
+        """:func:`castsql.write.pipeline.update` on this engine."""
         return pipeline.update(self, set, where, merge_schema=merge_schema, attempts=attempts)
 
     def find_update(self, snap: Snapshot, set: Mapping[str, str], where: str | None) -> _Found | None:
@@ -306,10 +298,7 @@ class Writer:
         if pk is not None:
             exprs.append(f"{ident(pk)} AS {_q(PK_COL)}")  # the key the row has now
         exprs += [flag for *_, flag in lossy]
-        try:
-            hit = self._matched(snap, cond, preds, exprs)
-        except duckdb.Error as e:
-            raise WriteError(f"table {self.table}: update: {_explain(e)}; nothing was committed") from None
+        hit = self._matched(snap, cond, preds, exprs, op)
         if hit.num_rows == 0:
             return None
         new = hit.select(snap.schema.names)
