@@ -513,13 +513,15 @@ class Writer:
             old = f", {_q(OLD_KEY_COL)}" if pk is not None else ""
             try:
                 self._check_values(spec, target, src_name, schema)
-                rel = self.con.sql(f"SELECT * FROM ({sql}) LIMIT 0")
-                got = dict(zip(rel.columns, map(str, rel.types), strict=True))
                 texts = {n.lower(): e for c in spec.clauses if c.set for n, e in c.set.items()}
-                lossy = _lossy(
-                    [(c.name, duck_type(c.type), got[c.name], ident(c.name), texts.get(c.name.lower()))
-                     for c in schema.columns]
-                )  # fmt: skip
+                lossy = []
+                if texts:  # values the clauses compute (a source's own columns passed the type rule)
+                    rel = self.con.sql(f"SELECT * FROM ({sql}) LIMIT 0")
+                    got = dict(zip(rel.columns, map(str, rel.types), strict=True))
+                    lossy = _lossy(
+                        [(c.name, duck_type(c.type), got[c.name], ident(c.name), texts.get(c.name.lower()))
+                         for c in schema.columns]
+                    )  # fmt: skip
                 flags = "".join(f", {flag}" for *_, flag in lossy)
                 casts = ", ".join(
                     f"{_cast(c.name, lossy)}({ident(c.name)} AS {duck_type(c.type)}) AS {ident(c.name)}"
