@@ -305,3 +305,51 @@ def test_spark_racing_embedded_writers_keeps_the_key_at_every_version(spark, sto
     for v in range(1, last + 1):
         keys = [r["id"] for r in live(uri, s3_config, v)]
         assert None not in keys and len(keys) == len(set(keys)), (v, sorted(k for k in keys if keys.count(k) > 1))
+
+
+# ---------------------------------------------------------------------- found by a red-team pass
+
+
+def test_a_number_rounded_into_a_float_column_is_refused(tmp_path):
+    """Compared in the wider type, 2^53 + 1 rounded into a DOUBLE looked unchanged; it is compared back in its own."""
+    schema = pa.schema([("id", pa.int64()), ("x", pa.float64()), ("f", pa.float32())])
+    rows = pa.table({"id": [1, 2], "x": [0.0, 0.0], "f": pa.array([0, 0], pa.float32())})
+    uri = start(str(tmp_path / "t"), schema=schema, rows=rows)
+    e = Embedded(uri)
+    with pytest.raises(WriteError, match="9007199254740993 cannot be stored as DOUBLE unchanged"):
+        e.update({"x": "9007199254740993::BIGINT"}, "id = 1")
+    with pytest.raises(WriteError, match="16777217 cannot be stored as FLOAT unchanged"):
+        e.update({"f": "16777217"}, "id = 1")
+    with pytest.raises(MergeError, match="cannot be stored as DOUBLE unchanged"):
+        e.merge(pa.table({"id": [2], "q": [2**53 + 1]}), "id", [("matched_update", None, {"x": "source.q"})])
+    assert version(uri) == 1
+    assert e.update({"x": "9007199254740992::BIGINT", "f": "16777216"}, "id = 1") == 2  # exact: stored
+
+
+def test_a_quoted_column_name_is_read_by_a_keyed_merge(tmp_path):
+    schema = pa.schema([("id", pa.int64()), ('a"b', pa.int64())])
+    uri = start(str(tmp_path / "t"), schema=schema, rows=pa.table({"id": [1, 2], 'a"b': [10, 20]}))
+    e = Embedded(uri)
+    assert e.merge(pa.table({"id": [1, 2]}), "id", [("matched_delete", 'target."a""b" = 10', None)]) == 2
+    assert [r["id"] for r in live(uri)] == [2]
+    with pytest.raises(MergeError, match="Ambiguous reference"):  # as for any name both sides have
+        e.merge(pa.table({"id": [2], 'a"b': [20]}), "id", [("matched_delete", '"a""b" = 20', None)])
+    assert version(uri) == 2
+
+
+def test_a_source_column_with_a_reserved_name_is_refused(tmp_path):
+    uri = start(str(tmp_path / "t"))
+    source = src([1, 3]).append_column("__castsql_sp", pa.array([None, None], pa.int64()))
+    clauses = [("matched_update", None, {"v": "source.v"}), ("not_matched_by_source_delete", None, None)]
+    with pytest.raises(MergeError, match="the source's column '__castsql_sp' has a reserved name"):
+        Embedded(uri).merge(source, "id", clauses)
+    assert version(uri) == 1
+
+
+def test_several_source_rows_may_only_meet_one_unconditional_delete(tmp_path):
+    """Delta's exception is one unconditional matched delete; a conditional one is refused like an update."""
+    uri = start(str(tmp_path / "t"))
+    e = Embedded(uri)
+    with pytest.raises(MergeError, match="several source rows match one target row"):
+        e.merge(src([1, 1]), "id", [("matched_delete", "source.n > 5", None)])
+    assert e.merge(src([1, 1]), "id", [("matched_delete", None, None)]) == 2 and ids(uri) == [2, 3]

@@ -231,7 +231,8 @@ class Model:
                 base[name] = _VALUE[expr](t, s)
             return base
 
-        all_delete = all(c[0] == "matched_delete" for c in clauses if c[0].startswith("matched"))
+        matched_clauses = [c for c in clauses if c[0].startswith("matched")]
+        all_delete = len(matched_clauses) == 1 and matched_clauses[0][:2] == ("matched_delete", None)
         keep, added, replaced = [], [], []
         changed = False
         for t in self.rows:

@@ -697,8 +697,11 @@ def _lossy(values: list[tuple[str, str, str, str, str | None]]) -> list[tuple[st
         if got == want or not (_NUMERIC.fullmatch(got) and _NUMERIC.fullmatch(want)):
             continue
         stored = f"TRY_CAST({value} AS {want})"
+        # Back in the value's own type (as Spark's engine compares): compared in
+        # the wider type, 2^53 + 1 rounded into a DOUBLE would look unchanged.
+        back = f"TRY_CAST({stored} AS {got})"
         flag = (
-            f"CASE WHEN {value} IS NOT NULL AND ({stored} IS NULL OR {stored} <> {value}) "
+            f"CASE WHEN {value} IS NOT NULL AND ({stored} IS NULL OR {back} IS DISTINCT FROM {value}) "
             f"THEN CAST({value} AS VARCHAR) END AS {_q(f'_castsql_lossy{len(out)}')}"
         )
         out.append((col, want, got, text, flag))

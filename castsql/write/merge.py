@@ -108,9 +108,19 @@ class MergeSpec:
 
     @property
     def multiple_matches_allowed(self) -> bool:
-        """Delta's exception: several source rows may match a target row when
-        every matched clause deletes (the row is deleted once)."""
-        return all(c.kind == "matched_delete" for c in self.of("matched"))
+        """Delta's exception (``isOnlyOneUnconditionalDelete``): several source
+        rows may match a target row when the merge's only matched clause is an
+        unconditional delete (the row is deleted once). A conditional delete
+        among them is an error as any other matched clause: which source row's
+        condition decides would be arbitrary.
+
+        >>> MergeSpec(("id",), (Clause("matched_delete"),)).multiple_matches_allowed
+        True
+        >>> MergeSpec(("id",), (Clause("matched_delete", condition="source.v > 5"),)).multiple_matches_allowed
+        False
+        """
+        matched = self.of("matched")
+        return all(c.kind == "matched_delete" and c.condition is None for c in matched) and len(matched) <= 1
 
     def texts(self) -> list[str]:
         """Every piece of user SQL the merge runs: the ``on`` predicate, the
@@ -129,7 +139,10 @@ class MergeSpec:
         text = "\n".join(self.texts())
         used = set(self.keys or ())
         for col in columns:
-            if re.search(rf"(?<![\w$]){re.escape(col)}(?![\w$])", text, re.I):
+            quoted = ('"' + col.replace('"', '""') + '"', "`" + col.replace("`", "``") + "`")  # DuckDB's, Spark's
+            if re.search(rf"(?<![\w$]){re.escape(col)}(?![\w$])", text, re.I) or any(
+                q.lower() in text.lower() for q in quoted
+            ):
                 used.add(col)
         for c in self.clauses:
             if c.action == ACTION_UPDATE and c.set is not None:
@@ -176,6 +189,9 @@ def validate(spec: MergeSpec, table: str, columns: Sequence[str], source_columns
         raise MergeError(f"{where}: the source and the target need different aliases, both are {spec.source_alias!r}")
     cols = {c.lower(): c for c in columns}
     src = {c.lower(): c for c in source_columns} if source_columns is not None else None
+    for c in source_columns or ():
+        if re.match(r"_+castsql_", c, re.I):  # the merge's own columns (FORMAT.md §3.1): one would hide one
+            raise MergeError(f"{where}: the source's column {c!r} has a reserved name (_castsql_…); rename it")
     if isinstance(spec.on, str):
         if not spec.on.strip():
             raise MergeError(f"{where}: the 'on' predicate is empty")
