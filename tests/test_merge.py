@@ -121,7 +121,7 @@ def test_two_source_rows_for_one_target_row_is_refused_and_nothing_is_committed(
     assert t.at().version == 1 and t.version == 1
     log = TableLog(open_storage(t.uri))
     assert not list(log.storage.list("data/"))[1:] and not list(log.storage.list("tombstone/"))  # nothing written
-    # Delta's exception: when every matched clause deletes, the row is deleted once.
+    # Delta's exception: when the only matched clause is an unconditional delete, the row is deleted once.
     m = t.merge(dup, on="id").when_matched_delete().execute()
     assert m.num_target_rows_deleted == 2 and set(rows(t)) == set(range(10)) - {3, 4}
     t.close()

@@ -115,7 +115,7 @@ def test_multiple_matches_are_refused_and_nothing_is_written(spark, tmp_path):
     with pytest.raises(MergeError, match=r"several source rows match one target row .*\(id=5\)"):
         merge(spark, uri, dup, on="id").when_matched_update_all().when_not_matched_insert_all().execute()
     assert _objects(uri) == before and TableLog(open_storage(uri)).latest().version == 1
-    # Delta's exception: when every matched clause deletes, the row is deleted once.
+    # Delta's exception: when the only matched clause is an unconditional delete, the row is deleted once.
     m = merge(spark, uri, dup, on="id").when_matched_delete().execute()
     assert (m.num_target_rows_deleted, m.num_target_rows_inserted) == (2, 0)
     assert set(_rows(uri)) == set(range(50)) - {5, 7}

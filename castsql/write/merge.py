@@ -16,8 +16,8 @@ No clause holding means the row is left as it is. A target row matched by
 more than one source row where a matched clause updates or deletes it is an
 error (Delta's ``DELTA_MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW_IN_MERGE``:
 which source row wins would be arbitrary); nothing is written. Delta's one
-exception holds too: when every matched clause deletes, several matches
-delete the row once.
+exception holds too: when the only matched clause is an unconditional
+delete, several matches delete the row once.
 
 The engines run :func:`actions_sql` (plain SQL that DuckDB and Spark both
 take), tombstone every updated or deleted target row and append the updated
