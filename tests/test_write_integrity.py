@@ -350,6 +350,6 @@ def test_several_source_rows_may_only_meet_one_unconditional_delete(tmp_path):
     """Delta's exception is one unconditional matched delete; a conditional one is refused like an update."""
     uri = start(str(tmp_path / "t"))
     e = Embedded(uri)
-    with pytest.raises(MergeError, match="several source rows match one target row"):
+    with pytest.raises(MergeError, match=r"several source rows match one target row .*\(id=1\)"):
         e.merge(src([1, 1]), "id", [("matched_delete", "source.n > 5", None)])
     assert e.merge(src([1, 1]), "id", [("matched_delete", None, None)]) == 2 and ids(uri) == [2, 3]

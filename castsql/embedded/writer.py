@@ -555,7 +555,7 @@ class Writer:
                        inserted=action[adds] == ACTION_INSERT, op="merge", lossy=lossy, rows=out)  # fmt: skip
         if len(many):
             found.multiple = True
-            found.labels = _labels(spec, out.take(pa.array(many)))
+            found.labels = _labels(spec, out.take(pa.array(many)), pk)
         return found
 
     def _matched_targets(
@@ -714,17 +714,20 @@ def _cast(column: str, lossy: list[tuple]) -> str:
     return "TRY_CAST" if any(col == column for col, *_ in lossy) else "CAST"
 
 
-def _labels(spec: MergeSpec, rows: pa.Table) -> list[str]:
+def _labels(spec: MergeSpec, rows: pa.Table, pk: str | None) -> list[str]:
     """Up to five target rows of ``rows`` (actions of several matching source
-    rows), by their keys where the merge has key columns."""
+    rows), by their keys where the merge has key columns (a deleted row's new
+    values are NULL: the primary key it had, where the merge is on it)."""
     keys = list(spec.keys or ())
+    on_pk = pk is not None and [k.lower() for k in keys] == [pk.lower()]
     seen: list[str] = []
     for r in rows.to_pylist():
-        label = (
-            ", ".join(f"{k}={r.get(k)!r}" for k in keys)
-            if keys and r.get(keys[0]) is not None
-            else (f"row {r[POS_COL]} of {r[FILE_COL]}")
-        )
+        if keys and r.get(keys[0]) is not None:
+            label = ", ".join(f"{k}={r.get(k)!r}" for k in keys)
+        elif on_pk and r.get(OLD_KEY_COL) is not None:
+            label = f"{keys[0]}={r[OLD_KEY_COL]!r}"
+        else:
+            label = f"row {r[POS_COL]} of {r[FILE_COL]}"
         if label not in seen:
             seen.append(label)
         if len(seen) == 5:
