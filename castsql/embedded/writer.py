@@ -211,13 +211,11 @@ class Writer:
             raise WriteError(f"table {self.table}: {op}: {e}") from None
 
     def _condition(self, snap: Snapshot, where: str | None, op: str) -> tuple[str, list[Predicate]]:
-        """The SQL condition (checked: one boolean expression over the table's
-        columns) and the predicates that prune files by min/max."""
+        """The SQL condition (text the pipeline checked with :meth:`check_texts`;
+        here: one boolean expression over the table's columns) and the
+        predicates that prune files by min/max."""
         if where is None:
             return "TRUE", []
-        if not isinstance(where, str) or not where.strip():
-            raise WriteError(f'table {self.table}: {op}: the condition must be SQL text such as "id < 100"')
-        self._check_text(where, op)
         empty = self._name("empty")
         self.con.register(empty, snap.schema.to_arrow().empty_table())
         try:

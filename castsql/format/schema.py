@@ -125,6 +125,11 @@ RESERVED_NAMES = ("file_row_number", "file_index")
 _RESERVED_PREFIX = re.compile(r"_+castsql_", re.I)
 
 
+def castsql_own(name: str) -> bool:
+    """Does ``name`` carry the prefix of CastSQL's own columns (``_castsql_``, any case)?"""
+    return _RESERVED_PREFIX.match(name) is not None
+
+
 def reserved(name: str) -> str | None:
     """Why no column may be called ``name``, or None when it may.
 
@@ -136,7 +141,7 @@ def reserved(name: str) -> str | None:
             f"column name {name!r} is reserved: DuckDB's Parquet scan gives each row's "
             f"{name.lower()} under that name, and a column of the same name would hide it; rename the column"
         )
-    if _RESERVED_PREFIX.match(name):
+    if castsql_own(name):
         return f"column name {name!r} is reserved: names starting with _castsql_ are CastSQL's own; rename the column"
     return None
 

@@ -525,9 +525,11 @@ class SparkEngine:
         cond = where if where is not None and where.strip() else "TRUE"
         names = snap.schema.names
         df = read_snapshot(self.spark, self.log, snap)
+        pk = snap.primary_key
+        old = [F.col(quote(pk)).alias(OLD_KEY_COL)] if pk is not None else []  # the key each row has now
         try:
             new = df.where(F.expr(cond)).select(
-                *[F.expr(set[c]).alias(c) if c in set else F.col(quote(c)) for c in names]
+                *[F.expr(set[c]).alias(c) if c in set else F.col(quote(c)) for c in names], *old
             )
             check_types(df.select(F.expr(cond)), table, "condition", cond)
             for c, e in set.items():
@@ -539,10 +541,10 @@ class SparkEngine:
         plan = plan_delete(self.spark, self.log, snap, cond)
         if not plan.records:
             return None
-        pk = snap.primary_key
-        old = df.where(F.expr(cond)).select(F.col(quote(pk)).alias(OLD_KEY_COL)) if pk is not None else None
+        # The new key as stored beside the old one: one job when the pipeline asks for keys.
+        keyed = new.select(cols[names.index(pk)], OLD_KEY_COL) if pk is not None else None
         return _SparkFound(
-            self, snap, Counts(updated=plan.rows), plan=plan, new=new, cast=cast, lossy=lossy, old=old, cond=cond
+            self, snap, Counts(updated=plan.rows), plan=plan, new=new, cast=cast, lossy=lossy, keyed=keyed, cond=cond
         )
 
     # -------------------------------------------------- merge
@@ -682,7 +684,7 @@ class _SparkFound:
         self.plan = parts.get("plan")
         self.out: DataFrame | None = parts.get("out")
         self.new, self.cast = parts.get("new"), parts.get("cast")
-        self.old, self.cond = parts.get("old"), parts.get("cond")
+        self.keyed, self.cond = parts.get("keyed"), parts.get("cond")
         self.lossy: Sequence[Lossy] = parts.get("lossy") or ()
         self.spec: MergeSpec | None = parts.get("spec")
         self.target_view: str | None = parts.get("target_view")
@@ -731,23 +733,19 @@ class _SparkFound:
         return KeyStats(s["nulls"], s["distinct"], s["lo"], s["hi"])
 
     def keys(self, pk: str) -> tuple[pa.Array, pa.Array, np.ndarray]:
-        from pyspark.sql import functions as F
 
         from castsql.spark.errors import job_errors
 
         want = type_from_name(self.snap.schema.column(pk).type)
-        with job_errors(f"{self.engine.table}: {self._what}"):
-            if self.out is not None:
-                action = F.col(ACTION_COL)
-                added = self.out.where(action.isin(ACTION_UPDATE, ACTION_INSERT)).select(quote(pk), ACTION_COL)
-                added_t = added.toArrow()
-                old = self.out.where(action.isin(ACTION_UPDATE, ACTION_DELETE)).select(OLD_KEY_COL).toArrow()
-                inserted = added_t.column(1).to_numpy() == ACTION_INSERT
-            else:
-                added_t = self.cast.select(quote(pk)).toArrow()
-                old = self.old.toArrow()
-                inserted = np.zeros(added_t.num_rows, dtype=bool)
-        return added_t.column(0).cast(want).combine_chunks(), old.column(0).combine_chunks(), inserted
+        with job_errors(f"{self.engine.table}: {self._what}"):  # one collect
+            if self.out is None:
+                t = self.keyed.toArrow()
+                return t.column(0).cast(want).combine_chunks(), t.column(1).combine_chunks(), np.zeros(t.num_rows, bool)
+            t = self.out.select(quote(pk), ACTION_COL, OLD_KEY_COL).toArrow()  # every row changes something
+        action = t.column(1).to_numpy()
+        adds, gone = np.isin(action, (ACTION_UPDATE, ACTION_INSERT)), np.isin(action, (ACTION_UPDATE, ACTION_DELETE))
+        added = t.column(0).filter(pa.array(adds)).cast(want).combine_chunks()
+        return added, t.column(2).filter(pa.array(gone)).combine_chunks(), action[adds] == ACTION_INSERT
 
     def tombstones(self) -> tuple[list[TombstoneRecord], int]:
         if self.out is None:

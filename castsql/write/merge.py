@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from castsql.errors import MergeError, WriteError
+from castsql.format.schema import castsql_own
 from castsql.write.records import FILE_COL, POS_COL, RG_COL
 
 ACTION_COL = "_castsql_action"
@@ -190,7 +191,7 @@ def validate(spec: MergeSpec, table: str, columns: Sequence[str], source_columns
     cols = {c.lower(): c for c in columns}
     src = {c.lower(): c for c in source_columns} if source_columns is not None else None
     for c in source_columns or ():
-        if re.match(r"_+castsql_", c, re.I):  # the merge's own columns (FORMAT.md §3.1): one would hide one
+        if castsql_own(c):  # the merge's own columns (FORMAT.md §3.1): one would hide one
             raise MergeError(f"{where}: the source's column {c!r} has a reserved name (_castsql_…); rename it")
     if isinstance(spec.on, str):
         if not spec.on.strip():

@@ -37,7 +37,7 @@ Example (the embedded engine; ``castsql.Table`` calls these)::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -156,7 +156,6 @@ class Options:
     merge_schema: bool = False
     allow_duplicate_keys: bool = False
     stream: tuple[str, int] | None = None  # (query, micro-batch id): exactly once
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------- schema evolution
@@ -205,12 +204,10 @@ def _evolved_for_set(engine: Engine, snap: Snapshot, set: Mapping[str, str], whe
 def delete(engine: Engine, where: str, *, attempts: int = ATTEMPTS) -> Manifest | None:
     """Delete the live rows where ``where`` holds: one tombstone, one version;
     None when no row matches."""
-    if where is None or not isinstance(where, str) or not where.strip():
-        raise WriteError(
-            f"table {engine.table}: delete: no condition (to delete every row, say so: 'true')"
-            if where is None or (isinstance(where, str) and not where.strip())
-            else f'table {engine.table}: delete: the condition must be SQL text such as "id < 100"'
-        )
+    if where is None or (isinstance(where, str) and not where.strip()):
+        raise WriteError(f"table {engine.table}: delete: no condition (to delete every row, say so: 'true')")
+    if not isinstance(where, str):
+        raise WriteError(f'table {engine.table}: delete: the condition must be SQL text such as "id < 100"')
     engine.check_texts([where], "delete")
 
     def attempt(_: int) -> Manifest | None:
@@ -235,20 +232,17 @@ def delete(engine: Engine, where: str, *, attempts: int = ATTEMPTS) -> Manifest 
 # ---------------------------------------------------------------------- update
 
 
-def _check_set(table: str, schema: Schema, set: Any) -> dict[str, str]:
-    """``set`` with the table's spelling of each column, or WriteError."""
+def _check_set(table: str, schema: Schema, set: Mapping[str, str]) -> dict[str, str]:
+    """``set`` (checked by :func:`update`: names and SQL text) with the
+    table's spelling of each column, or WriteError for one it lacks."""
     names = {c.lower(): c for c in schema.names}
-    out = {}
-    for col, expr in set.items():
-        if not isinstance(col, str) or col.lower() not in names:
+    for col in set:
+        if col.lower() not in names:
             raise WriteError(
                 f"table {table}: update: column {col!r} does not exist "
                 f"(columns: {', '.join(schema.names)}; merge_schema=True adds it)"
             )
-        if not isinstance(expr, str) or not expr.strip():
-            raise WriteError(f"table {table}: update: column {col!r}: expression must be SQL text")
-        out[names[col.lower()]] = expr
-    return out
+    return {names[col.lower()]: expr for col, expr in set.items()}
 
 
 def update(
