@@ -151,13 +151,48 @@ class Table:
         return _at(self._session, self.name, version, timestamp)
 
     def history(self) -> pa.Table:
-        """One row per kept version (time, operation, files and rows added and deleted)."""
+        """One row per kept version: time, operation, files added and removed,
+        rows inserted, updated (paired by primary key) and deleted.
+
+        >>> events.history().select(["version", "rows_updated"]).to_pylist()[-1]  # doctest: +SKIP
+        {'version': 7, 'rows_updated': 30}
+        """
         return self._session.history(self.name)
 
-    def changes(self, start: int, end: int | None = None) -> pa.Table:
-        """Rows inserted and deleted by each version in (``start``, ``end``]; ``end``
-        defaults to this object's version."""
+    def changes(self, start: int | str | datetime, end: int | str | datetime | None = None) -> pa.Table:
+        """Rows inserted, updated and deleted by each version in (``start``,
+        ``end``] (``end`` defaults to this object's version), or by the commits
+        made between two timestamps, both included. ``_change_type`` is
+        ``insert``, ``delete``, ``update_preimage`` or ``update_postimage``
+        (updates paired by primary key), with ``_commit_version`` and
+        ``_commit_timestamp``. Reads only what those versions changed.
+
+        >>> events.changes(5, 7).column("_change_type").to_pylist()[:2]  # doctest: +SKIP
+        ['update_preimage', 'update_postimage']
+        """
         return self._session.changes(self.name, start, self.version if end is None else end)
+
+    def diff(self, other: int | str | datetime, to: int | str | datetime | None = None) -> pa.Table:
+        """The rows version ``to`` (default: this object's version) holds and
+        version ``other`` lacks (``insert``) and the reverse (``delete``),
+        compared as values, updates paired by primary key; reads only the files
+        that differ between the two versions.
+
+        >>> events.diff(3).column("_change_type").to_pylist()  # doctest: +SKIP
+        ['update_preimage', 'update_postimage', 'insert']
+        """
+        return self._session.diff(self.name, other, self.version if to is None else to)
+
+    def row_history(self, key: Any, key_hi: Any = None) -> pa.Table:
+        """Every change of the row whose primary key is ``key`` (or of the rows
+        whose key is in [``key``, ``key_hi``]) over the kept versions up to the
+        latest, as :meth:`changes` shows them. Versions whose files cannot hold
+        the key (by their statistics) are not read.
+
+        >>> customers.row_history(42).select(["_commit_version", "_change_type"]).to_pylist()  # doctest: +SKIP
+        [{'_commit_version': 1, '_change_type': 'insert'}, ...]
+        """
+        return self._session.row_history(self.name, key, key_hi)
 
     # ------------------------------------------------------------------ reads
 

@@ -478,7 +478,7 @@ def test_a_change_record_that_disagrees_gives_the_same_answer_in_every_session(e
     _forget_snapshots()
     with castsql.connect(root) as c:
         together = [c.sql(q).to_pylist() for q in queries]
-        history = c.sql(f"SELECT version, files_added, rows_added, rows_deleted, live_rows, error "
+        history = c.sql(f"SELECT version, files_added, rows_inserted, rows_deleted, live_rows, error "
                         f"FROM table_history('{NAME}') ORDER BY version").to_pylist()  # fmt: skip
         changes = c.sql(f"SELECT count(*) AS n FROM table_changes('{NAME}', 2, 6)").to_pylist()
     expected = [[{"n": len(ev.live[v])}] for v in range(1, 7)] * 2

@@ -90,9 +90,9 @@ def test_audit_calls(con):
     p = parse(
         "SELECT * FROM table_changes('events', 1, 3) c JOIN table_history('users') h USING (version)", CATALOG, con
     )
-    assert [(a.kind, a.table, a.versions, p.sql[a.start : a.end], a.replacement) for a in p.audits] == [
-        ("changes", "events", (1, 3), "table_changes('events', 1, 3)", '"castsql/changes/1/3/events"'),
-        ("history", "users", (), "table_history('users')", '"castsql/history/users"'),
+    assert [(a.kind, a.table, a.args, p.sql[a.start : a.end], a.replacement) for a in p.audits] == [
+        ("changes", "events", (1, 3), "table_changes('events', 1, 3)", '"castsql/changes/0/events"'),
+        ("history", "users", (), "table_history('users')", '"castsql/history/1/users"'),
     ]
     assert p.kinds == ("SELECT",) and not p.refs and not p.reads
     p = parse("DESCRIBE HISTORY events", CATALOG, con)
@@ -101,6 +101,20 @@ def test_audit_calls(con):
     bad = parse("SELECT * FROM table_changes('events')", CATALOG, con)
     with pytest.raises(CastSQLError, match="table_changes takes"):
         bad.bind(None)  # raised after the guard has read the tokens
+    p = parse(
+        "SELECT * FROM table_changes('events', '2026-11-01', '2026-11-02 12:00') "
+        "UNION ALL SELECT * FROM table_row_history(events, -42) UNION ALL SELECT * FROM table_diff('events', 2, 9)",
+        CATALOG,
+        con,
+    )
+    assert [(a.kind, a.args) for a in p.audits] == [
+        ("changes", ("2026-11-01", "2026-11-02 12:00")),
+        ("row_history", (-42,)),
+        ("diff", (2, 9)),
+    ]
+    for text in ("table_diff('events', 2)", "table_changes('events', 1.5)", "table_row_history('events')"):
+        with pytest.raises(CastSQLError, match=f"{text.split('(')[0]} takes"):
+            parse(f"SELECT * FROM {text}", CATALOG, con).bind(None)
 
 
 def test_count_star_and_explain(con):

@@ -69,17 +69,20 @@ def test_history_and_diff(run: Run) -> None:
     ok, out, _ = run(".history events")
     assert ok
     lines = out.splitlines()
-    assert lines[0] == "version,committed_at,operation,rows_added,rows_deleted,live_rows"
-    assert re.fullmatch(r"3,\S+ \S+,DELETE,0,100,1900", lines[4])
+    assert lines[0] == "version,committed_at,operation,rows_inserted,rows_updated,rows_deleted,live_rows"
+    assert re.fullmatch(r"3,\S+ \S+,DELETE,0,0,100,1900", lines[4])
     ok, out, _ = run(".diff events 4 5")
     assert ok
     lines = out.splitlines()
-    assert lines[0] == "events: 0 rows inserted, 4 deleted after version 4 up to 5"
-    assert lines[1] == "_commit_version,_change_type,id,grp,val,ts"
-    assert sorted(int(ln.split(",")[2]) for ln in lines[2:]) == [0, 5, 17, 1999]
+    assert lines[0] == "events: version 5 against 4: 0 rows inserted, 0 updated, 4 deleted"
+    assert lines[1] == "_change_type,id,grp,val,ts"
+    assert sorted(int(ln.split(",")[1]) for ln in lines[2:]) == [0, 5, 17, 1999]
+    ok, out, _ = run(".diff events 6 2")  # backwards: what version 2 has that 6 lacks
+    assert ok
+    assert out.splitlines()[0] == "events: version 2 against 6: 204 rows inserted, 0 updated, 100 deleted"
     ok, out, _ = run(".diff users 0")
     assert ok
-    assert out.splitlines()[0] == "users: 3 rows inserted, 0 deleted after version 0 up to 1"
+    assert out.splitlines()[0] == "users: version 1 against 0: 3 rows inserted, 0 updated, 0 deleted"
 
 
 def test_bad_arguments_get_a_one_line_hint(run: Run) -> None:
@@ -94,7 +97,7 @@ def test_bad_arguments_get_a_one_line_hint(run: Run) -> None:
         ".read /no/such/file.sql": "cannot read /no/such/file.sql: No such file or directory",
         ".history": "usage: .history TABLE (tables: events, users)",
         ".output 'unterminated": "No closing quotation",
-        ".diff events 9 10": "version 10 does not exist (latest is 6)",
+        ".diff events 9 10": "version 9 does not exist (latest is 6)",
     }
     for line, message in cases.items():
         ok, _, err = run(line)

@@ -1,42 +1,59 @@
 """Audits of a table's history: what each version did, and which rows changed.
 
 ``history`` — one row per kept version: ``version, committed_at, operation,
-writer, data_files, tombstone_files, files_added, files_removed, rows_added,
-rows_deleted, live_rows``. Row counts are exact: computed from the resolved
-snapshots (key ranges are counted with a metadata-only query), not copied from
-what a writer claimed.
+writer, data_files, tombstone_files, files_added, files_removed,
+rows_inserted, rows_updated, rows_deleted, live_rows, error``. Row counts are
+exact: computed from what the versions hold, not copied from what a writer
+claimed. On a table with a primary key a row whose key left and came back in
+one version is one update (counted in ``rows_updated`` only); without a key
+``rows_updated`` is NULL and an update is a delete and an insert.
 
-``changes`` — every row inserted or deleted by each version in (start, end],
-with the table's columns plus ``_change_type`` ('insert' | 'delete'),
-``_commit_version`` and ``_commit_timestamp`` (the names Delta Lake's change
-data feed uses). Nothing has to be enabled in advance: a row is identified by
-(data file, row position), so version v's changes are the rows live at v and
-not at v-1 (inserts) and the reverse (deletes). Compactions rewrite rows
-without changing them and contribute no changes; a row inserted and later
-deleted in the range appears twice, like in a change feed.
+``changes`` — every row inserted, updated or deleted by each version in
+(start, end], with the table's columns plus ``_change_type``, ``_commit_version``
+and ``_commit_timestamp`` (Delta Lake's change data feed's names and values:
+``insert``, ``delete``, ``update_preimage``, ``update_postimage``; updates are
+paired by primary key). Nothing has to be enabled in advance: a row is
+identified by (data file, row position), so a version's changes are the rows
+of the files it added and the positions its tombstones added, read at the cost
+of the change (:mod:`castsql.engine.changes`). Compactions rewrite rows
+without changing them and contribute no changes.
 
-In SQL: ``DESCRIBE HISTORY t``, ``SELECT * FROM table_history('t')`` and
-``SELECT * FROM table_changes('t', start[, end])``: a query's plan
-(:mod:`castsql.engine.plan`) finds the calls, :func:`register` runs them.
+``diff`` — the rows version ``b`` has and version ``a`` lacks and the reverse,
+compared as values (``EXCEPT ALL``), updates paired by key: only files that
+differ between the two versions are read, so files both hold with the same
+deletes cost nothing, and rows a compaction rewrote cancel out.
+
+``row_history`` — ``changes`` over every kept version for one key (or a key
+range): versions whose data files' statistics cannot hold the key are never
+read.
+
+In SQL: ``DESCRIBE HISTORY t``, ``table_history('t')``, ``table_changes('t',
+start[, end])`` (versions or timestamps), ``table_diff('t', a, b)`` and
+``table_row_history('t', key[, key_hi])``: a query's plan
+(:mod:`castsql.engine.plan`) finds the calls, :meth:`Audits.register` makes
+each a relation.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
-from castsql.engine import names
-from castsql.engine.quoting import ident
-from castsql.engine.views import ROW_FILE, ROW_POS
+from castsql.engine.changes import KIND, TIME, VERSION, ChangeRows, KeyFilter, Step
+from castsql.engine.physical import duck_type
+from castsql.engine.quoting import ident, sql_value
+from castsql.engine.views import Views
 from castsql.errors import CastSQLError, VersionNotFound
-from castsql.snapshot import Snapshot, resolve
-
-if TYPE_CHECKING:
-    from castsql.engine.plan import AuditCall
-    from castsql.engine.session import Session
-    from castsql.format.schema import Schema
+from castsql.format import TableLog
+from castsql.format.manifest import parse_time
+from castsql.format.schema import Schema
+from castsql.snapshot import Predicate, Snapshot, resolve
+from castsql.snapshot.changes import between
+from castsql.snapshot.prune import may_match
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -48,186 +65,273 @@ HISTORY_SCHEMA = pa.schema(
         ("tombstone_files", pa.int64()),
         ("files_added", pa.int64()),
         ("files_removed", pa.int64()),
-        ("rows_added", pa.int64()),
+        ("rows_inserted", pa.int64()),
+        ("rows_updated", pa.int64()),
         ("rows_deleted", pa.int64()),
         ("live_rows", pa.int64()),
         ("error", pa.string()),  # why this version cannot be read; NULL when it can
     ]
 )
 
+CHANGE_TYPE = "_change_type"
+AUDIT_COLUMNS = (CHANGE_TYPE, VERSION, TIME)
 _NO_DATA_CHANGE = {"COMPACT", "OPTIMIZE"}
 
-
-def live_rows(session: Session, table: str, snap: Snapshot) -> int:
-    n = snap.live_rows
-    if n is None:  # key ranges: count through the view
-        view = session.version_view(table, snap.version)
-        n = session.con.sql(f"SELECT count(*) FROM {ident(view)}").fetchone()[0]
-    return n
+Version = int | str | datetime
 
 
-def _live_in(session: Session, table: str, snap: Snapshot, keys: set[str]) -> int:
-    files = snap.resolved(sorted(keys))
-    return sum(f.total_rows - len(f.deleted) for f in files if not f.key_ranges) + _count_ranges(
-        session, snap, [f for f in files if f.key_ranges]
-    )
+class Audits:
+    """The audits of one session's tables, as relations on its connection."""
 
+    def __init__(self, con: duckdb.DuckDBPyConnection, views: Views) -> None:
+        self.con = con
+        self.views = views
+        self.rows = ChangeRows(con, views)
 
-def _count_ranges(session: Session, snap: Snapshot, files: list) -> int:
-    if not files:
-        return 0
-    sub = Snapshot(snap.table_uri, snap.version, snap.manifest, files, snap.primary_key)
-    name = names.internal(
-        "count", abs(hash((snap.table_uri, snap.version))), owner=snap.table_uri.rstrip("/").rsplit("/", 1)[-1]
-    )
-    session.views.create(name, sub)
-    return session.con.sql(f"SELECT count(*) FROM {ident(name)}").fetchone()[0]
+    # ------------------------------------------------------------ history
 
-
-def history(session: Session, table: str) -> pa.Table:
-    log = session.log(table)
-    rows = []
-    prev: Snapshot | None = None
-    prev_live = 0
-    # Versions come from the listing, and each is read on its own: a broken
-    # version (latest or not: a bad manifest, a missing metadata object or
-    # tombstone, metadata that disagrees with itself) gets a row saying what is
-    # wrong in its error column, and the others still read (audits of old
-    # versions matter most when the latest is broken).
-    for v in log.versions():
-        row: dict = {"version": v}
-        try:
-            m = log.manifest(v)
-            row.update(
-                committed_at=m.created_at,
-                operation=m.operation,
-                writer=m.writer,
-                data_files=m.file_count,
-                tombstone_files=m.tombstone_count,
-            )
-            snap = resolve(log, m.version)
-            snap.read_objects()  # a missing or bad files object breaks the version: say so here
-            live = live_rows(session, table, snap)
-            added_files = removed_files = rows_added = rows_deleted = None
-            if prev is not None and prev.version == m.version - 1:
-                # Counted from the two versions' content, not from what the
-                # manifest's change record claims.
-                new_keys, gone_keys = snap.file_diff(prev)
-                added_files, removed_files = len(new_keys), len(gone_keys)
-                if (m.operation or "").upper() in _NO_DATA_CHANGE:
-                    rows_added = rows_deleted = 0
+    def history(self, log: TableLog) -> pa.Table:
+        rows: list[dict[str, Any]] = []
+        keyed: dict[int, Step] = {}  # versions whose updates need their keys read
+        prev: Snapshot | None = None
+        pk = None
+        # Versions come from the listing, and each is read on its own: a broken
+        # version (latest or not: a bad manifest, a missing metadata object or
+        # tombstone, metadata that disagrees with itself) gets a row saying what is
+        # wrong in its error column, and the others still read (audits of old
+        # versions matter most when the latest is broken).
+        for v in log.versions():
+            row: dict[str, Any] = {"version": v}
+            try:
+                m = log.manifest(v)
+                pk = m.primary_key
+                row.update(
+                    committed_at=m.created_at,
+                    operation=m.operation,
+                    writer=m.writer,
+                    data_files=m.file_count,
+                    tombstone_files=m.tombstone_count,
+                )
+                snap = resolve(log, m.version)
+                snap.read_objects()  # a missing or bad files object breaks the version: say so here
+                row["live_rows"] = self.views.live_rows(snap)
+                if prev is not None and prev.version == m.version - 1:
+                    # Counted from the two versions' content, not from what the
+                    # manifest's change record claims.
+                    new_keys, gone_keys = snap.file_diff(prev)
+                    row.update(files_added=len(new_keys), files_removed=len(gone_keys))
+                    if (m.operation or "").upper() in _NO_DATA_CHANGE:
+                        row.update(rows_inserted=0, rows_deleted=0, rows_updated=0 if pk else None)
+                    else:
+                        d = between(prev, snap, self.views.deleted)
+                        row["rows_inserted"] = sum(len(r.positions) for r in d.inserted)
+                        row["rows_deleted"] = sum(len(r.positions) for r in d.deleted)
+                        row["rows_updated"] = 0 if pk else None
+                        if pk and d.inserted and d.deleted:
+                            keyed[v] = Step(v, m.created_at, d)
+            except (CastSQLError, duckdb.Error) as e:
+                rows.append({**row, "live_rows": None, "error": str(e).splitlines()[0]})
+                prev = None
+                continue
+            rows.append(row)
+            prev = snap
+        if keyed and pk:
+            by_version = {r["version"]: r for r in rows}
+            for v, n in self._updates(log, pk, keyed).items():
+                r = by_version[v]
+                if isinstance(n, str):
+                    r.update(rows_inserted=None, rows_updated=None, rows_deleted=None, error=n)
                 else:
-                    rows_added = _live_in(session, table, snap, new_keys)
-                    rows_deleted = prev_live + rows_added - live
-        except (CastSQLError, duckdb.Error) as e:
-            rows.append({**row, "error": str(e).splitlines()[0]})
-            prev = None
-            continue
-        rows.append(
-            {
-                **row,
-                "files_added": added_files,
-                "files_removed": removed_files,
-                "rows_added": rows_added,
-                "rows_deleted": rows_deleted,
-                "live_rows": live,
-            }
+                    r.update(rows_updated=n, rows_inserted=r["rows_inserted"] - n, rows_deleted=r["rows_deleted"] - n)
+        return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
+
+    def _updates(self, log: TableLog, pk: str, steps: dict[int, Step]) -> dict[int, int | str]:
+        """Per version, how many keys it both deleted and inserted (its
+        updates): the keys of all the versions' changed rows in one read; a
+        version whose rows cannot be read says why instead."""
+        # Columns are only ever added: the newest schema reads every file.
+        schema = steps[max(steps)].difference.after.schema
+        name = f"castsql/updates/{log.uri.rstrip('/').rsplit('/', 1)[-1]}"
+
+        def count(batch: list[Step]) -> dict[int, int | str]:
+            view = self.rows.create(name, schema, batch)
+            try:
+                got = self.con.execute(
+                    f"SELECT v, count(*) FROM (SELECT {VERSION} AS v FROM {view} GROUP BY {VERSION}, {ident(pk)} "
+                    f"HAVING min({KIND}) <> max({KIND})) GROUP BY v"
+                ).fetchall()
+            finally:
+                self.rows.drop(name)
+            return {**dict.fromkeys((s.version for s in batch), 0), **dict(got)}
+
+        try:
+            return count(list(steps.values()))
+        except (CastSQLError, duckdb.Error):
+            out: dict[int, int | str] = {}
+            for v, s in steps.items():
+                try:
+                    out.update(count([s]))
+                except (CastSQLError, duckdb.Error) as e:
+                    out[v] = str(e).splitlines()[0]
+            return out
+
+    # ------------------------------------------------------------ changes
+
+    def changes(self, log: TableLog, disp: str, name: str, start: Version, end: Version | None = None) -> str:
+        """Create the view ``name`` of the rows each version in (``start``,
+        ``end``] inserted, updated or deleted; returns its quoted name.
+        Timestamps (``str`` or ``datetime``) name the commits made from
+        ``start`` up to ``end``, both included (Delta's ``table_changes``)."""
+        first, last = self._range(log, disp, start, end)
+        steps = self._steps(log, first, last)
+        snap = resolve(log, last)
+        return self._paired(name, disp, snap.schema, snap.primary_key, steps)
+
+    def row_history(self, log: TableLog, disp: str, name: str, lo: Any, hi: Any | None = None) -> str:
+        """Create the view ``name`` of every change of the rows whose primary key
+        is ``lo`` (or in [``lo``, ``hi``]) over the kept versions."""
+        latest = resolve(log)
+        pk = latest.primary_key
+        if pk is None:
+            raise CastSQLError(f"table {disp}: table_row_history needs a primary key, and the table has none")
+        col = latest.schema.column(pk)
+        assert col is not None
+        lo, hi = self._key(disp, pk, col.type, lo), self._key(disp, pk, col.type, lo if hi is None else hi)
+        types = {pk: col.type}
+        preds = [Predicate(pk, ">=", lo), Predicate(pk, "<=", hi)]
+        versions = log.versions()
+        steps = self._steps(log, versions[0], latest.version, lambda entry: may_match(entry, preds, types))
+        return self._paired(name, disp, latest.schema, pk, steps, KeyFilter(pk, lo, hi))
+
+    def _key(self, disp: str, pk: str, type_: str, value: Any) -> Any:
+        try:
+            return self.con.execute(f"SELECT CAST({sql_value(value)} AS {duck_type(type_)})").fetchone()[0]
+        except (duckdb.Error, TypeError):
+            raise CastSQLError(f"table {disp}: {value!r} is not a value of the primary key {pk!r} ({type_})") from None
+
+    def diff(self, log: TableLog, disp: str, name: str, a: Version, b: Version) -> str:
+        """Create the view ``name``: the rows version ``b`` holds and ``a`` does
+        not (``insert``), the reverse (``delete``), paired by key into updates."""
+        va, vb = self._version(log, disp, a), self._version(log, disp, b)
+        sa, sb = resolve(log, va, probe=True), resolve(log, vb, probe=True)
+        step = Step(vb, sb.manifest.created_at, between(sa, sb, self.views.deleted))
+        schema = sb.schema if vb >= va else sa.schema
+        _check_names(disp, schema)
+        inner = _inner(name)
+        view = self.rows.create(inner, schema, [step] if step.difference.rows else [])
+        cols = ", ".join(ident(c) for c in schema.names)
+        net = (
+            f"SELECT {cols}, 0 AS {KIND} FROM (SELECT {cols} FROM {view} WHERE {KIND} = 0 "
+            f"EXCEPT ALL SELECT {cols} FROM {view} WHERE {KIND} = 1) UNION ALL "
+            f"SELECT {cols}, 1 AS {KIND} FROM (SELECT {cols} FROM {view} WHERE {KIND} = 1 "
+            f"EXCEPT ALL SELECT {cols} FROM {view} WHERE {KIND} = 0)"
         )
-        prev, prev_live = snap, live
-    return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
+        pk = sb.primary_key
+        kind = _change_type(pk, "")
+        order = f"{ident(pk)}, " if pk else ""
+        self.con.execute(
+            f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {cols}, {kind} AS {CHANGE_TYPE} "
+            f"FROM ({net}) ORDER BY {order}{KIND} DESC"
+        )
+        return ident(name)
+
+    def drop(self, name: str) -> None:
+        self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+        self.rows.drop(_inner(name))
+
+    # ------------------------------------------------------------ parts
+
+    def _paired(
+        self, name: str, disp: str, schema: Schema, pk: str | None, steps: list[Step], keys: KeyFilter | None = None
+    ) -> str:
+        """The view ``name`` over the steps' rows with Delta's change types, in
+        commit order (and key order within a version, an update's preimage first)."""
+        _check_names(disp, schema)
+        view = self.rows.create(_inner(name), schema, steps, keys)
+        cols = ", ".join(ident(c) for c in schema.names)
+        order = f" ORDER BY {VERSION}, {ident(pk) + ', ' if pk else ''}{KIND} DESC"
+        self.con.execute(
+            f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {cols}, {_change_type(pk, VERSION)} AS "
+            f"{CHANGE_TYPE}, {VERSION}, {TIME} FROM {view}{order}"
+        )
+        return ident(name)
+
+    def _steps(self, log: TableLog, first: int, last: int, wanted: Callable | None = None) -> list[Step]:
+        """What each version in (first, last] changed; compactions change nothing."""
+        out: list[Step] = []
+        files: dict = {}  # entries looked up once for the whole walk
+        prev = resolve(log, first)
+        for v in range(first + 1, last + 1):
+            cur = resolve(log, v)  # raises VersionNotFound for a collected version
+            if (cur.manifest.operation or "").upper() not in _NO_DATA_CHANGE:
+                d = between(prev, cur, self.views.deleted, wanted, files)
+                if d.inserted or d.deleted:
+                    out.append(Step(v, cur.manifest.created_at, d))
+            prev = cur
+        return out
+
+    def _range(self, log: TableLog, disp: str, start: Version, end: Version | None) -> tuple[int, int]:
+        # With both ends given the latest version is never read: changes between
+        # old versions stay readable when the latest one is broken.
+        try:
+            # Commits made at or after a time: from the version before the first of them.
+            first = start if isinstance(start, int) else self._before(log, _when(start))
+            last = log.latest_version() if end is None else self._version(log, disp, end)
+            if first > last:
+                raise CastSQLError(f"table {disp}: table_changes start version {first} is after end version {last}")
+            # GC keeps a contiguous run of versions up to the latest: if start is
+            # still stored, so is every version after it.
+            resolve(log, first, probe=True)
+        except VersionNotFound as e:
+            raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
+        return first, last
+
+    def _version(self, log: TableLog, disp: str, v: Version) -> int:
+        try:
+            if isinstance(v, int):
+                return log.manifest(v, probe=True).version
+            return log.version_at(_when(v))
+        except VersionNotFound as e:
+            raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
+
+    def _before(self, log: TableLog, when: datetime) -> int:
+        try:
+            return log.version_at(when - timedelta(microseconds=1))
+        except VersionNotFound:
+            return log.versions()[0]  # every kept commit is at or after ``when``
 
 
-def changes(session: Session, table: str, start: int, end: int | None = None) -> pa.Table:
-    log = session.log(table)
-    disp = session.catalog.name(table)
-    # With both ends given the latest version is never read: changes between
-    # old versions stay readable when the latest one is broken.
+def _when(v: str | datetime) -> datetime:
+    if isinstance(v, datetime):
+        return v
     try:
-        end = log.latest_version() if end is None else log.manifest(end, probe=True).version
-        if start > end:
-            raise CastSQLError(f"table {disp}: table_changes start version {start} is after end version {end}")
-        # GC keeps a contiguous run of versions up to the latest: if start is
-        # still stored, so is every version after it.
-        resolve(log, start, probe=True)
-    except VersionNotFound as e:
-        raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
-    parts: list[str] = []
-    snap = resolve(log, end)
-    for v in range(start + 1, end + 1):
-        cur = resolve(log, v)  # raises VersionNotFound for a collected version
-        prev = resolve(log, v - 1)
-        if (cur.manifest.operation or "").upper() in _NO_DATA_CHANGE:
-            continue
-        ts = cur.manifest.created_at.isoformat()
-        touched = cur.touched_since(prev)  # from the change record (format version 2)
-        if touched is None:
-            prev_files = {f.key: f for f in prev.files}
-            cur_files = {f.key: f for f in cur.files}
-            touched = {
-                k
-                for k in prev_files.keys() | cur_files.keys()
-                if k not in prev_files
-                or k not in cur_files
-                or prev_files[k].deleted != cur_files[k].deleted
-                or prev_files[k].key_ranges != cur_files[k].key_ranges
-            }
-        if not touched:
-            continue
-        # Every row in the end version's columns and types (FORMAT.md §3.4): a
-        # column a version did not have yet is NULL, a since-widened one cast.
-        pcols, ccols = _as_schema(prev.schema, snap.schema), _as_schema(cur.schema, snap.schema)
-        pv = _positional_view(session, prev, prev.resolved(sorted(touched)), names.internal("chg", v, "a", owner=disp))
-        cv = _positional_view(session, cur, cur.resolved(sorted(touched)), names.internal("chg", v, "b", owner=disp))
-        meta = f"{v}::BIGINT AS _commit_version, TIMESTAMPTZ '{ts}' AS _commit_timestamp"
-        parts.append(
-            f"SELECT {ccols}, 'insert' AS _change_type, {meta} FROM {ident(cv)} AS c "
-            f"ANTI JOIN {ident(pv)} AS p ON c.{ROW_FILE} = p.{ROW_FILE} AND c.{ROW_POS} = p.{ROW_POS}"
+        return parse_time(v.strip())
+    except ValueError:
+        raise CastSQLError(f"{v!r} is neither a version number nor a timestamp (2026-11-01 12:00:00)") from None
+
+
+def _change_type(pk: str | None, version: str) -> str:
+    """Delta's change type of each row: on a keyed table, a key both deleted
+    and inserted by one version (in one diff) is an update."""
+    plain = f"CASE WHEN {KIND} = 0 THEN 'insert' ELSE 'delete' END"
+    if pk is None:
+        return plain
+    part = f"PARTITION BY {version + ', ' if version else ''}{ident(pk)}"
+    return (
+        f"CASE WHEN {ident(pk)} IS NOT NULL AND min({KIND}) OVER ({part}) <> max({KIND}) OVER ({part}) "
+        f"THEN CASE WHEN {KIND} = 0 THEN 'update_postimage' ELSE 'update_preimage' END ELSE {plain} END"
+    )
+
+
+def _check_names(disp: str, schema: Schema) -> None:
+    clash = [c for c in schema.names if c.lower() in AUDIT_COLUMNS]
+    if clash:
+        raise CastSQLError(
+            f"table {disp}: its column {clash[0]!r} has the name of a column audits add "
+            f"({', '.join(AUDIT_COLUMNS)}), so its changes cannot be shown "
+            "(Delta Lake refuses such a table's change feed too)"
         )
-        parts.append(
-            f"SELECT {pcols}, 'delete' AS _change_type, {meta} FROM {ident(pv)} AS p "
-            f"ANTI JOIN {ident(cv)} AS c ON c.{ROW_FILE} = p.{ROW_FILE} AND c.{ROW_POS} = p.{ROW_POS}"
-        )
-    if not parts:
-        empty = pa.schema(
-            [
-                *list(snap.schema.to_arrow()),
-                pa.field("_change_type", pa.string()),
-                pa.field("_commit_version", pa.int64()),
-                pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
-            ]
-        )
-        return empty.empty_table()
-    q = " UNION ALL ".join(parts) + " ORDER BY _commit_version, _change_type DESC"
-    return session.con.sql(q).to_arrow_table()
 
 
-def _as_schema(have: Schema, want: Schema) -> str:
-    """Columns of a view of schema ``have`` as ``want``'s (a later schema of the same table)."""
-    from castsql.engine.physical import duck_type
-
-    out = []
-    for c in want.columns:
-        value = ident(c.name) if have.column(c.name) is not None else "NULL"
-        out.append(f"CAST({value} AS {duck_type(c.type)}) AS {ident(c.name)}")
-    return ", ".join(out)
-
-
-def _positional_view(session: Session, snap: Snapshot, files: list, name: str) -> str:
-    sub = Snapshot(snap.table_uri, snap.version, snap.manifest, files, snap.primary_key)
-    session.views.create(name, sub, positions=True)
-    return name
-
-
-# ---------------------------------------------------------------- SQL forms
-
-
-def register(session: Session, call: AuditCall) -> None:
-    """Compute an audit call of a query's plan and register its result under the call's label."""
-    changed = call.kind == "changes"
-    result = changes(session, call.table, *call.versions) if changed else history(session, call.table)
-    _register(session, call.label, result)
-
-
-def _register(session: Session, name: str, table: pa.Table) -> str:
-    session.con.register(name, table)
-    return ident(name)
+def _inner(name: str) -> str:
+    return name.replace("castsql/", "castsql/rows/", 1)

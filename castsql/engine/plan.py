@@ -9,8 +9,10 @@ the ``count(*)`` shortcut) reads the plan instead of the text:
    in this one place: time-travel clauses (``t AS OF VERSION 3``, ``t AS OF
    VERSION ?``, ``t AS OF TIMESTAMP '…'`` and the other spellings of
    :mod:`castsql.engine.rewrite`) are taken out, leaving the table's name;
-   ``DESCRIBE HISTORY t``, ``table_history('t')`` and ``table_changes('t', a,
-   b)`` become the name of the result CastSQL registers for them;
+   ``DESCRIBE HISTORY t`` and the audit functions (``table_history('t')``,
+   ``table_changes('t', a, b)``, ``table_diff('t', a, b)``,
+   ``table_row_history('t', key)``) become the name of the relation CastSQL
+   makes for them;
 3. the lowered text is given to DuckDB's parser once (``json_serialize_sql``):
    the statements' type (all SELECT, or None when DuckDB cannot serialize
    them: the policy then parses what runs, see :mod:`castsql.engine.policy`),
@@ -35,6 +37,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 import duckdb
@@ -75,11 +78,12 @@ class Reference:
 
 @dataclass(frozen=True)
 class AuditCall:
-    """``DESCRIBE HISTORY t``, ``table_history('t')`` or ``table_changes('t', a[, b])``."""
+    """``DESCRIBE HISTORY t``, ``table_history('t')``, ``table_changes('t', a[, b])``,
+    ``table_diff('t', a, b)`` or ``table_row_history('t', key[, key_hi])``."""
 
-    kind: str  # "history" or "changes"
+    kind: str  # "history", "changes", "diff" or "row_history"
     table: str
-    versions: tuple[int, ...]
+    args: tuple[Any, ...]  # after the table: versions, timestamps (str) or keys
     start: int
     end: int
     label: str  # the name its result is registered under
@@ -284,6 +288,38 @@ def _table_arg(tok: Token) -> str:
     raise CastSQLError(f"expected a table name at {tok.text!r}")
 
 
+_AUDITS = {
+    "TABLE_HISTORY": ("history", "one argument: table_history('t')", (1,)),
+    "TABLE_CHANGES": (
+        "changes",
+        "a table and one or two versions or timestamps: table_changes('t', 2, 5)",
+        (2, 3),
+    ),
+    "TABLE_DIFF": ("diff", "a table and two versions or timestamps: table_diff('t', 2, 5)", (3,)),
+    "TABLE_ROW_HISTORY": (
+        "row_history",
+        "a table and a primary key value, or two for a range: table_row_history('t', 42)",
+        (2, 3),
+    ),
+}
+
+
+def _audit_arg(toks: list[Token], fn: str, usage: str) -> Any:
+    """A constant argument of an audit call: a number (an optional sign) or a string."""
+    sign = ""
+    if len(toks) == 2 and toks[0].text in ("-", "+"):
+        sign, toks = toks[0].text, toks[1:]
+    if len(toks) == 1 and toks[0].kind == "numeric_const":
+        text = sign + toks[0].text
+        try:
+            return int(text)
+        except ValueError:
+            return Decimal(text)
+    if len(toks) == 1 and toks[0].kind == "string_const" and not sign:
+        return toks[0].text[1:-1].replace("''", "'")
+    raise CastSQLError(f"{fn} takes {usage}")
+
+
 def _audit_calls(sql: str, toks: Sequence[Token]) -> list[AuditCall]:
     """``DESCRIBE HISTORY t`` (a whole statement), ``table_history('t')`` and
     ``table_changes('t', a[, b])``, with what replaces each."""
@@ -294,26 +330,28 @@ def _audit_calls(sql: str, toks: Sequence[Token]) -> list[AuditCall]:
     out, i = [], 0
     while i < len(toks):
         t = toks[i]
-        if t.word in ("TABLE_HISTORY", "TABLE_CHANGES") and i + 1 < len(toks) and toks[i + 1].text == "(":
+        if t.word in _AUDITS and i + 1 < len(toks) and toks[i + 1].text == "(":
             j = i + 2
-            args = []
+            args: list[list[Token]] = [[]]
             while j < len(toks) and toks[j].text != ")":
-                if toks[j].text != ",":
-                    args.append(toks[j])
+                if toks[j].text == ",":
+                    args.append([])
+                else:
+                    args[-1].append(toks[j])
                 j += 1
             if j >= len(toks):
                 raise CastSQLError(f"{t.text}( is not closed")
-            name = _table_arg(args[0]) if args else ""
-            if t.word == "TABLE_HISTORY":
-                if len(args) != 1:
-                    raise CastSQLError("table_history takes one argument: table_history('t')")
-                kind, nums, label = "history", (), names.internal("history", owner=name)
-            else:
-                if len(args) not in (2, 3) or any(a.kind != "numeric_const" for a in args[1:]):
-                    raise CastSQLError("table_changes takes a table and one or two versions: table_changes('t', 2, 5)")
-                nums = tuple(int(a.text) for a in args[1:])
-                kind, label = "changes", names.internal("changes", *nums, owner=name)
-            out.append(AuditCall(kind, name, nums, t.start, toks[j].end, label, ident(label)))
+            kind, usage, counts = _AUDITS[t.word]
+            if args == [[]]:
+                args = []
+            if len(args) not in counts or any(not a for a in args):
+                raise CastSQLError(f"{t.text.lower()} takes {usage}")
+            name = _table_arg(args[0][0]) if len(args[0]) == 1 else ""
+            values = tuple(_audit_arg(a, t.text.lower(), usage) for a in args[1:])
+            if kind in ("changes", "diff") and any(isinstance(v, (float, Decimal)) for v in values):
+                raise CastSQLError(f"{t.text.lower()} takes {usage}")
+            label = names.internal(kind, len(out), owner=name)
+            out.append(AuditCall(kind, name, values, t.start, toks[j].end, label, ident(label)))
             i = j + 1
             continue
         i += 1

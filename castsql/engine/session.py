@@ -39,11 +39,13 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine import audit, names, policy
+from castsql.engine import names, policy
+from castsql.engine.audit import Audits, Version
 from castsql.engine.catalog import Catalog
 from castsql.engine.duck import configure_s3, load_httpfs, new_connection
 from castsql.engine.executor import Executor
 from castsql.engine.messages import QueryError, one_line
+from castsql.engine.plan import AuditCall
 from castsql.engine.planner import Planner
 from castsql.engine.quoting import ident, sql_str
 from castsql.engine.safety import SafeModeError, lock_down
@@ -83,7 +85,8 @@ class Session:
         self._cleanup = weakref.finalize(self, _release, self._workdir, self.views)
         self.s3 = s3
         self.catalog = Catalog()
-        self.planner = Planner(self.con, self.catalog, self.views, lambda call: audit.register(self, call))
+        self.audits = Audits(self.con, self.views)
+        self.planner = Planner(self.con, self.catalog, self.views, self._audit)
         self.executor = Executor(self.con, self.catalog, self.planner, self._workdir, own=self._own_connection)
         self._s3_ready = False
         if uri is not None:
@@ -244,12 +247,76 @@ class Session:
             raise QueryError(one_line(e)) from None
 
     def history(self, table: str) -> pa.Table:
-        """One row per kept version: time, operation, files and rows added and deleted."""
-        return audit.history(self, table)
+        """One row per kept version: time, operation, files and rows inserted,
+        updated and deleted (see :mod:`castsql.engine.audit`).
 
-    def changes(self, table: str, start: int, end: int | None = None) -> pa.Table:
-        """Rows inserted and deleted by each version in (start, end]; see :mod:`castsql.engine.audit`."""
-        return audit.changes(self, table, start, end)
+        Example::
+
+            >>> s.history("events").column("rows_inserted").to_pylist()  # doctest: +SKIP
+            [None, 1000, 20]
+        """
+        return self.audits.history(self.log(table))
+
+    def changes(self, table: str, start: Version, end: Version | None = None) -> pa.Table:
+        """Rows inserted, updated and deleted by each version in (``start``,
+        ``end``], or by the commits between two timestamps (both included), with
+        Delta's ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
+
+        Example::
+
+            >>> s.changes("events", 3, 5).column("_change_type").to_pylist()  # doctest: +SKIP
+            ['update_preimage', 'update_postimage', 'delete']
+        """
+        log, disp = self.log(table), self.catalog.name(table)
+        return self._arrow(disp, "changes", lambda name: self.audits.changes(log, disp, name, start, end))
+
+    def diff(self, table: str, a: Version, b: Version) -> pa.Table:
+        """The rows version ``b`` holds and ``a`` lacks (``insert``) and the
+        reverse (``delete``), compared as values; updates paired by primary key.
+        Costs the files that differ between the two versions.
+
+        Example::
+
+            >>> s.diff("events", 3, 200).num_rows  # doctest: +SKIP
+            412
+        """
+        log, disp = self.log(table), self.catalog.name(table)
+        return self._arrow(disp, "diff", lambda name: self.audits.diff(log, disp, name, a, b))
+
+    def row_history(self, table: str, key: Any, key_hi: Any = None) -> pa.Table:
+        """Every change of the row whose primary key is ``key`` (or of the rows
+        whose key is in [``key``, ``key_hi``]) over the kept versions, as
+        :meth:`changes` shows them; versions that cannot hold the key are not read.
+
+        Example::
+
+            >>> s.row_history("customers", 42).column("_commit_version").to_pylist()  # doctest: +SKIP
+            [1, 17, 17, 230]
+        """
+        log, disp = self.log(table), self.catalog.name(table)
+        return self._arrow(disp, "row_history", lambda name: self.audits.row_history(log, disp, name, key, key_hi))
+
+    def _arrow(self, disp: str, kind: str, make: Any) -> pa.Table:
+        name = names.internal(kind, "api", owner=disp)
+        try:
+            view = make(name)
+            return self.con.sql(f"SELECT * FROM {view}").to_arrow_table()
+        except duckdb.Error as e:
+            raise QueryError(one_line(e)) from None
+        finally:
+            self.audits.drop(name)
+
+    def _audit(self, call: AuditCall) -> None:
+        """Make an audit call of a query's plan a relation under its label."""
+        log, disp = self.log(call.table), self.catalog.name(call.table)
+        if call.kind == "history":
+            self.con.register(call.label, self.audits.history(log))
+        elif call.kind == "changes":
+            self.audits.changes(log, disp, call.label, *call.args)
+        elif call.kind == "diff":
+            self.audits.diff(log, disp, call.label, *call.args)
+        else:
+            self.audits.row_history(log, disp, call.label, *call.args)
 
     def close(self) -> None:
         self._cleanup()

@@ -167,9 +167,13 @@ class VersionState:
         return [f for p in self.parts for f in files_from_arrow(p.table)]
 
     def contains(self, key: str) -> bool:
-        if not self.manifest.file_objects:  # version 1, or all inline: no Arrow needed
-            return key in self._inline_keys()
-        return any(key in p.key_set for p in self.parts_holding(key))
+        # The inline entries by key, not as Arrow: a stepped resolve asks this
+        # of every file a version touched, and building the inline part per
+        # version cost more than the rest of the step.
+        if key in self._inline_keys():
+            return True
+        m = self.manifest
+        return any(key in self._log.part(ref, m).key_set for ref in m.file_objects if may_hold(ref, key))
 
     def _inline_keys(self) -> dict[str, DataFile]:
         if self._keys is None:
@@ -208,9 +212,11 @@ class VersionState:
         return self._names
 
     def entry(self, key: str) -> DataFile:
-        if not self.manifest.file_objects:
+        inline = self._inline_keys().get(key)
+        if inline is not None or not self.manifest.file_objects:
             return self._inline_keys()[key]
-        for p in self.parts_holding(key):
+        m = self.manifest
+        for p in (self._log.part(ref, m) for ref in m.file_objects if may_hold(ref, key)):
             if key in p.key_set:
                 idx = pc.index(p.table.column("path"), key).as_py()
                 return files_from_arrow(p.table.slice(idx, 1))[0]

@@ -8,7 +8,7 @@ after ``t AS OF VERSION`` / ``VERSION AS OF`` versions of ``t``, newest first, w
   / ``AT (VERSION =>``
 after ``t AS OF TIMESTAMP`` …                commit times of ``t`` as timestamp literals
 after ``alias.``                             columns of the table behind ``alias``
-inside ``table_history('`` / ``table_changes('``  table names
+inside an audit function's ``('`` (``table_changes('`` …)  table names
 anywhere else                                columns of the tables the statement names, DuckDB
                                              functions, keywords, table names
 a line starting with ``.``                   meta-commands, then their arguments
@@ -48,7 +48,7 @@ _NOT_ALIAS = _CLAUSE_END | {
     "SAMPLE", "TABLESAMPLE", "LATERAL", "AS", "AT", "VERSION", "TIMESTAMP", "FOR", "FROM",
 }  # fmt: skip
 _TIME_TRAVEL_PHRASES = ["AS OF VERSION", "VERSION AS OF", "AS OF TIMESTAMP", "TIMESTAMP AS OF"]
-_AUDIT_FUNCTIONS = {"TABLE_HISTORY", "TABLE_CHANGES"}
+_AUDIT_FUNCTIONS = {"TABLE_HISTORY", "TABLE_CHANGES", "TABLE_DIFF", "TABLE_ROW_HISTORY"}
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,8 @@ def help_(shell: Shell, args: list[str]) -> None:
         "",
         "SQL statements end with ';' (Enter on an unfinished one starts a new line; Alt-Enter runs it anyway).",
         "Time travel: t AS OF VERSION n, t VERSION AS OF n, t AT (VERSION => n), t AS OF TIMESTAMP '…'.",
-        "Audits: DESCRIBE HISTORY t, SELECT * FROM table_history('t'), SELECT * FROM table_changes('t', a, b).",
+        "Audits: DESCRIBE HISTORY t, SELECT * FROM table_history('t'), table_changes('t', a, b), "
+        "table_diff('t', a, b), table_row_history('t', key).",
         "Keys: Tab completes, Ctrl-R searches history, Ctrl-C cancels a query or clears the line, Ctrl-D quits.",
     ]
     shell.say("\n".join(lines))
@@ -130,14 +131,14 @@ def schema(shell: Shell, args: list[str]) -> pa.Table | None:
 @meta_command(
     ".history",
     ".history [TABLE]",
-    "versions of a table: commit time, operation, rows added and deleted",
+    "versions of a table: commit time, operation, rows inserted, updated and deleted",
     args=("table",),
     threaded=True,
 )
 def history(shell: Shell, args: list[str]) -> pa.Table:
     table = _table_arg(shell, args, ".history TABLE")
     h = shell.session.history(table)
-    cols = ["version", "committed_at", "operation", "rows_added", "rows_deleted", "live_rows"]
+    cols = ["version", "committed_at", "operation", "rows_inserted", "rows_updated", "rows_deleted", "live_rows"]
     if h.column("error").null_count < h.num_rows:
         cols.append("error")  # some version cannot be read: say which and why
     return h.select(cols)
@@ -146,7 +147,7 @@ def history(shell: Shell, args: list[str]) -> pa.Table:
 @meta_command(
     ".diff",
     ".diff TABLE FROM [TO]",
-    "rows inserted and deleted after version FROM up to TO (default: latest)",
+    "rows version TO (default: latest) holds and FROM does not, and the reverse; updates paired by key",
     args=("table", "version", "version"),
     min_args=2,
     threaded=True,
@@ -154,15 +155,14 @@ def history(shell: Shell, args: list[str]) -> pa.Table:
 def diff(shell: Shell, args: list[str]) -> pa.Table:
     table = args[0]
     start = _version_arg(args[1], "FROM")
-    end = _version_arg(args[2], "TO") if len(args) > 2 else None
-    ch = shell.session.changes(table, start, end)
-    front = ["_commit_version", "_change_type"]
-    cols = front + [c for c in ch.column_names if c not in front and c != "_commit_timestamp"]
-    ch = ch.select(cols)
+    end = _version_arg(args[2], "TO") if len(args) > 2 else shell.session.log(table).latest_version()
+    ch = shell.session.diff(table, start, end)
+    ch = ch.select(["_change_type"] + [c for c in ch.column_names if c != "_change_type"])
     kinds = ch.column("_change_type").to_pylist()
-    inserted, deleted = kinds.count("insert"), kinds.count("delete")
-    upto = end if end is not None else shell.session.log(table).latest_version()
-    shell.say(f"{table}: {inserted:,} rows inserted, {deleted:,} deleted after version {start} up to {upto}")
+    inserted, deleted, updated = kinds.count("insert"), kinds.count("delete"), kinds.count("update_postimage")
+    shell.say(
+        f"{table}: version {end} against {start}: {inserted:,} rows inserted, {updated:,} updated, {deleted:,} deleted"
+    )
     return ch
 
 

@@ -1,0 +1,244 @@
+"""Audits at the cost of the change: table_changes, row history and diff after many small merges.
+
+    .venv/bin/python bench/changes_bench.py [--sizes 1000000,10000000] [--versions 1000]
+                                            [--delta-versions 100] [--delta-sizes 1000000] [--repeat 5]
+
+For each size it builds an events table (the rows of bench/merge_bench.py, files
+of ``--file-rows`` rows in row groups of 122,880) and commits ``--versions``
+small merges into it with the embedded engine, each ``merge(on id)`` of 30
+updates of random existing keys, 20 new keys and one delete (Delta's
+``when_matched_delete`` / ``update`` / ``not_matched_insert``). The same merges,
+the first ``--delta-versions`` of them, go into a ``deltalake`` table with the
+change data feed on (sizes in ``--delta-sizes``: every delta-rs merge rewrites
+the files it touches, so a big table takes long to build).
+
+Measured in one session per table, medians of ``--repeat``:
+
+- ``table_changes`` over the last 1, 10 and 100 versions: ``SELECT count(*)``
+  and every row into Arrow (``SELECT *``), against a full ``count(*),
+  sum(amount)`` of the table in the same session, and against deltalake's
+  ``load_cdf`` of the same versions (the same changes) into Arrow;
+- ``table_row_history`` of one key that three of the merges updated;
+- ``table_diff`` between version 1 and the last, against reading the rows of
+  the files that differ between them (``read_parquet`` of those files into
+  Arrow) in the same session.
+
+Goals (issue 34): 10 versions at 1M rows <= 100 ms; 10M <= 1.3x 1M; <= 1.0x
+deltalake's load_cdf; a key's history <= 100 ms at 10M rows; the diff <= 1.2x
+reading the files that differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np
+import pyarrow as pa
+from merge_bench import ROW_GROUP, rows
+
+import castsql
+from castsql.engine import Session
+from castsql.format import TableLog, write_data_files
+from castsql.snapshot import resolve
+
+BIG = 1 << 40
+UPDATES, INSERTS = 30, 20
+HOT = 424_242  # a key (modulo the size) three merges update: the row history's subject
+
+
+def ops(n: int, versions: int, rng: np.random.Generator) -> list[pa.Table]:
+    """One merge source per version: updates, inserts and one delete (``op`` = 'd')."""
+    out = []
+    hot = HOT % n
+    hot_at = {versions // 4, versions // 2, 3 * versions // 4}
+    deleted: set[int] = set()
+    for i in range(versions):
+        old = [int(k) for k in rng.choice(n, UPDATES + 1, replace=False) if int(k) not in deleted and k != hot]
+        if i in hot_at:
+            old[0] = hot
+        upd, gone = old[:UPDATES], old[-1]
+        deleted.add(gone)
+        new = n + i * INSERTS + np.arange(INSERTS)
+        ids = np.array(upd + list(new) + [gone], dtype=np.int64)
+        src = rows(ids, salt=i + 1)
+        op = ["u"] * len(upd) + ["i"] * INSERTS + ["d"]
+        out.append(src.append_column("op", pa.array(op)))
+    return out
+
+
+COLS = ("id", "ts", "user", "kind", "amount")
+
+
+def merge_castsql(t: castsql.Table, src: pa.Table) -> None:
+    (
+        t.merge(src, on="id")
+        .when_matched_delete(condition="source.op = 'd'")
+        .when_matched_update(set={c: f"source.{c}" for c in COLS if c != "id"})
+        .when_not_matched_insert(values={c: f"source.{c}" for c in COLS})
+        .execute()
+    )
+
+
+def merge_delta(uri: str, src: pa.Table) -> None:
+    from deltalake import DeltaTable
+
+    (
+        DeltaTable(uri)
+        .merge(src, predicate="target.id = source.id", source_alias="source", target_alias="target")
+        .when_matched_delete(predicate="source.op = 'd'")
+        .when_matched_update(updates={c: f"source.{c}" for c in COLS if c != "id"})
+        .when_not_matched_insert(updates={c: f"source.{c}" for c in COLS})
+        .execute()
+    )
+
+
+def build(root: Path, n: int, file_rows: int, sources: list[pa.Table], delta_versions: int) -> tuple[str, str | None]:
+    cs = str(root / "castsql" / "events")
+    st = open_storage_of(cs)
+    log = TableLog.create(st, rows(np.arange(1)).schema, primary_key="id")
+    for lo in range(0, n, file_rows):
+        part = rows(np.arange(lo, min(n, lo + file_rows)))
+        log.append(write_data_files(st, part, log.latest().schema, row_group_size=ROW_GROUP, target_file_bytes=BIG))
+    t0 = time.perf_counter()
+    with castsql.open(cs) as t:
+        for src in sources:
+            merge_castsql(t, src)
+    print(f"# castsql: {len(sources)} merges in {time.perf_counter() - t0:.0f}s")
+    if not delta_versions:
+        return cs, None
+    from deltalake import WriterProperties, write_deltalake
+
+    dl = str(root / "delta" / "events")
+    for lo in range(0, n, file_rows):
+        write_deltalake(
+            dl, rows(np.arange(lo, min(n, lo + file_rows))), mode="append", target_file_size=BIG,
+            writer_properties=WriterProperties(max_row_group_size=ROW_GROUP),
+            configuration={"delta.enableChangeDataFeed": "true"},
+        )  # fmt: skip
+    t0 = time.perf_counter()
+    for src in sources[:delta_versions]:
+        merge_delta(dl, src)
+    print(f"# deltalake: {delta_versions} merges in {time.perf_counter() - t0:.0f}s")
+    return cs, dl
+
+
+def open_storage_of(uri: str):
+    from castsql.storage import open_storage
+
+    return open_storage(uri)
+
+
+def median(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def delta_versions_of(dl: str) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(dl).version()
+
+
+def measure(n: int, cs: str, dl: str | None, dv: int, file_rows: int, repeat: int) -> dict[str, float]:
+    """The queries of the module's documentation on one size's tables; prints a table, returns the medians."""
+    res: dict[str, float] = {}
+    with Session(cs) as s:
+        last = s.log("events").latest_version()
+        full = median(lambda: s.sql("SELECT count(*), sum(amount) FROM events"), repeat)
+        res["full scan"] = full
+        print(f"\n{n:,} rows, versions 0..{last}; full count(*), sum(amount): {full * 1000:.1f} ms")
+        print(f"{'query':<44}{'median ms':>10}{'vs scan':>9}{'vs delta':>9}{'rows':>8}")
+        for k in (k for k in (1, 10, 100) if k < last):
+            for what, sel in (("count(*)", "count(*)"), ("*", "*")):
+                q = f"SELECT {sel} FROM table_changes('events', {last - k}, {last})"
+                m = median(lambda q=q: s.sql(q), repeat)
+                got = s.sql(q)
+                nrows = got.num_rows if sel == "*" else got.column(0)[0].as_py()
+                res[f"changes {k} {what}"] = m
+                print(f"{f'table_changes {k} versions, {what}':<44}{m * 1000:>10.1f}{m / full:>9.1f}{'':>9}{nrows:>8}")
+        if dl is not None:
+            from deltalake import DeltaTable
+
+            top = delta_versions_of(dl)  # the deltalake table's version of the castsql table's version dv + 1
+            cv = dv + 1  # castsql: version 0 creates, 1 appends (one file per --file-rows), merges follow
+            assert top - dv == (n + file_rows - 1) // file_rows - 1, (top, dv)
+            shift = cv - top
+            for k in (1, 10, 100):
+                if k > dv:
+                    continue
+                d = median(
+                    lambda k=k: DeltaTable(dl).load_cdf(starting_version=top - k + 1, ending_version=top).read_all(),
+                    repeat,
+                )
+                q = f"SELECT * FROM table_changes('events', {top + shift - k}, {top + shift})"
+                c = median(lambda q=q: s.sql(q), repeat)
+                nd = DeltaTable(dl).load_cdf(starting_version=top - k + 1, ending_version=top).read_all().num_rows
+                nc = s.sql(q).num_rows
+                print(f"{f'same {k} merges, *: castsql / load_cdf':<44}{c * 1000:>10.1f}{'':>9}{c / d:>9.2f}"
+                      f"{nc:>8}  (load_cdf {d * 1000:.1f} ms, {nd} rows)")  # fmt: skip
+                res[f"vs delta {k}"] = c / d
+        hot = HOT % n
+        q = f"SELECT * FROM table_row_history('events', {hot})"
+        m = median(lambda: s.sql(q), repeat)
+        res["row history"] = m
+        print(f"{'table_row_history of one key, *':<44}{m * 1000:>10.1f}{m / full:>9.1f}{'':>9}{s.sql(q).num_rows:>8}")
+        log = s.log("events")
+        a, b = resolve(log, 1), resolve(log, last)
+        touched = sorted(b.touched_since(a))
+        uris = [f.uri for f in a.resolved(touched)] + [f.uri for f in b.resolved(touched)]
+        uris = list(dict.fromkeys(uris))
+        files = "[" + ", ".join(f"'{u}'" for u in uris) + "]"
+        base_read = median(lambda: s.con.sql(f"SELECT * FROM read_parquet({files})").to_arrow_table(), repeat)
+        q = f"SELECT * FROM table_diff('events', 1, {last})"
+        m = median(lambda: s.sql(q), repeat)
+        res["diff"] = m / base_read
+        print(f"{'table_diff 1..last, *  (vs reading its files)':<44}{m * 1000:>10.1f}{m / base_read:>9.2f}"
+              f"{'':>9}{s.sql(q).num_rows:>8}  ({len(uris)} files, {base_read * 1000:.1f} ms)")  # fmt: skip
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000000,10000000")
+    ap.add_argument("--versions", type=int, default=1000)
+    ap.add_argument("--delta-versions", type=int, default=100)
+    ap.add_argument("--delta-sizes", default="1000000")
+    ap.add_argument("--file-rows", type=int, default=1_250_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--dir")
+    args = ap.parse_args(argv)
+    base = Path(args.dir or tempfile.mkdtemp(prefix="castsql-changes-bench-"))
+    delta_sizes = {int(s) for s in args.delta_sizes.split(",") if s}
+    print(f"{os.cpu_count()} cores; {args.versions} merges of {UPDATES} updates, {INSERTS} inserts, 1 delete; "
+          f"medians of {args.repeat}")  # fmt: skip
+    per_size: dict[int, dict[str, float]] = {}
+    for n in [int(s) for s in args.sizes.split(",")]:
+        sources = ops(n, args.versions, np.random.default_rng(11))
+        dv = min(args.delta_versions, args.versions) if n in delta_sizes else 0
+        cs, dl = build(base / f"n{n}", n, args.file_rows, sources, dv)
+        per_size[n] = measure(n, cs, dl, dv, args.file_rows, args.repeat)
+    if len(per_size) > 1:
+        small, large = min(per_size), max(per_size)
+        print(f"\n{large:,} rows against {small:,} (same changes, same versions):")
+        for key in per_size[small]:
+            if key in per_size[large] and not key.startswith(("vs delta", "diff")):
+                print(f"  {key:<30}{per_size[large][key] / per_size[small][key]:>6.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
