@@ -64,8 +64,12 @@ def _cell(v) -> str:
 def session(tmp_path_factory):
     from castsql.storage import open_storage
 
+    import castsql
+
     root = tmp_path_factory.mktemp("sqlfiles")
     build_events(open_storage(str(root / "events")))
+    with castsql.open(str(root / "events")) as t:  # v7: an update, for the audits that pair them
+        t.update(set={"val": "val + 1000"}, where="id IN (42, 1042)")
     with Session(str(root)) as s:
         yield s
 

@@ -220,11 +220,13 @@ class Audits:
         inner = _inner(name)
         view = self.rows.create(inner, schema, [step] if step.difference.rows else [])
         cols = ", ".join(ident(c) for c in schema.names)
+        # The rows once (materialized), then each side less the other, as
+        # whole rows: values a compaction rewrote unchanged cancel out.
         net = (
-            f"SELECT {cols}, 0 AS {KIND} FROM (SELECT {cols} FROM {view} WHERE {KIND} = 0 "
-            f"EXCEPT ALL SELECT {cols} FROM {view} WHERE {KIND} = 1) UNION ALL "
-            f"SELECT {cols}, 1 AS {KIND} FROM (SELECT {cols} FROM {view} WHERE {KIND} = 1 "
-            f"EXCEPT ALL SELECT {cols} FROM {view} WHERE {KIND} = 0)"
+            f"WITH r AS MATERIALIZED (SELECT {cols}, {KIND} FROM {view}), "
+            f"i AS (SELECT {cols} FROM r WHERE {KIND} = 0 EXCEPT ALL SELECT {cols} FROM r WHERE {KIND} = 1), "
+            f"d AS (SELECT {cols} FROM r WHERE {KIND} = 1 EXCEPT ALL SELECT {cols} FROM r WHERE {KIND} = 0) "
+            f"SELECT *, 0 AS {KIND} FROM i UNION ALL SELECT *, 1 AS {KIND} FROM d"
         )
         pk = sb.primary_key
         kind = _change_type(pk, "")

@@ -99,7 +99,26 @@ def pointer_bytes(version: int, commit_id: str) -> bytes:
 
 
 def _schema_key(m: Manifest) -> str:
-    return json.dumps(m.schema.to_json(), sort_keys=True)
+    return _schema_text(m.schema)
+
+
+_schema_texts: dict[int, tuple[Schema, str]] = {}
+_HOLDERS = 200_000  # data files whose files object a log remembers
+
+
+def _schema_text(schema: Schema) -> str:
+    # Asked on every lookup of a files object (a stepped resolve makes
+    # hundreds a version): the JSON once per schema object, found by identity
+    # (hashing a schema costs as much as the JSON); the entry holds the
+    # schema, so its id is not reused while cached.
+    hit = _schema_texts.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    text = json.dumps(schema.to_json(), sort_keys=True)
+    if len(_schema_texts) >= 4096:
+        _schema_texts.clear()
+    _schema_texts[id(schema)] = (schema, text)
+    return text
 
 
 def _now() -> datetime:
@@ -120,6 +139,8 @@ class TableLog:
         self._deletes: OrderedDict[str, pa.Table] = OrderedDict()
         self._records: OrderedDict[str, list[tuple[str, TombstoneRecord]]] = OrderedDict()
         self._object_tombs: OrderedDict[str, frozenset[str]] = OrderedDict()
+        # Data file key -> a files object found to list it (VersionState.contains).
+        self.holders: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -209,6 +230,12 @@ class TableLog:
     def state(self, m: Manifest) -> VersionState:
         """The files and tombstones of version ``m`` (format version 1 or 2)."""
         return VersionState(self, m)
+
+    def hold(self, key: str, ref_path: str) -> None:
+        """Remember that files object ``ref_path`` lists data file ``key`` (bounded)."""
+        if len(self.holders) >= _HOLDERS:
+            self.holders.clear()
+        self.holders[key] = ref_path
 
     def has_part(self, ref: MetaRef, m: Manifest) -> bool:
         with self._lock:

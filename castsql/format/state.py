@@ -61,7 +61,24 @@ class FilePart:
     table: pa.Table  # columns of castsql.format.metafiles (path holds table keys)
     _names: dict[str, str | None] | None = field(default=None, repr=False)
     _keys: frozenset[str] | None = field(default=None, repr=False)
+    _entries: dict[str, DataFile] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def entry(self, key: str) -> DataFile:
+        """The entry of ``key`` (KeyError if the part does not list it), kept:
+        parts are shared by every version that references them, and a walk
+        over versions asks for the same files again and again."""
+        f = self._entries.get(key)
+        if f is None:
+            if key not in self.key_set:
+                raise KeyError(key)
+            idx = pc.index(self.table.column("path"), key).as_py()
+            f = files_from_arrow(self.table.slice(idx, 1))[0]
+            with self._lock:
+                if len(self._entries) >= 4096:
+                    self._entries.clear()
+                self._entries[key] = f
+        return f
 
     @property
     def key_set(self) -> frozenset[str]:
@@ -94,6 +111,7 @@ class VersionState:
         self._keys: dict[str, DataFile] | None = None  # inline entries by key
         self._names: dict[str, list[str | None]] | None = None  # inline keys by base name
         self._unique = False  # every part read and no data file listed twice
+        self._refs: frozenset[str] | None = None  # paths of the files objects
         self._lock = threading.Lock()
 
     def _where(self) -> str:
@@ -173,7 +191,21 @@ class VersionState:
         if key in self._inline_keys():
             return True
         m = self.manifest
-        return any(key in self._log.part(ref, m).key_set for ref in m.file_objects if may_hold(ref, key))
+        # Files objects never change: the one that listed ``key`` for another
+        # version lists it for this one too, if this one references it.
+        held = self._log.holders.get(key)
+        if held is not None and held in self._ref_paths():
+            return True
+        for ref in m.file_objects:
+            if may_hold(ref, key) and key in self._log.part(ref, m).key_set:
+                self._log.hold(key, ref.path)
+                return True
+        return False
+
+    def _ref_paths(self) -> frozenset[str]:
+        if self._refs is None:
+            self._refs = frozenset(r.path for r in self.manifest.file_objects)
+        return self._refs
 
     def _inline_keys(self) -> dict[str, DataFile]:
         if self._keys is None:
@@ -218,8 +250,7 @@ class VersionState:
         m = self.manifest
         for p in (self._log.part(ref, m) for ref in m.file_objects if may_hold(ref, key)):
             if key in p.key_set:
-                idx = pc.index(p.table.column("path"), key).as_py()
-                return files_from_arrow(p.table.slice(idx, 1))[0]
+                return p.entry(key)
         raise KeyError(key)
 
     def tombstone_keys(self) -> list[str]:

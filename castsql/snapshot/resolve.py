@@ -449,8 +449,10 @@ def _apply(
                 )
             d.deleted |= r.positions  # type: ignore[operator]
     gone = set()
-    for key, d in deletes.items():
-        f = info.get(key)
+    # Only files these records touched can have become gone (a stepped
+    # resolve carries the others' state over from the version before).
+    for key in touched:
+        d, f = deletes[key], info.get(key)
         if key in touched and d.deleted and d.row_group_rows is None and f is not None and f.row_group_rows is None:
             _row_groups(log, f, d)
         if f is not None and len(d.deleted) >= f.total_rows:

@@ -1,5 +1,5 @@
--- Rows present at version 2 and gone at version 5, by primary key.
-SELECT a.*
-FROM events AS OF VERSION 2 a
-ANTI JOIN events AS OF VERSION 5 b ON a.id = b.id
-ORDER BY a.id;
+-- What version 5 holds that version 2 did not, and the reverse, row by row
+-- (updates paired by primary key). Reads only the files that differ.
+SELECT *
+FROM table_diff('events', 2, 5)
+ORDER BY id, _change_type DESC;
