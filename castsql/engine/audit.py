@@ -36,6 +36,7 @@ each a relation.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -52,8 +53,9 @@ from castsql.format import TableLog
 from castsql.format.manifest import parse_time
 from castsql.format.schema import Schema
 from castsql.snapshot import Predicate, Snapshot, resolve
-from castsql.snapshot.changes import between
+from castsql.snapshot.changes import FileRows, between
 from castsql.snapshot.prune import may_match
+from castsql.snapshot.resolve import ResolvedFile
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -76,6 +78,7 @@ HISTORY_SCHEMA = pa.schema(
 CHANGE_TYPE = "_change_type"
 AUDIT_COLUMNS = (CHANGE_TYPE, VERSION, TIME)
 _NO_DATA_CHANGE = {"COMPACT", "OPTIMIZE"}
+_STEPS = 8192  # versions' steps a session keeps
 
 Version = int | str | datetime
 
@@ -87,12 +90,14 @@ class Audits:
         self.con = con
         self.views = views
         self.rows = ChangeRows(con, views)
+        self._cache: OrderedDict[tuple[str, int], Step | None] = OrderedDict()  # see _steps
 
     # ------------------------------------------------------------ history
 
     def history(self, log: TableLog) -> pa.Table:
         rows: list[dict[str, Any]] = []
         keyed: dict[int, Step] = {}  # versions whose updates need their keys read
+        schema: Schema | None = None  # the newest of theirs
         prev: Snapshot | None = None
         pk = None
         # Versions come from the listing, and each is read on its own: a broken
@@ -128,16 +133,17 @@ class Audits:
                         row["rows_deleted"] = sum(len(r.positions) for r in d.deleted)
                         row["rows_updated"] = 0 if pk else None
                         if pk and d.inserted and d.deleted:
-                            keyed[v] = Step(v, m.created_at, d)
+                            keyed[v] = Step(v, m.created_at, _bare(d.inserted), _bare(d.deleted))
+                            schema = snap.schema
             except (CastSQLError, duckdb.Error) as e:
                 rows.append({**row, "live_rows": None, "error": str(e).splitlines()[0]})
                 prev = None
                 continue
             rows.append(row)
             prev = snap
-        if keyed and pk:
+        if keyed and pk and schema is not None:
             by_version = {r["version"]: r for r in rows}
-            for v, n in self._updates(log, pk, keyed).items():
+            for v, n in self._updates(log, pk, schema, keyed).items():
                 r = by_version[v]
                 if isinstance(n, str):
                     r.update(rows_inserted=None, rows_updated=None, rows_deleted=None, error=n)
@@ -145,12 +151,11 @@ class Audits:
                     r.update(rows_updated=n, rows_inserted=r["rows_inserted"] - n, rows_deleted=r["rows_deleted"] - n)
         return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
 
-    def _updates(self, log: TableLog, pk: str, steps: dict[int, Step]) -> dict[int, int | str]:
+    def _updates(self, log: TableLog, pk: str, schema: Schema, steps: dict[int, Step]) -> dict[int, int | str]:
         """Per version, how many keys it both deleted and inserted (its
-        updates): the keys of all the versions' changed rows in one read; a
-        version whose rows cannot be read says why instead."""
-        # Columns are only ever added: the newest schema reads every file.
-        schema = steps[max(steps)].difference.after.schema
+        updates): the keys of all the versions' changed rows in one read, in
+        the newest ``schema`` (columns are only ever added, so it reads every
+        file); a version whose rows cannot be read says why instead."""
         name = f"castsql/updates/{log.uri.rstrip('/').rsplit('/', 1)[-1]}"
 
         def count(batch: list[Step]) -> dict[int, int | str]:
@@ -214,11 +219,12 @@ class Audits:
         not (``insert``), the reverse (``delete``), paired by key into updates."""
         va, vb = self._version(log, disp, a), self._version(log, disp, b)
         sa, sb = resolve(log, va, probe=True), resolve(log, vb, probe=True)
-        step = Step(vb, sb.manifest.created_at, between(sa, sb, self.views.deleted))
+        d = between(sa, sb, self.views.deleted)
+        step = Step(vb, sb.manifest.created_at, _bare(d.inserted), _bare(d.deleted))
         schema = sb.schema if vb >= va else sa.schema
         _check_names(disp, schema)
         inner = _inner(name)
-        view = self.rows.create(inner, schema, [step] if step.difference.rows else [])
+        view = self.rows.create(inner, schema, [step] if d.rows else [])
         cols = ", ".join(ident(c) for c in schema.names)
         # The rows once (materialized), then each side less the other, as
         # whole rows: values a compaction rewrote unchanged cancel out.
@@ -259,17 +265,38 @@ class Audits:
         return ident(name)
 
     def _steps(self, log: TableLog, first: int, last: int, wanted: Callable | None = None) -> list[Step]:
-        """What each version in (first, last] changed; compactions change nothing."""
+        """What each version in (first, last] changed; compactions change nothing.
+
+        A version's step never changes, so the session keeps the newest
+        ``_STEPS`` of them (rows by file and position, no snapshot): the next
+        audit over the same versions, a row's history for another key above
+        all, reads no metadata again."""
         out: list[Step] = []
         files: dict = {}  # entries looked up once for the whole walk
-        prev = resolve(log, first)
+        prev: Snapshot | None = None
         for v in range(first + 1, last + 1):
-            cur = resolve(log, v)  # raises VersionNotFound for a collected version
-            if (cur.manifest.operation or "").upper() not in _NO_DATA_CHANGE:
-                d = between(prev, cur, self.views.deleted, wanted, files)
-                if d.inserted or d.deleted:
-                    out.append(Step(v, cur.manifest.created_at, d))
-            prev = cur
+            ck = (log.uri, v)
+            if ck in self._cache:
+                self._cache.move_to_end(ck)
+                step = self._cache[ck]
+                prev = None
+            else:
+                if prev is None or prev.version != v - 1:
+                    prev = resolve(log, v - 1)
+                cur = resolve(log, v)  # raises VersionNotFound for a collected version
+                step = None
+                if (cur.manifest.operation or "").upper() not in _NO_DATA_CHANGE:
+                    d = between(prev, cur, self.views.deleted, files=files)
+                    if d.inserted or d.deleted:
+                        step = Step(v, cur.manifest.created_at, _bare(d.inserted), _bare(d.deleted))
+                self._cache[ck] = step
+                if len(self._cache) > _STEPS:
+                    self._cache.popitem(last=False)
+                prev = cur
+            if step is not None and wanted is not None:
+                step = step.only(wanted)
+            if step is not None and (step.inserted or step.deleted):
+                out.append(step)
         return out
 
     def _range(self, log: TableLog, disp: str, start: Version, end: Version | None) -> tuple[int, int]:
@@ -301,6 +328,14 @@ class Audits:
             return log.version_at(when - timedelta(microseconds=1))
         except VersionNotFound:
             return log.versions()[0]  # every kept commit is at or after ``when``
+
+
+def _bare(rows: list[FileRows]) -> list[FileRows]:
+    """``rows`` with files that carry no deletes: what reading them needs, and
+    nothing that keeps a version's bitmaps alive in the step cache."""
+    return [
+        FileRows(ResolvedFile(r.file.key, r.file.uri, r.file.entry, r.file.row_group_rows), r.positions) for r in rows
+    ]
 
 
 def _when(v: str | datetime) -> datetime:

@@ -1,10 +1,10 @@
 """The rows behind audits, read at the cost of the change.
 
 An audit (``table_changes``, ``table_diff``, ``table_row_history``, history's
-counts) is a list of steps, each a :class:`~castsql.snapshot.changes.Difference`
-between two snapshots: per data file, the positions that entered or left the
-live set. This module turns them into one DuckDB relation of those rows and
-nothing else:
+counts) is a list of steps, each what a
+:class:`~castsql.snapshot.changes.Difference` between two snapshots found:
+per data file, the positions that entered or left the live set. This module
+turns them into one DuckDB relation of those rows and nothing else:
 
 - one *event* per (file, position, step): which version, inserted or
   deleted, held in a temp table;
@@ -25,7 +25,7 @@ groups it touches (docs/PERFORMANCE.md, "Audits").
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -39,9 +39,10 @@ from castsql.engine.physical import Group, duck_type, projection
 from castsql.engine.quoting import ident, sql_str, sql_value
 from castsql.engine.views import Views
 from castsql.errors import SchemaMismatch
+from castsql.format import DataFile
 from castsql.format.schema import Schema
 from castsql.snapshot import ResolvedFile
-from castsql.snapshot.changes import Difference
+from castsql.snapshot.changes import FileRows
 
 INSERTED, DELETED = 0, 1
 # Columns the relation adds to the table's (reserved names: FORMAT.md §3.1).
@@ -56,11 +57,22 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """The difference one version made (or, for a diff, the one between two versions)."""
+    """The rows one version inserted and deleted (or, for a diff, the
+    difference between two versions), by data file and position."""
 
     version: int
     committed_at: datetime
-    difference: Difference
+    inserted: list[FileRows]
+    deleted: list[FileRows]
+
+    def only(self, wanted: Callable[[DataFile], bool]) -> Step:
+        """The rows of files ``wanted`` accepts (by their statistics)."""
+        return Step(
+            self.version,
+            self.committed_at,
+            [r for r in self.inserted if wanted(r.file.entry)],
+            [r for r in self.deleted if wanted(r.file.entry)],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +107,7 @@ class ChangeRows:
         uses: dict[str, list[tuple[BitMap, int, int, datetime]]] = {}
         files: dict[str, ResolvedFile] = {}
         for s in steps:
-            for kind, rows in ((INSERTED, s.difference.inserted), (DELETED, s.difference.deleted)):
+            for kind, rows in ((INSERTED, s.inserted), (DELETED, s.deleted)):
                 for fr in rows:
                     files.setdefault(fr.file.uri, fr.file)
                     uses.setdefault(fr.file.uri, []).append((fr.positions, kind, s.version, s.committed_at))

@@ -236,7 +236,9 @@ def _read(storage: Storage, ref: MetaRef, kind: str, where: str) -> pa.Table:
     except ObjectNotFound:
         raise FormatError(f"{where}: metadata object {storage.uri(ref.path)} is missing") from None
     try:
-        table = pq.read_table(io.BytesIO(data))
+        # ParquetFile, not read_table: read_table imports pyarrow.dataset (and
+        # pandas with it, ~0.2 s), which a fresh process's first read would pay.
+        table = pq.ParquetFile(io.BytesIO(data)).read()
     except (pa.ArrowException, OSError, ValueError) as e:
         raise FormatError(f"{where}: metadata object {storage.uri(ref.path)} is not a Parquet file ({e})") from None
     found = (table.schema.metadata or {}).get(b"castsql.kind", b"").decode()
