@@ -5,11 +5,12 @@ audits, Arrow results).
     >>> events = castsql.open("s3://bucket/events", version=3)     # doctest: +SKIP
     >>> events.to_arrow(["id", "kind"], filter="id < 100")         # doctest: +SKIP
     >>> castsql.connect("s3://bucket/events").sql("SELECT count(*) FROM events")  # doctest: +SKIP
+    >>> castsql.write_table("./events", df, primary_key="id")      # doctest: +SKIP
 
 Every error CastSQL raises is a :class:`castsql.errors.CastSQLError`.
 """
 
 from castsql.errors import CastSQLError
-from castsql.table import Table, connect, open
+from castsql.table import Table, connect, open, write_table
 
-__all__ = ["CastSQLError", "Table", "connect", "open"]
+__all__ = ["CastSQLError", "Table", "connect", "open", "write_table"]

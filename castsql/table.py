@@ -79,6 +79,68 @@ def open(
         raise
 
 
+WRITE_MODES = ("error", "append", "overwrite", "ignore")
+
+
+def write_table(
+    uri: str,
+    data: Any,
+    *,
+    mode: str = "error",
+    primary_key: str | None = None,
+    merge_schema: bool = False,
+    allow_duplicate_keys: bool = False,
+    s3: S3Config | None = None,
+) -> Manifest | None:
+    """Write Arrow, pandas or polars ``data`` to the table at ``uri``, creating
+    it (with ``data``'s columns and ``primary_key``) when there is none, in this
+    process (no JVM). ``mode`` says what happens when a table exists, as in
+    ``deltalake.write_deltalake``: ``"error"`` (the default) refuses, ``"append"``
+    adds the rows, ``"overwrite"`` replaces every row (one version; older
+    versions keep theirs for time travel), ``"ignore"`` does nothing and
+    returns None. Returns the manifest of the version written (a new table's
+    first rows are version 1; version 0 creates it).
+
+    >>> castsql.write_table("./warehouse/events", df, primary_key="id").version     # doctest: +SKIP
+    1
+    >>> castsql.write_table("./warehouse/events", more, mode="append").version      # doctest: +SKIP
+    2
+    """
+    from castsql.errors import TableExists, TableNotFound
+    from castsql.format import TableLog
+    from castsql.storage import open_storage
+    from castsql.write.arrow import as_arrow
+
+    if mode not in WRITE_MODES:
+        raise CastSQLError(f"{uri}: mode must be one of {', '.join(WRITE_MODES)}, not {mode!r}")
+    storage = open_storage(uri, s3=s3)
+    try:
+        head = TableLog(storage).latest()
+    except TableNotFound:
+        head = None
+    if head is not None:
+        if mode == "error":
+            raise TableExists(
+                f"{storage.root}: a table exists there (version {head.version}); "
+                "mode='append' adds rows to it, mode='overwrite' replaces them"
+            )
+        if mode == "ignore":
+            return None
+        if primary_key is not None and primary_key != head.primary_key:
+            raise CastSQLError(f"{storage.root}: the table's primary key is {head.primary_key!r}, not {primary_key!r}")
+    else:
+        table = as_arrow(data, f"{storage.root}: write")
+        TableLog.create(storage, table.schema, primary_key=primary_key, exist_ok=True)
+        data = table
+    with open(storage.root, s3=s3) as t:
+        writer = t._writer()
+        if mode == "overwrite" and head is not None:
+            m = writer.overwrite(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
+        else:
+            m = writer.append(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
+        return m if m is not None else TableLog(storage).latest()
+
+
 def connect(*uris: str, connection: duckdb.DuckDBPyConnection | None = None, s3: S3Config | None = None) -> Session:
     """A SQL session over the tables (or warehouses) at ``uris``: every
     statement run through it reads each table's newest version and takes
@@ -410,4 +472,4 @@ class Table:
         self.close()
 
 
-__all__ = ["MissingExtra", "Table", "connect", "open"]
+__all__ = ["MissingExtra", "Table", "connect", "open", "write_table"]

@@ -178,11 +178,15 @@ def test_changes_read_only_the_files_the_versions_touched(tmp_path):
         first = {f.path for f in log.manifest(1).data_files}
         untouched = next(f for f in log.manifest(2).data_files if f.path not in first)
         (tmp_path / "people" / untouched.path).unlink()
-        assert kinds(t.changes(2, 4).to_pylist()) == want == [
-            (3, 1, "update_preimage", 1.0),
-            (3, 1, "update_postimage", 0.0),
-            (4, 2, "delete", 2.0),
-        ]
+        assert (
+            kinds(t.changes(2, 4).to_pylist())
+            == want
+            == [
+                (3, 1, "update_preimage", 1.0),
+                (3, 1, "update_postimage", 0.0),
+                (4, 2, "delete", 2.0),
+            ]
+        )
 
 
 def compact(log: TableLog, live: pa.Table) -> None:

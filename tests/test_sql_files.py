@@ -62,9 +62,8 @@ def _cell(v) -> str:
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
-    from castsql.storage import open_storage
-
     import castsql
+    from castsql.storage import open_storage
 
     root = tmp_path_factory.mktemp("sqlfiles")
     build_events(open_storage(str(root / "events")))

@@ -68,7 +68,7 @@ from castsql.format.writer import conform
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot, resolve
 from castsql.write import pipeline
 from castsql.write.arrow import as_arrow
-from castsql.write.commit import with_retries
+from castsql.write.commit import commit_overwrite, with_retries
 from castsql.write.keys import check_input_keys, existing_keys, refuse_existing
 from castsql.write.merge import (
     ACTION_COL,
@@ -142,22 +142,10 @@ class Writer:
         rows with a NULL primary key, one repeated in ``data`` or already in the
         table are refused (:mod:`castsql.write.keys`)."""
         where = f"table {self.table}: append"
-        t = as_arrow(data, where)
-        head = self.log.latest()
-        schema, new_schema = head.schema, None
-        if merge_schema:
-            new_schema = merged(head.schema, t.schema, where, head.primary_key)
-            if new_schema == head.schema:
-                new_schema = None
-            else:
-                schema = new_schema
-        try:
-            # Table columns the data lacks are stored as NULL, but for the primary key (FORMAT.md §3.4).
-            t = conform(t, schema, where, fill_missing=True, primary_key=head.primary_key)
-        except KeyError as e:
-            raise SchemaMismatch(f"{where}: column {e} is missing from the data") from None
+        t, schema, new_schema = self._prepare(data, where, merge_schema)
         if t.num_rows == 0:
             return None
+        head = self.log.latest()
         pk = head.primary_key
         check = pk is not None and not allow_duplicate_keys
         if check:
@@ -187,6 +175,48 @@ class Writer:
             return self.log.commit(change)
 
         return with_retries(where, attempts, run)
+
+    def _prepare(self, data: Any, where: str, merge_schema: bool) -> tuple[pa.Table, Schema, Schema | None]:
+        """``data`` as Arrow in the table's columns and types (or the merged
+        schema's), with that schema and the new schema to commit (None: unchanged)."""
+        t = as_arrow(data, where)
+        head = self.log.latest()
+        schema, new_schema = head.schema, None
+        if merge_schema:
+            new_schema = merged(head.schema, t.schema, where, head.primary_key)
+            if new_schema == head.schema:
+                new_schema = None
+            else:
+                schema = new_schema
+        try:
+            # Table columns the data lacks are stored as NULL, but for the primary key (FORMAT.md §3.4).
+            t = conform(t, schema, where, fill_missing=True, primary_key=head.primary_key)
+        except KeyError as e:
+            raise SchemaMismatch(f"{where}: column {e} is missing from the data") from None
+        return t, schema, new_schema
+
+    def overwrite(
+        self, data: Any, *, merge_schema: bool = False, allow_duplicate_keys: bool = False, attempts: int = ATTEMPTS
+    ) -> Manifest:
+        """Replace every row with ``data``, one ``OVERWRITE`` version (the files
+        and tombstones of the version it replaces are no longer in it; older
+        versions keep them for time travel until gc). The same schema and key
+        rules as :meth:`append`; keys are checked within ``data`` only, as no
+        other row survives."""
+        where = f"table {self.table}: overwrite"
+        t, schema, new_schema = self._prepare(data, where, merge_schema)
+        pk = self.log.latest().primary_key
+        if pk is not None and not allow_duplicate_keys and t.num_rows:
+            check_input_keys(self.table, pk, t.column(pk), "overwrite")
+        files = write_data_files(self.log.storage, t, schema) if t.num_rows else []
+        summary = {
+            "added_files": len(files),
+            "added_rows": sum(f.total_rows for f in files),
+            "added_bytes": sum(f.size_bytes for f in files),
+        }
+        return commit_overwrite(
+            self.log, files, schema=schema, new_schema=new_schema, summary=summary, attempts=attempts
+        )
 
     def existing_keys(self, snap: Snapshot, pk: str, keys: pa.Array, limit: int = 1000) -> list[Any]:
         """Up to ``limit`` of ``keys`` that live rows of ``snap`` hold

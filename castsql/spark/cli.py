@@ -2,7 +2,7 @@
 
 ``castsql.cli`` hands them over with ``argv[0]`` the subcommand::
 
-    castsql append URI --from FILE... [--format parquet|csv|json] [--primary-key COL]
+    castsql append URI --from FILE... [--format parquet|csv|json] [--primary-key COL] [--engine duckdb|spark]
     castsql delete URI --where "COND" [--engine spark|duckdb]
     castsql update URI --set "COL = EXPR" [--set ...] [--where "COND"] [--merge-schema] [--engine spark|duckdb]
     castsql merge URI --from FILE... --on COL[,COL] [--format F] [--no-update] [--no-insert]
@@ -18,9 +18,11 @@ progress bar shows while a job runs; the command ends with one summary line on
 stdout. Errors are one line on stderr: exit code 2 for a malformed command
 line, 1 for everything else; either way nothing is committed.
 
-``--engine duckdb`` runs delete, update and merge in this process with the
-embedded engine (:mod:`castsql.embedded.writer`, what ``castsql.Table`` uses): no
-JVM, pyspark never imported. Spark is the default.
+``--engine duckdb`` runs append, delete, update and merge in this process with
+the embedded engine (:mod:`castsql.embedded.writer`, what ``castsql.Table``
+uses): no JVM, pyspark never imported. It is the default for ``append``
+(which creates the table when there is none, like ``castsql.write_table``);
+Spark is the default for the others.
 
 Example::
 
@@ -104,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--allow-duplicate-keys", action="store_true", help="do not refuse rows whose primary key is already taken"
     )
+    _engine(a, default="duckdb")
     d = sub.add_parser("delete", help="delete the rows matching a SQL condition (one tombstone, one version)")
     d.add_argument("uri")
     d.add_argument("--where", required=True, metavar="COND")
@@ -173,12 +176,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _engine(p: argparse.ArgumentParser) -> None:
+def _engine(p: argparse.ArgumentParser, default: str = "spark") -> None:
+    other = "duckdb" if default == "spark" else "spark"
+    what = {"spark": "spark (distributed, starts a JVM)", "duckdb": "duckdb (in this process, one machine, no JVM)"}
     p.add_argument(
         "--engine",
         choices=_ENGINES,
-        default="spark",
-        help="spark (default: distributed, starts a JVM) or duckdb (in this process, one machine, no JVM)",
+        default=default,
+        help=f"{what[default]}, the default, or {what[other]}",
     )
 
 
@@ -380,9 +385,13 @@ def _read_arrow(sources: list[str], fmt: str, uri: str) -> Any:
     refuse (or, with ``--merge-schema``, to widen the column to)."""
     import pyarrow as pa
 
+    from castsql.errors import TableNotFound
     from castsql.format.evolution import fits
 
-    target = {f.name.lower(): f for f in TableLog(open_storage(uri)).latest().schema.to_arrow()}
+    try:
+        target = {f.name.lower(): f for f in TableLog(open_storage(uri)).latest().schema.to_arrow()}
+    except TableNotFound:
+        target = {}  # an append that creates the table: the input's own types
 
     def one(path: str) -> pa.Table:
         try:
@@ -445,10 +454,21 @@ def _bad_csv_value(path: str, types: dict[str, Any]) -> CastSQLError:
 
 
 def _embedded_command(args: Any) -> str:
-    """delete / update / merge with the embedded engine: DuckDB in this
-    process, no JVM; pyspark is never imported."""
+    """append / delete / update / merge with the embedded engine: DuckDB in
+    this process, no JVM; pyspark is never imported."""
     import castsql
 
+    if args.command == "append":
+        data = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri)
+        m = castsql.write_table(
+            args.uri,
+            data,
+            mode="append",
+            primary_key=args.primary_key,
+            merge_schema=args.merge_schema,
+            allow_duplicate_keys=args.allow_duplicate_keys,
+        )
+        return _summary("append", m)
     with castsql.open(args.uri) as table:
         if args.command == "delete":
             m = table.delete(args.where)

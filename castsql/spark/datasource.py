@@ -555,7 +555,6 @@ def commit_files(
     """The driver's commit: one version with exactly the files named in ``messages``
     (an overwrite also removes every file and tombstone of the version it replaces)."""
     from castsql.format import Change, DataFile
-    from castsql.format.change import DmlConflict
 
     storage = plan.ref.storage()
     files = tuple(
@@ -591,37 +590,9 @@ def commit_files(
         return log.commit(
             Change("APPEND", add_files=files, schema=plan.ref.schema, new_schema=plan.new_schema, summary=summary)
         )
-    last: Exception | None = None
-    for _ in range(5):
-        head = log.latest()
-        state = log.state(head)
-        old = [k for k in state.keys().to_pylist()]
-        tombs = state.tombstone_keys()
-        change = Change(
-            "OVERWRITE",
-            add_files=files,
-            remove_files=tuple(old),
-            remove_tombstones=tuple(tombs),
-            schema=plan.ref.schema,
-            new_schema=plan.new_schema,
-            read_version=head.version,
-            read_tombstones=frozenset(tombs),
-            # Any data file committed after head.version would survive the
-            # overwrite: conflict, and plan the removal again.
-            key_span=(None, None, None),
-            summary={**summary, "removed_files": len(old)},
-        )
-        try:
-            return log.commit(change)
-        except DmlConflict as e:
-            last = e
-        except CommitConflict as e:
-            if "tombstone" not in str(e):
-                raise
-            last = e
-    raise CommitConflict(
-        f"{storage.root}: overwrite lost to concurrent commits 5 times; nothing was committed"
-    ) from last
+    from castsql.write.commit import commit_overwrite
+
+    return commit_overwrite(log, files, schema=plan.ref.schema, new_schema=plan.new_schema, summary=summary)
 
 
 def _open_or_create(storage: Storage, plan: WritePlan) -> TableLog:

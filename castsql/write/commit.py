@@ -92,6 +92,55 @@ def commit_dml(
     return log.commit(change)
 
 
+def commit_overwrite(
+    log: TableLog,
+    files: Sequence[DataFile],
+    *,
+    schema: Schema,
+    new_schema: Schema | None = None,
+    summary: dict[str, Any] | None = None,
+    attempts: int = 5,
+) -> Manifest:
+    """Commit ``files`` as the table's only files: one ``OVERWRITE`` version
+    that also removes every data file and tombstone of the version it
+    replaces. A data file or tombstone committed meanwhile would survive it,
+    so that conflicts and the removal is planned again (up to ``attempts``
+    times); nothing is committed when every attempt loses."""
+    from castsql.format.change import DmlConflict
+
+    last: Exception | None = None
+    for _ in range(attempts):
+        head = log.latest()
+        state = log.state(head)
+        old = state.keys().to_pylist()
+        tombs = state.tombstone_keys()
+        change = Change(
+            "OVERWRITE",
+            add_files=tuple(files),
+            remove_files=tuple(old),
+            remove_tombstones=tuple(tombs),
+            schema=schema,
+            new_schema=new_schema,
+            read_version=head.version,
+            read_tombstones=frozenset(tombs),
+            # Any data file committed after head.version would survive the
+            # overwrite: conflict, and plan the removal again.
+            key_span=(None, None, None),
+            summary={**(summary or {}), "removed_files": len(old)},
+        )
+        try:
+            return log.commit(change)
+        except DmlConflict as e:
+            last = e
+        except CommitConflict as e:
+            if "tombstone" not in str(e):
+                raise
+            last = e
+    raise CommitConflict(
+        f"{log.storage.root}: overwrite lost to concurrent commits {attempts} times; nothing was committed"
+    ) from last
+
+
 def with_retries(where: str, attempts: int, run: Callable[[int], T]) -> T:
     """``run(attempt)`` (plan from the newest version, then commit) until it
     does not conflict, at most ``attempts`` times; then CommitConflict saying

@@ -1,0 +1,97 @@
+"""The front door for writing without Spark: ``castsql.write_table`` creates a
+table from Arrow, pandas or polars, or appends to, overwrites or leaves one
+that exists; ``castsql append`` does the same in-process by default."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import castsql
+from castsql.errors import CastSQLError, DuplicateKey, TableExists
+from castsql.format import TableLog
+from castsql.storage import open_storage
+
+
+def rows(ids, tag: str = "a") -> pa.Table:
+    ids = list(ids)
+    return pa.table({"id": pa.array(ids, pa.int64()), "v": [f"{tag}{i}" for i in ids]})
+
+
+def live(uri: str, s3=None, version: int | None = None) -> list[tuple]:
+    with castsql.open(uri, s3=s3, version=version) as t:
+        return sorted((r["id"], r["v"]) for r in t.to_arrow().to_pylist())
+
+
+def test_every_mode_on_a_new_and_an_existing_table(storage_root, s3_config):
+    uri = storage_root + "/events"
+    m = castsql.write_table(uri, rows(range(3)), primary_key="id", s3=s3_config)
+    assert (m.version, m.operation, m.primary_key) == (1, "APPEND", "id")
+    with pytest.raises(TableExists, match=r"a table exists there \(version 1\); mode=.append. adds rows"):
+        castsql.write_table(uri, rows([7]), s3=s3_config)
+    assert castsql.write_table(uri, rows([7]), mode="ignore", s3=s3_config) is None
+    assert castsql.write_table(uri, rows([3, 4]), mode="append", s3=s3_config).version == 2
+    m = castsql.write_table(uri, rows([10], "z"), mode="overwrite", s3=s3_config)
+    assert (m.version, m.operation) == (3, "OVERWRITE")
+    assert live(uri, s3_config) == [(10, "z10")]
+    assert live(uri, s3_config, version=2) == [(i, f"a{i}") for i in range(5)]  # time travel keeps the old rows
+    assert TableLog(open_storage(uri, s3=s3_config)).latest().version == 3
+
+
+def test_keys_and_schemas_are_checked_and_nothing_is_committed(tmp_path):
+    uri = str(tmp_path / "events")
+    castsql.write_table(uri, rows(range(3)), primary_key="id")
+    with pytest.raises(DuplicateKey, match="already in the table"):
+        castsql.write_table(uri, rows([2]), mode="append")
+    with pytest.raises(DuplicateKey, match="overwrite: the data holds key id = 9 more than once"):
+        castsql.write_table(uri, rows([9, 9]), mode="overwrite")
+    with pytest.raises(CastSQLError, match="the table's primary key is 'id', not 'v'"):
+        castsql.write_table(uri, rows([5]), mode="append", primary_key="v")
+    with pytest.raises(CastSQLError, match="mode must be one of error, append, overwrite, ignore, not 'upsert'"):
+        castsql.write_table(uri, rows([5]), mode="upsert")
+    with pytest.raises(CastSQLError, match="extra"):
+        castsql.write_table(uri, rows([5]).append_column("extra", pa.array([1])), mode="append")
+    assert TableLog(open_storage(uri)).latest().version == 1 and live(uri) == [(i, f"a{i}") for i in range(3)]
+    m = castsql.write_table(uri, rows([5]).append_column("extra", pa.array([1])), mode="append", merge_schema=True)
+    assert m.schema.names == ["id", "v", "extra"]
+
+
+def test_pandas_and_polars_create_tables_too(tmp_path):
+    pd = pytest.importorskip("pandas")
+    pl = pytest.importorskip("polars")
+    castsql.write_table(str(tmp_path / "a"), pd.DataFrame({"id": [1, 2], "v": ["x", "y"]}), primary_key="id")
+    castsql.write_table(str(tmp_path / "b"), pl.DataFrame({"id": [1, 2], "v": ["x", "y"]}))
+    assert live(str(tmp_path / "a")) == live(str(tmp_path / "b")) == [(1, "x"), (2, "y")]
+    with castsql.connect(str(tmp_path)) as s:
+        assert sorted(s.tables) == ["a", "b"]
+
+
+def test_the_cli_appends_without_spark(tmp_path):
+    """``castsql append`` creates and appends in this process: with a pyspark
+    that cannot be imported on the path, it still works."""
+    fake = tmp_path / "fake"
+    (fake / "pyspark").mkdir(parents=True)
+    (fake / "pyspark" / "__init__.py").write_text("raise ImportError('append must not import pyspark')\n")
+    pq.write_table(rows(range(3)), tmp_path / "in.parquet")
+    (tmp_path / "more.csv").write_text("id,v\n3,c3\n4,c4\n")
+    env = {**os.environ, "PYTHONPATH": f"{fake}{os.pathsep}{Path(castsql.__file__).parents[1]}"}
+    uri = str(tmp_path / "t")
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "castsql.cli", "append", uri, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+
+    r = cli("--from", str(tmp_path / "in.parquet"), "--primary-key", "id")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("append: committed version 1; 1 file(s), 3 row(s)")
+    r = cli("--from", str(tmp_path / "more.csv"))
+    assert r.returncode == 0 and r.stdout.startswith("append: committed version 2"), r.stderr
+    r = cli("--from", str(tmp_path / "more.csv"))
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "already in the table" in r.stderr
+    assert live(uri) == [(0, "a0"), (1, "a1"), (2, "a2"), (3, "c3"), (4, "c4")]
