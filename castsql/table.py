@@ -397,6 +397,43 @@ class Table:
         self._moved(m.version if m is not None else None)
         return m
 
+    def compact(
+        self,
+        *,
+        threshold: float = 0.5,
+        target_file_size: int | None = None,
+        row_group_size: int | None = None,
+        sort_by: str | None = None,
+    ) -> Manifest | None:
+        """Compact the newest version in this process (no JVM), one ``COMPACT``
+        version that changes no query's result: small data files packed into
+        files of ``target_file_size`` bytes (default 256 MB) with row groups of
+        ``row_group_size`` rows (default 122,880), files whose deleted fraction
+        is at least ``threshold`` rewritten without their deleted rows,
+        tombstone files folded; ``sort_by`` orders each new file by a column
+        (event time: min/max pruning then skips the files a range cannot
+        reach). A concurrent write makes it plan again; nothing is lost. None
+        when there is nothing to do. Old versions keep their files for time
+        travel until ``castsql gc``.
+
+        >>> events.compact(sort_by="ts").summary["removed_files"]          # doctest: +SKIP
+        301
+        """
+        from castsql.embedded.compactor import compact
+        from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
+
+        self._writer()  # refuses a pinned table
+        m = compact(
+            self._session,
+            self.name,
+            threshold=threshold,
+            target_file_bytes=target_file_size or DEFAULT_TARGET_FILE_BYTES,
+            row_group_size=row_group_size or DEFAULT_ROW_GROUP_SIZE,
+            sort_by=sort_by,
+        )
+        self._moved(m.version if m is not None else None)
+        return m
+
     def delete(self, where: str) -> Manifest | None:
         """Delete the rows where the SQL condition ``where`` holds: one
         tombstone, one version (no data file rewritten); None when no row

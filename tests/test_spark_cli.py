@@ -54,10 +54,10 @@ def test_every_subcommand_end_to_end(spark, check_version, tmp_path, capsys):
     assert rc == 0 and out.startswith("delete: committed version 4; 700 row(s) deleted in 1 tombstone record(s)")
     rc, out, _ = _run(capsys, "delete", uri, "--where", "id < 0")
     assert (rc, out) == (0, "delete: no row matched; nothing committed")
-    rc, out, _ = _run(capsys, "compact", uri, "--threshold", "0.6")
+    rc, out, _ = _run(capsys, "compact", uri, "--threshold", "0.6", "--engine", "spark")
     assert rc == 0 and out.startswith("compact: committed version 5; 1 file(s), 300 row(s)")
     assert "1 file(s) removed, 1 tombstone file(s) merged" in out
-    rc, out, _ = _run(capsys, "compact", uri)
+    rc, out, _ = _run(capsys, "compact", uri, "--engine", "spark")
     assert (rc, out) == (0, "compact: nothing to compact; nothing committed")
     check_version(uri, 5, range(700, 1150))
 

@@ -8,7 +8,7 @@
     castsql merge URI --from FILE... --on COL[,COL] [--format F] [--no-update] [--no-insert]
                   [--delete-matched-when "COND"] [--delete-not-matched-by-source] [--merge-schema]
                   [--allow-duplicate-keys] [--engine spark|duckdb]
-    castsql compact URI [--threshold F]
+    castsql compact URI [--threshold F] [--target-file-size BYTES] [--sort-by COL] [--engine duckdb|spark]
     castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
     castsql restore URI (--version N | --timestamp T)
     castsql upgrade URI
@@ -21,8 +21,9 @@ line, 1 for everything else; either way nothing is committed.
 ``--engine duckdb`` runs append, delete, update and merge in this process with
 the embedded engine (:mod:`castsql.embedded.writer`, what ``castsql.Table``
 uses): no JVM, pyspark never imported. It is the default for ``append``
-(which creates the table when there is none, like ``castsql.write_table``);
-Spark is the default for the others.
+(which creates the table when there is none, like ``castsql.write_table``)
+and ``compact`` (which then also packs small files); Spark is the default
+for the others.
 
 Example::
 
@@ -153,9 +154,17 @@ def _parser() -> argparse.ArgumentParser:
         help="do not refuse inserted rows whose primary key is NULL, repeated or already taken",
     )
     _engine(m)
-    c = sub.add_parser("compact", help="rewrite heavily deleted files, merge tombstones")
+    c = sub.add_parser("compact", help="pack small files, rewrite heavily deleted ones, merge tombstones")
     c.add_argument("uri")
     c.add_argument("--threshold", type=float, default=0.5, metavar="F")
+    c.add_argument(
+        "--target-file-size",
+        type=int,
+        metavar="BYTES",
+        help="pack small files into files of about this size (default 256 MB; the duckdb engine)",
+    )
+    c.add_argument("--sort-by", metavar="COL", help="order each new file by this column (the duckdb engine)")
+    _engine(c, default="duckdb")
     g = sub.add_parser("gc", help="remove old versions and unreferenced objects")
     g.add_argument("uri")
     g.add_argument("--keep-versions", type=int, metavar="N")
@@ -341,6 +350,8 @@ def _spark_command(spark: Any, args: Any) -> str:
         return _merge_summary(args.uri, _clauses(builder, args).execute())
     from castsql.spark.compactor import compact
 
+    if args.target_file_size is not None or args.sort_by is not None:
+        raise UsageError("compact: --target-file-size and --sort-by need --engine duckdb")
     m = compact(spark, args.uri, threshold=args.threshold)
     return "compact: nothing to compact; nothing committed" if m is None else _summary("compact", m)
 
@@ -458,6 +469,10 @@ def _embedded_command(args: Any) -> str:
     this process, no JVM; pyspark is never imported."""
     import castsql
 
+    if args.command == "compact":
+        with castsql.open(args.uri) as table:
+            m = table.compact(threshold=args.threshold, target_file_size=args.target_file_size, sort_by=args.sort_by)
+        return "compact: nothing to compact; nothing committed" if m is None else _summary("compact", m)
     if args.command == "append":
         data = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri)
         m = castsql.write_table(

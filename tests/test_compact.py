@@ -1,0 +1,147 @@
+"""Compaction with the embedded engine (no JVM): small files packed to a target
+size, heavily deleted files rewritten, tombstones folded, optionally sorted;
+one COMPACT version that changes no result and loses no concurrent write."""
+
+from __future__ import annotations
+
+import itertools
+
+import pyarrow as pa
+import pytest
+
+import castsql
+from castsql.cli import main
+from castsql.embedded import compactor as compactor_mod
+from castsql.errors import CastSQLError
+from castsql.format import KeyRangeDelete, TableLog
+from castsql.storage import open_storage
+
+
+def rows(ids, ts=None) -> pa.Table:
+    ids = list(ids)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "ts": pa.array(ts if ts is not None else [i * 10 for i in ids], pa.int64()),
+            "v": [f"v{i}" for i in ids],
+        }
+    )
+
+
+def stream(uri: str, batches: int, s3=None) -> castsql.Table:
+    """A table fed like a CDC stream: one small file per batch, a delete every fifth."""
+    castsql.write_table(uri, rows(range(100)), primary_key="id", s3=s3)
+    t = castsql.open(uri, s3=s3)
+    for b in range(batches):
+        t.append(rows(range(100 + 20 * b, 120 + 20 * b)))
+        if b % 5 == 0:
+            t.delete(f"id = {b}")
+    return t
+
+
+def content(t: castsql.Table, version: int | None = None) -> list[dict]:
+    src = t if version is None else t.at(version=version)
+    return src.to_arrow().sort_by("id").to_pylist()
+
+
+def test_small_files_become_one_and_nothing_else_changes(storage_root, s3_config):
+    t = stream(storage_root + "/events", 30, s3_config)
+    before, v = content(t), t.version
+    assert len(t._session.snapshot("events").files) == 31
+    m = t.compact()
+    assert (m.version, m.operation) == (v + 1, "COMPACT")
+    assert m.summary["removed_files"] == 31 and m.summary["added_files"] == 1
+    assert m.summary["removed_tombstones"] == 6 and m.summary["added_rows"] == len(before)
+    assert content(t) == before == content(t, v)  # the old version still reads its own files
+    assert len(t._session.snapshot("events").files) == 1 and t._session.snapshot("events").manifest.tombstone_count == 0
+    h = t.history().to_pylist()[-1]
+    assert (h["operation"], h["rows_inserted"], h["rows_updated"], h["rows_deleted"]) == ("COMPACT", 0, 0, 0)
+    assert t.changes(v - 1).num_rows == 20  # the last append only: the compaction changed no row
+    assert t.compact() is None  # one file, no deletes: nothing to do
+
+
+def test_deleted_files_are_rewritten_past_the_threshold(tmp_path):
+    uri = str(tmp_path / "events")
+    castsql.write_table(uri, rows(range(1000)), primary_key="id")
+    t = castsql.open(uri)
+    big = t.compact(target_file_size=1)  # files over the target are never packed
+    assert big is None
+    t.delete("id < 300")  # 30% of the file
+    assert t.compact(threshold=0.5, target_file_size=1) is None
+    t.delete("id < 600")  # 60%
+    log = TableLog(open_storage(uri))
+    f = log.latest().data_files[0] if log.latest().data_files else None
+    m = t.compact(threshold=0.5, target_file_size=1)
+    assert m.summary["removed_files"] == 1 and m.summary["added_rows"] == 400
+    assert [r["id"] for r in content(t)] == list(range(600, 1000))
+    assert f is None or f.path not in {x.path for x in TableLog(open_storage(uri)).state(m).entries()}
+
+
+def test_key_ranges_and_positions_are_applied_when_rewriting(tmp_path):
+    uri = str(tmp_path / "events")
+    t = stream(uri, 3)
+    log = TableLog(open_storage(uri))
+    first = next(f for f in log.state(log.latest()).entries() if f.total_rows == 100)
+    log.delete([KeyRangeDelete(first.path, 10, 19)])
+    t = t.at()
+    before = content(t)
+    assert t.compact() is not None
+    assert content(t) == before and not {r["id"] for r in before} & set(range(10, 20))
+
+
+def test_sort_by_clusters_the_new_files(tmp_path):
+    uri = str(tmp_path / "events")
+    castsql.write_table(uri, rows(range(50), ts=[(i * 37) % 50 for i in range(50)]), primary_key="id")
+    t = castsql.open(uri)
+    for b in range(1, 20):
+        ids = range(50 * b, 50 * b + 50)
+        t.append(rows(ids, ts=[(i * 37) % 1000 for i in ids]))  # every batch spans all times
+    before = content(t)
+    m = t.compact(sort_by="ts", target_file_size=4000, row_group_size=100)
+    assert m.summary["added_files"] > 1
+    files = sorted(TableLog(open_storage(uri)).state(m).entries(), key=lambda f: f.min["ts"])
+    assert all(a.max["ts"] <= b.min["ts"] for a, b in itertools.pairwise(files))  # disjoint time ranges
+    assert content(t) == before
+    with pytest.raises(CastSQLError, match=r"no column 'when' to sort by \(columns: id, ts, v\)"):
+        t.compact(sort_by="when")
+    with pytest.raises(CastSQLError, match=r"threshold must be in \(0, 1\], got 0"):
+        t.compact(threshold=0)
+    with pytest.raises(CastSQLError, match="pinned at version"):
+        t.at(version=3).compact()
+    assert t.at().version == m.version
+
+
+def test_a_concurrent_write_makes_the_compaction_plan_again(tmp_path, monkeypatch):
+    """FORMAT.md §7: a compaction conflicts with a tombstone committed after
+    the version it read; it plans again, and neither write is lost."""
+    uri = str(tmp_path / "events")
+    t = stream(uri, 10)
+    other = castsql.open(uri)
+    real = compactor_mod.plan_compaction
+    read: list[int] = []
+
+    def plan_then_delete(log, snap, *args, **kwargs):
+        plan = real(log, snap, *args, **kwargs)
+        read.append(snap.version)
+        if len(read) == 1:
+            other.delete("id = 150")  # a row of a file the compaction rewrites
+        return plan
+
+    monkeypatch.setattr(compactor_mod, "plan_compaction", plan_then_delete)
+    m = t.compact()
+    assert read == [m.version - 2, m.version - 1]
+    ids = [r["id"] for r in content(t.at())]
+    assert 150 not in ids and len(ids) == len(set(ids))
+    other.close()
+
+
+def test_the_cli_compacts_in_process(tmp_path, capsys):
+    uri = str(tmp_path / "events")
+    stream(uri, 12).close()
+    assert main(["compact", uri, "--sort-by", "ts"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("compact: committed version") and "13 file(s) removed" in out
+    assert main(["compact", uri]) == 0
+    assert capsys.readouterr().out.strip() == "compact: nothing to compact; nothing committed"
+    assert main(["compact", uri, "--sort-by", "nope"]) == 1
+    assert "no column 'nope' to sort by" in capsys.readouterr().err
