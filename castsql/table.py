@@ -90,10 +90,12 @@ def write_table(
     primary_key: str | None = None,
     merge_schema: bool = False,
     allow_duplicate_keys: bool = False,
+    properties: dict[str, str] | None = None,
     s3: S3Config | None = None,
 ) -> Manifest | None:
     """Write Arrow, pandas or polars ``data`` to the table at ``uri``, creating
-    it (with ``data``'s columns and ``primary_key``) when there is none, in this
+    it (with ``data``'s columns, ``primary_key`` and table ``properties``, as
+    write_deltalake's ``configuration``) when there is none, in this
     process (no JVM). ``mode`` says what happens when a table exists, as in
     ``deltalake.write_deltalake``: ``"error"`` (the default) refuses, ``"append"``
     adds the rows, ``"overwrite"`` replaces every row (one version; older
@@ -130,7 +132,7 @@ def write_table(
             raise CastSQLError(f"{storage.root}: the table's primary key is {head.primary_key!r}, not {primary_key!r}")
     else:
         table = as_arrow(data, f"{storage.root}: write")
-        TableLog.create(storage, table.schema, primary_key=primary_key, exist_ok=True)
+        TableLog.create(storage, table.schema, primary_key=primary_key, exist_ok=True, properties=properties)
         data = table
     with open(storage.root, s3=s3) as t:
         writer = t._writer()
@@ -138,6 +140,8 @@ def write_table(
             m = writer.overwrite(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
         else:
             m = writer.append(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
+        if m is not None:
+            t._wrote(m.version)
         return m if m is not None else TableLog(storage).latest()
 
 
@@ -339,6 +343,40 @@ class Table:
             )
         return Writer(self._session, self.name)
 
+    def _wrote(self, version: int | None) -> None:
+        """After a data write: move to its version, then keep the table healthy
+        when its properties ask for it (``castsql.autoCompact``)."""
+        self._moved(version)
+        if version is not None:
+            from castsql.embedded.compactor import maintain
+
+            m = maintain(self._session, self.name)
+            self._moved(m.version if m is not None else None)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The table properties of this version (:mod:`castsql.format.properties`).
+
+        >>> events.properties                                         # doctest: +SKIP
+        {'castsql.autoCompact': 'true'}
+        """
+        return dict(self._session.snapshot(self.name, self.version).manifest.properties)
+
+    def set_properties(self, properties: dict[str, str | None]) -> Manifest | None:
+        """Set table properties (None removes one) as one version (operation
+        ``SET PROPERTIES``); None when nothing changes. ``castsql.*`` names are
+        checked (:mod:`castsql.format.properties`); others are kept as given.
+
+        >>> events.set_properties({"castsql.autoCompact": "true", "castsql.compact.sortBy": "ts"}).version  # doctest: +SKIP
+        7
+        """
+        from castsql.format.change import set_properties
+
+        self._writer()  # refuses a pinned table
+        m = set_properties(self._session.log(self.name), properties)
+        self._moved(m.version if m is not None else None)
+        return m
+
     def _moved(self, version: int | None) -> None:
         if version is not None:
             self.version = version  # like deltalake's DeltaTable: the object reads what it wrote
@@ -361,7 +399,7 @@ class Table:
         2
         """
         m = self._writer().append(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
-        self._moved(m.version if m is not None else None)
+        self._wrote(m.version if m is not None else None)
         return m
 
     def add_columns(self, columns: dict[str, Any]) -> Manifest | None:
@@ -443,7 +481,7 @@ class Table:
         12
         """
         m = self._writer().delete(where)
-        self._moved(m.version if m is not None else None)
+        self._wrote(m.version if m is not None else None)
         return m
 
     def update(self, set: dict[str, str], where: str | None = None, *, merge_schema: bool = False) -> Manifest | None:
@@ -460,7 +498,7 @@ class Table:
         40
         """
         m = self._writer().update(set, where, merge_schema=merge_schema)
-        self._moved(m.version if m is not None else None)
+        self._wrote(m.version if m is not None else None)
         return m
 
     def merge(
@@ -493,7 +531,7 @@ class Table:
 
         def run(spec: MergeSpec, src: Any) -> MergeMetrics:
             metrics = writer.merge(spec, src, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
-            self._moved(metrics.version)
+            self._wrote(metrics.version)
             return metrics
 
         return MergeBuilder(self.name, source, on, run, source_alias=source_alias, target_alias=target_alias)

@@ -145,3 +145,47 @@ def test_the_cli_compacts_in_process(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == "compact: nothing to compact; nothing committed"
     assert main(["compact", uri, "--sort-by", "nope"]) == 1
     assert "no column 'nope' to sort by" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- automatic
+
+
+def test_auto_compaction_keeps_a_stream_bounded(storage_root, s3_config):
+    uri = storage_root + "/events"
+    props = {"castsql.autoCompact": "true", "castsql.autoCompact.minNumFiles": "8", "castsql.compact.sortBy": "ts"}
+    castsql.write_table(uri, rows(range(100)), primary_key="id", properties=props, s3=s3_config)
+    t = castsql.open(uri, s3=s3_config)
+    model = set(range(100))
+    most_files = most_tombs = 0
+    for b in range(40):
+        ids = range(100 + 10 * b, 110 + 10 * b)
+        t.append(rows(ids))
+        model |= set(ids)
+        t.merge(rows([b]), on="id").when_matched_delete().execute()  # a tombstone file each time
+        model.discard(b)
+        snap = t._session.snapshot("events")
+        most_files = max(most_files, len(snap.files))
+        most_tombs = max(most_tombs, snap.manifest.tombstone_count)
+    assert most_files <= 8 and most_tombs <= 8  # compacted whenever 8 accumulate
+    assert sorted(r["id"] for r in t.to_arrow(["id"]).to_pylist()) == sorted(model)
+    ops = [r["operation"] for r in t.history().to_pylist()]
+    assert ops.count("COMPACT") >= 5 and t.properties == props  # every 7 batches; carried by every version
+    t.close()
+
+
+def test_properties_are_checked_set_and_removed(tmp_path):
+    uri = str(tmp_path / "events")
+    castsql.write_table(uri, rows(range(3)), properties={"owner": "growth"})
+    t = castsql.open(uri)
+    assert t.properties == {"owner": "growth"}
+    m = t.set_properties({"castsql.autoCompact": "true", "owner": None, "team": "data"})
+    assert m.operation == "SET PROPERTIES" and t.properties == {"castsql.autoCompact": "true", "team": "data"}
+    assert t.set_properties({"team": "data"}) is None
+    assert t.at(version=1).properties == {"owner": "growth"}
+    with pytest.raises(CastSQLError, match="property 'castsql.autoCompact.minNumFiles' takes a positive integer"):
+        t.set_properties({"castsql.autoCompact.minNumFiles": "0"})
+    with pytest.raises(CastSQLError, match="unknown property 'castsql.autoOptimize'"):
+        t.set_properties({"castsql.autoOptimize": "true"})
+    with pytest.raises(CastSQLError, match="unknown property"):
+        castsql.write_table(str(tmp_path / "other"), rows([1]), properties={"castsql.nope": "1"})
+    assert t.at().version == m.version and not (tmp_path / "other" / "_latest_manifest").exists()

@@ -26,11 +26,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from castsql.engine import names
 from castsql.engine.quoting import ident
 from castsql.errors import CastSQLError, CommitConflict
 from castsql.format import DataFile, Manifest
+from castsql.format.properties import AutoCompact
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES, write_data_files
 from castsql.snapshot import Snapshot, resolve
 from castsql.write.compaction import SMALL_TOMBSTONE_BYTES, compaction_change, plan_compaction
@@ -97,6 +99,34 @@ def compact(
                 raise CommitConflict(f"{e}; gave up after {attempts} attempts") from None
             _log.warning("compaction of version %d conflicted: %s; planning again", snap.version, e)
     raise AssertionError("unreachable")
+
+
+def maintain(session: Session, table: str) -> Manifest | None:
+    """The automatic compaction a table's properties ask for
+    (``castsql.autoCompact``), run by a writer after its commit: when the
+    newest version holds ``castsql.autoCompact.minNumFiles`` data files under
+    ``castsql.autoCompact.maxFileSize`` (or as many tombstone files), they are
+    packed into files of that size (ordered by ``castsql.compact.sortBy``) and
+    the tombstones folded. Only metadata is read to decide; a compaction that
+    keeps losing to concurrent writers gives up (the write that ran it has
+    committed already) and the next write tries again. Returns its manifest,
+    or None."""
+    log = session.log(table)
+    head = log.latest()
+    auto = AutoCompact.of(head.properties)
+    if auto is None:
+        return None
+    snap = resolve(log, head.version)
+    sizes = snap.table().column("size_bytes")
+    small = pc.sum(pc.less(sizes, auto.max_file_size)).as_py() or 0
+    if small < auto.min_files and head.tombstone_count < auto.min_files:
+        return None
+    sort_by = auto.sort_by if auto.sort_by and snap.schema.column(auto.sort_by) is not None else None
+    try:
+        return compact(session, table, target_file_bytes=auto.max_file_size, sort_by=sort_by, attempts=2)
+    except CommitConflict as e:
+        _log.warning("table %s: automatic compaction gave up: %s", table, e)
+        return None
 
 
 def _rewrite(

@@ -73,6 +73,8 @@ class Change:
     conflict_files: frozenset[str] = frozenset()
     key_span: tuple[str | None, Any, Any] | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    # Table properties this change sets (None removes one; castsql.format.properties).
+    properties: dict[str, str | None] | None = None
 
     def apply(self, base: Manifest, log: TableLog) -> Manifest:
         """``base`` with this change applied, as a version-2 manifest; version
@@ -126,7 +128,12 @@ class Change:
             # the record every later version carries (FORMAT.md §3.2).
             batch = int(self.summary["stream_batch"])
             streams = {**streams, str(query): max(batch, streams.get(str(query), -1))}
+        properties = base.properties
+        if self.properties:
+            properties = {**properties, **self.properties}
+            properties = {k: v for k, v in properties.items() if v is not None}
         return base.evolve(
+            properties=properties,
             streams=streams,
             format_version=2,
             data_files=tuple(files_inline),
@@ -221,6 +228,19 @@ def _overlaps(fmin: Any, fmax: Any, lo: Any, hi: Any) -> bool:
         return not (fmax < lo or hi < fmin)
     except TypeError:
         return True
+
+
+def set_properties(log: TableLog, properties: Mapping[str, str | None]) -> Manifest | None:
+    """Commit a version that sets ``properties`` (None removes one): operation
+    ``SET PROPERTIES``, no data file written. None when nothing changes."""
+    from castsql.format.properties import check
+
+    where = f"table {log.storage.root}: set properties"
+    props = check(properties, where)
+    head = log.latest()
+    if all(head.properties.get(k) == v for k, v in props.items()):
+        return None
+    return log.commit(Change("SET PROPERTIES", properties=props))
 
 
 def alter(

@@ -121,6 +121,12 @@ def _schema_text(schema: Schema) -> str:
     return text
 
 
+def _checked_properties(properties: dict[str, str] | None, root: str) -> dict[str, str]:
+    from castsql.format.properties import check
+
+    return {k: v for k, v in check(properties or {}, f"{root}: create").items() if v is not None}
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -161,8 +167,10 @@ class TableLog:
         primary_key: str | None = None,
         writer: str | None = None,
         exist_ok: bool = False,
+        properties: dict[str, str] | None = None,
     ) -> TableLog:
-        """Create an empty table (version 0). With ``exist_ok`` an existing
+        """Create an empty table (version 0) with ``properties``
+        (:mod:`castsql.format.properties`). With ``exist_ok`` an existing
         table of the same schema is opened instead."""
         log = cls(storage, writer=writer)
         if isinstance(schema, pa.Schema):
@@ -177,6 +185,7 @@ class TableLog:
             schema=schema,
             primary_key=primary_key,
             operation="CREATE",
+            properties=_checked_properties(properties, storage.root),
             commit_id=commit_id,
             writer=log.writer,
             totals=Totals(),

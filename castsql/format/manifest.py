@@ -55,6 +55,7 @@ _KNOWN_FIELDS = {
     "commit_id",
     "writer",
     "streams",
+    "properties",
 }
 _FILE_KNOWN = {"path", "size_bytes", "row_group_count", "total_rows", "min", "max", "row_group_rows"}
 
@@ -370,6 +371,9 @@ class Manifest:
     # version; carried into every later version, so a replayed batch is known
     # after GC has dropped the version that committed it (FORMAT.md §3.2).
     streams: dict[str, int] = field(default_factory=dict)
+    # Table properties (FORMAT.md §3.2, castsql.format.properties): carried
+    # into every later version unless a change sets them.
+    properties: dict[str, str] = field(default_factory=dict)
 
     @property
     def total_rows(self) -> int:
@@ -417,6 +421,8 @@ class Manifest:
         d.update(summary=self.summary, commit_id=self.commit_id, writer=self.writer)
         if self.streams:
             d["streams"] = self.streams
+        if self.properties:
+            d["properties"] = self.properties
         d.update(self.extra)
         return d
 
@@ -511,6 +517,11 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         q and isinstance(b, int) and not isinstance(b, bool) and b >= 0 for q, b in streams.items()
     ):
         raise FormatError(f"{where}: 'streams' must map stream queries to micro-batch ids (integers >= 0)")
+    properties = obj.get("properties", {})
+    if not isinstance(properties, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
+    ):
+        raise FormatError(f"{where}: 'properties' must map names to strings")
     return Manifest(
         version=version,
         previous=previous,
@@ -530,6 +541,7 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         totals=totals,
         change=change,
         streams=dict(streams),
+        properties=dict(properties),
     )
 
 

@@ -1,0 +1,99 @@
+"""Table properties: settings a table carries in its manifest (FORMAT.md §3.2),
+as Delta tables carry ``delta.*`` properties. Names in the ``castsql.``
+namespace are CastSQL's own and checked when set; any other name is the
+user's to use (a team, an owner, a retention note) and kept as it is.
+
+CastSQL's own:
+
+=================================  ========  ===============================================
+``castsql.autoCompact``            false     ``true``: writers in this process compact the
+                                             table after a commit once it has
+                                             ``autoCompact.minNumFiles`` small data files or
+                                             tombstone files (no job to schedule)
+``castsql.autoCompact.minNumFiles`` 50       how many small files (or tombstone files) trigger it
+``castsql.autoCompact.maxFileSize`` 16 MiB   a data file whose live data is under this is small;
+                                             small files are packed into files of this size
+``castsql.compact.sortBy``          (none)   the column compactions order rows by (event time)
+=================================  ========  ===============================================
+
+Example::
+
+    >>> check({"castsql.autoCompact": "true", "owner": "growth"}, "t")
+    {'castsql.autoCompact': 'true', 'owner': 'growth'}
+    >>> AutoCompact.of({"castsql.autoCompact": "true"}).min_files
+    50
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from castsql.errors import CastSQLError
+
+AUTO_COMPACT = "castsql.autoCompact"
+MIN_FILES = "castsql.autoCompact.minNumFiles"
+MAX_FILE_SIZE = "castsql.autoCompact.maxFileSize"
+SORT_BY = "castsql.compact.sortBy"
+_DEFAULT_MIN_FILES = 50
+_DEFAULT_MAX_FILE_SIZE = 16 * 1024 * 1024
+
+
+def _bool(v: str) -> bool:
+    if v.lower() not in ("true", "false"):
+        raise ValueError("true or false")
+    return v.lower() == "true"
+
+
+def _positive(v: str) -> int:
+    n = int(v)
+    if n <= 0:
+        raise ValueError("a positive integer")
+    return n
+
+
+_KNOWN = {AUTO_COMPACT: _bool, MIN_FILES: _positive, MAX_FILE_SIZE: _positive, SORT_BY: str}
+
+
+def check(props: Mapping[str, str | None], where: str) -> dict[str, str | None]:
+    """``props`` checked: names in the ``castsql.`` namespace must be known and
+    their values valid (None removes a property); CastSQLError naming the
+    property and what it takes otherwise."""
+    out: dict[str, str | None] = {}
+    for k, v in props.items():
+        if not isinstance(k, str) or not k:
+            raise CastSQLError(f"{where}: a property name must be a non-empty string, not {k!r}")
+        if v is not None and not isinstance(v, str):
+            v = str(v).lower() if isinstance(v, bool) else str(v)
+        if k.lower().startswith("castsql."):
+            parse = _KNOWN.get(k)
+            if parse is None:
+                raise CastSQLError(f"{where}: unknown property {k!r} (CastSQL's are: {', '.join(sorted(_KNOWN))})")
+            if v is not None:
+                try:
+                    parse(v)
+                except ValueError:
+                    what = {_bool: "true or false", _positive: "a positive integer"}.get(parse, "a string")
+                    raise CastSQLError(f"{where}: property {k!r} takes {what}, not {v!r}") from None
+        out[k] = v
+    return out
+
+
+@dataclass(frozen=True)
+class AutoCompact:
+    """The automatic compaction a table's properties ask for."""
+
+    min_files: int
+    max_file_size: int
+    sort_by: str | None
+
+    @classmethod
+    def of(cls, props: Mapping[str, str]) -> AutoCompact | None:
+        """The setting, or None when ``castsql.autoCompact`` is not true."""
+        if not _bool(props.get(AUTO_COMPACT, "false")):
+            return None
+        return cls(
+            int(props.get(MIN_FILES, _DEFAULT_MIN_FILES)),
+            int(props.get(MAX_FILE_SIZE, _DEFAULT_MAX_FILE_SIZE)),
+            props.get(SORT_BY) or None,
+        )
