@@ -367,7 +367,7 @@ class Table:
         ``SET PROPERTIES``); None when nothing changes. ``castsql.*`` names are
         checked (:mod:`castsql.format.properties`); others are kept as given.
 
-        >>> events.set_properties({"castsql.autoCompact": "true", "castsql.compact.sortBy": "ts"}).version  # doctest: +SKIP
+        >>> events.set_properties({"castsql.autoCompact": "true"}).version  # doctest: +SKIP
         7
         """
         from castsql.format.change import set_properties

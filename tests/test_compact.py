@@ -182,9 +182,9 @@ def test_properties_are_checked_set_and_removed(tmp_path):
     assert m.operation == "SET PROPERTIES" and t.properties == {"castsql.autoCompact": "true", "team": "data"}
     assert t.set_properties({"team": "data"}) is None
     assert t.at(version=1).properties == {"owner": "growth"}
-    with pytest.raises(CastSQLError, match="property 'castsql.autoCompact.minNumFiles' takes a positive integer"):
+    with pytest.raises(CastSQLError, match=r"property 'castsql\.autoCompact\.minNumFiles' takes a positive integer"):
         t.set_properties({"castsql.autoCompact.minNumFiles": "0"})
-    with pytest.raises(CastSQLError, match="unknown property 'castsql.autoOptimize'"):
+    with pytest.raises(CastSQLError, match=r"unknown property 'castsql\.autoOptimize'"):
         t.set_properties({"castsql.autoOptimize": "true"})
     with pytest.raises(CastSQLError, match="unknown property"):
         castsql.write_table(str(tmp_path / "other"), rows([1]), properties={"castsql.nope": "1"})
