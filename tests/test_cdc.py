@@ -68,3 +68,39 @@ def test_latest_per_key_orders_by_the_sequence_not_by_arrival():
     batch = pa.table({"id": [1, 2, 1, 1, None, None], "seq": [5, 1, 9, 7, 1, 2], "v": list("abcdef")})
     got = latest_per_key(batch, "id", "seq").to_pylist()
     assert [(r["id"], r["v"]) for r in got] == [(1, "c"), (2, "b"), (None, "f")]
+
+
+@pytest.mark.parametrize("engine", ["duckdb", pytest.param("spark", marks=pytest.mark.spark)])
+def test_the_cli_applies_a_cdc_file(tmp_path, capsys, engine, request):
+    """``castsql merge --op-column --sequence`` does what apply_cdc does: the
+    last change of each key wins, deletes delete, a delete of an absent key
+    inserts nothing, and the op and sequence columns are not stored."""
+    import pyarrow.parquet as pq
+
+    from castsql.cli import main
+
+    if engine == "spark":
+        request.getfixturevalue("spark")  # the session the suite shares
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}), primary_key="id")
+    feed = pa.table(
+        {
+            "id": [1, 1, 2, 4, 5],
+            "v": ["x", "y", None, "n", "z"],
+            "op": ["U", "U", "D", "I", "D"],
+            "seq": [2, 3, 1, 4, 5],
+        }
+    )
+    pq.write_table(feed, tmp_path / "feed.parquet")
+    args = ["merge", uri, "--from", str(tmp_path / "feed.parquet"), "--on", "id", "--op-column", "op"]
+    assert main([*args, "--sequence", "seq", "--engine", engine]) == 0
+    assert "1 inserted, 1 updated, 1 deleted (4 source row(s))" in capsys.readouterr().out
+    with castsql.open(uri) as t:
+        got = t.to_arrow().sort_by("id")
+    assert got.column_names == ["id", "v"] and got.to_pylist() == [
+        {"id": 1, "v": "y"},
+        {"id": 3, "v": "c"},
+        {"id": 4, "v": "n"},
+    ]
+    assert main([*args, "--no-insert", "--engine", engine]) == 2
+    assert "--op-column makes the clauses itself; it does not go with --no-insert" in capsys.readouterr().err

@@ -7,7 +7,8 @@
     castsql update URI --set "COL = EXPR" [--set ...] [--where "COND"] [--merge-schema] [--engine spark|duckdb]
     castsql merge URI --from FILE... --on COL[,COL] [--format F] [--no-update] [--no-insert]
                   [--delete-matched-when "COND"] [--delete-not-matched-by-source] [--merge-schema]
-                  [--allow-duplicate-keys] [--engine spark|duckdb]
+                  [--allow-duplicate-keys] [--op-column COL [--delete-values V,V]] [--sequence COL]
+                  [--engine spark|duckdb]
     castsql compact URI [--threshold F] [--target-file-size BYTES] [--sort-by COL] [--engine duckdb|spark]
     castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
     castsql restore URI (--version N | --timestamp T)
@@ -153,6 +154,18 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not refuse inserted rows whose primary key is NULL, repeated or already taken",
     )
+    m.add_argument(
+        "--op-column",
+        metavar="COL",
+        help="a CDC feed: rows whose COL is one of --delete-values delete their key, others upsert it "
+        "(castsql.write.cdc.apply_cdc); the column is not stored",
+    )
+    m.add_argument(
+        "--sequence",
+        metavar="COL",
+        help="keep only the last row of each key by COL (a feed that changes a key several times in one file)",
+    )
+    m.add_argument("--delete-values", default="D,delete", metavar="V[,V]", help="--op-column values that delete")
     _engine(m)
     c = sub.add_parser("compact", help="pack small files, rewrite heavily deleted ones, merge tombstones")
     c.add_argument("uri")
@@ -283,6 +296,18 @@ def _run(args: Any) -> str:
             raise UsageError(f"{args.command}: no such file: {missing[0]}")
     if args.command == "merge" and args.no_update and args.update_all:
         raise UsageError("merge: --update-all and --no-update contradict each other")
+    if args.command == "merge" and args.op_column:
+        flags = {
+            "--delete-matched-when": args.delete_matched_when,
+            "--no-update": args.no_update,
+            "--no-insert": args.no_insert,
+            "--delete-not-matched-by-source": args.delete_not_matched_by_source,
+        }
+        clash = [f for f, on in flags.items() if on]
+        if clash:
+            raise UsageError(f"merge: --op-column makes the clauses itself; it does not go with {clash[0]}")
+    if args.command == "merge" and args.sequence and not args.op_column and args.engine == "spark":
+        raise UsageError("merge: --sequence without --op-column needs --engine duckdb")
     if args.command == "update":
         args.assign = dict(parse_assignment(a) for a in args.assignments)
     if args.command in ("delete", "update") and args.where is not None and not args.where.strip():
@@ -339,6 +364,19 @@ def _spark_command(spark: Any, args: Any) -> str:
         from castsql.spark.merger import merge
 
         df = _read_input(spark, args.uri, args.sources, _input_format(args.sources, args.format), "merge")
+        if args.op_column:
+            from castsql.spark.merger import cdc_merge
+
+            metrics = cdc_merge(
+                spark,
+                args.uri,
+                df,
+                key=args.on.split(","),
+                op_column=args.op_column,
+                sequence=args.sequence,
+                delete_values=tuple(args.delete_values.split(",")),
+            )
+            return _merge_summary(args.uri, metrics)
         builder = merge(
             spark,
             args.uri,
@@ -492,6 +530,22 @@ def _embedded_command(args: Any) -> str:
             m = table.update(args.assign, args.where, merge_schema=args.merge_schema)
             return "update: no row matched; nothing committed" if m is None else _summary("update", m)
         source = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri)
+        if args.op_column:
+            from castsql.write.cdc import apply_cdc
+
+            metrics = apply_cdc(
+                table,
+                source,
+                key=args.on.split(","),
+                op_column=args.op_column,
+                sequence=args.sequence,
+                delete_values=tuple(args.delete_values.split(",")),
+            )
+            return _merge_summary(args.uri, metrics)
+        if args.sequence:
+            from castsql.write.cdc import latest_per_key
+
+            source = latest_per_key(source, args.on.split(","), args.sequence)
         builder = table.merge(
             source, on=args.on, merge_schema=args.merge_schema, allow_duplicate_keys=args.allow_duplicate_keys
         )

@@ -1,0 +1,284 @@
+"""A CDC stream that runs long: CastSQL (automatic compaction on) against deltalake and DuckLake.
+
+    .venv/bin/python bench/stream_bench.py [--rows 200000] [--batches 300] [--batch-rows 40]
+                                           [--engines castsql,deltalake,ducklake] [--s3] [--repeat 5]
+
+A table of ``--rows`` events (id, ts, user, kind, amount) takes ``--batches``
+upserts of ``--batch-rows`` rows each (half updates of random existing keys,
+half new events at the newest times), each one merge on ``id`` (update
+matched, insert the rest) committed by a long-lived handle, as a stream
+consumer would: CastSQL through ``Table.merge`` with ``castsql.autoCompact``
+on (``castsql.compact.sortBy = ts``), deltalake through ``DeltaTable.merge``,
+DuckLake through ``MERGE INTO`` on an attached catalog. The engines take the
+batches in turns, rotating who goes first, so load on the machine hits all
+alike. ``--s3`` runs CastSQL on the S3 test server as well (the others stay
+local).
+
+Printed: commit latency per engine (p50, p99, the median of batches 90-110
+against the last 20), then, after the stream, medians of ``--repeat`` warm
+queries in one session per engine against the same live rows written as one
+Parquet file read by DuckDB: a full aggregate and a recent time range (the
+last 1% of times); and the embedded compaction of 300 one-batch files into
+one against DuckLake's ``ducklake_merge_adjacent_files`` on the same rows.
+
+Goals (issue 35): full aggregate <= 1.5x one file, recent range <= 1.3x;
+commit p50 <= DuckLake's, p99 <= 5x p50; latency at the end <= 1.2x at batch
+100; the compaction <= 1.0x DuckLake's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import castsql
+from castsql.engine.duck import load_extension
+
+COLS = ("id", "ts", "user", "kind", "amount")
+T0 = 1_735_689_600_000_000  # 2025-01-01 in microseconds
+PROPS = {"castsql.autoCompact": "true", "castsql.compact.sortBy": "ts"}
+
+
+def rows(ids: np.ndarray, ts: np.ndarray, salt: int) -> pa.Table:
+    h = (ids * 2654435761 + salt * 97) % 1_000_003
+    return pa.table(
+        {
+            "id": pa.array(ids.astype(np.int64)),
+            "ts": pa.array(T0 + ts.astype(np.int64) * 1_000_000, pa.timestamp("us", tz="UTC")),
+            "user": pa.array(np.char.add("u", (h % 100_000).astype(str)).astype(object), pa.string()),
+            "kind": pa.array(np.array(["view", "click", "purchase", "refund"])[h % 4].astype(object), pa.string()),
+            "amount": pa.array((h % 100_000) / 100.0 + salt),
+        }
+    )
+
+
+def batches(n: int, count: int, size: int, rng: np.random.Generator) -> list[pa.Table]:
+    out = []
+    for b in range(count):
+        old = rng.choice(n + b * (size - size // 2), size // 2, replace=False)
+        new = n + b * (size - size // 2) + np.arange(size - size // 2)
+        ids = np.concatenate([old, new])
+        out.append(rows(ids, n + b * size + np.arange(len(ids)), salt=b + 1))
+    return out
+
+
+class CastSQL:
+    name = "castsql"
+
+    def __init__(self, uri: str, base: pa.Table, s3=None) -> None:
+        castsql.write_table(uri, base, primary_key="id", properties=PROPS, s3=s3)
+        self.t = castsql.open(uri, s3=s3)
+        self.uri, self.s3 = uri, s3
+
+    def upsert(self, src: pa.Table) -> None:
+        self.t.merge(src, on="id").when_matched_update_all().when_not_matched_insert_all().execute()
+
+    def query(self, sql: str):
+        return self.t._session.sql(sql.format(t="events")).to_pylist()
+
+    def files(self) -> int:
+        return self.t._session.snapshot("events").file_count
+
+
+class Delta:
+    name = "deltalake"
+
+    def __init__(self, uri: str, base: pa.Table) -> None:
+        import duckdb
+        from deltalake import DeltaTable, write_deltalake
+
+        write_deltalake(uri, base)
+        self.dt = DeltaTable(uri)
+        self.con = duckdb.connect()
+
+    def upsert(self, src: pa.Table) -> None:
+        (
+            self.dt.merge(src, predicate="t.id = s.id", source_alias="s", target_alias="t")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        )
+
+    def query(self, sql: str):
+        ds = self.dt.to_pyarrow_dataset()  # noqa: F841 - read by name
+        return self.con.sql(sql.format(t="ds")).fetchall()
+
+    def files(self) -> int:
+        return len(self.dt.file_uris())
+
+
+class Lake:
+    name = "ducklake"
+
+    def __init__(self, root: str, base: pa.Table) -> None:
+        import duckdb
+
+        os.makedirs(root, exist_ok=True)
+        self.con = duckdb.connect()
+        load_extension(self.con, "ducklake")
+        self.con.execute(f"ATTACH 'ducklake:{root}/meta.ducklake' AS lake (DATA_PATH '{root}/data')")
+        self.con.register("base_rows", base)
+        self.con.execute("CREATE TABLE lake.events AS SELECT * FROM base_rows")
+        self.con.unregister("base_rows")
+        sets = ", ".join(f"{c} = s.{c}" for c in COLS if c != "id")
+        self.merge = (
+            f"MERGE INTO lake.events t USING src s ON t.id = s.id WHEN MATCHED THEN UPDATE SET {sets} "
+            f"WHEN NOT MATCHED THEN INSERT VALUES ({', '.join('s.' + c for c in COLS)})"
+        )
+
+    def upsert(self, src: pa.Table) -> None:
+        self.con.register("src", src)
+        self.con.execute(self.merge)
+        self.con.unregister("src")
+
+    def query(self, sql: str):
+        return self.con.sql(sql.format(t="lake.events")).fetchall()
+
+    def files(self) -> int:
+        return self.con.sql("SELECT count(*) FROM ducklake_list_files('lake', 'events')").fetchone()[0]
+
+
+def median(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def pct(xs: list[float], p: float) -> float:
+    return float(np.percentile(xs, p))
+
+
+def run_stream(engines: list, feed: list[pa.Table]) -> dict[str, list[float]]:
+    lat: dict[str, list[float]] = {e.name: [] for e in engines}
+    for b, src in enumerate(feed):
+        order = engines[b % len(engines) :] + engines[: b % len(engines)]
+        for e in order:
+            t = time.perf_counter()
+            e.upsert(src)
+            lat[e.name].append(time.perf_counter() - t)
+    return lat
+
+
+def compaction_race(root: Path, feed: list[pa.Table], base: pa.Table) -> tuple[float, float]:
+    """300 one-batch files (appends) compacted into one: castsql's embedded
+    compaction against DuckLake's ducklake_merge_adjacent_files."""
+    small = feed[:300]
+    uri = str(root / "compact" / "events")
+    castsql.write_table(uri, small[0], primary_key=None)
+    with castsql.open(uri) as t:
+        for src in small[1:]:
+            t.append(src)
+        c0 = time.perf_counter()
+        t.compact()
+        c = time.perf_counter() - c0
+        assert t._session.snapshot("events").file_count == 1
+    lake = Lake(str(root / "compact-lake"), small[0])
+    for src in small[1:]:
+        lake.con.register("src", src)
+        lake.con.execute("INSERT INTO lake.events SELECT * FROM src")
+        lake.con.unregister("src")
+    d0 = time.perf_counter()
+    lake.con.execute("CALL ducklake_merge_adjacent_files('lake')")
+    d = time.perf_counter() - d0
+    return c, d
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--batches", type=int, default=300)
+    ap.add_argument("--batch-rows", type=int, default=40)
+    ap.add_argument("--engines", default="castsql,deltalake,ducklake")
+    ap.add_argument("--s3", action="store_true", help="also CastSQL on the S3 test server")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--dir")
+    args = ap.parse_args(argv)
+    root = Path(args.dir or tempfile.mkdtemp(prefix="castsql-stream-bench-"))
+    shutil.rmtree(root, ignore_errors=True)
+    rng = np.random.default_rng(5)
+    base = rows(np.arange(args.rows), np.arange(args.rows), 0)
+    feed = batches(args.rows, args.batches, args.batch_rows, rng)
+    names = args.engines.split(",")
+    engines: list = []
+    server = None
+    if "castsql" in names:
+        engines.append(CastSQL(str(root / "castsql" / "events"), base))
+    if "deltalake" in names:
+        engines.append(Delta(str(root / "delta" / "events"), base))
+    if "ducklake" in names:
+        engines.append(Lake(str(root / "ducklake"), base))
+    if args.s3:
+        from _common import start_s3
+
+        server = start_s3()
+        e = CastSQL("s3://bench/stream/events", base, server.config)
+        e.name = "castsql on S3"
+        engines.append(e)
+    print(f"{os.cpu_count()} cores; {args.rows:,} rows, {args.batches} upserts of {args.batch_rows} rows, "
+          f"engines in turns; medians of {args.repeat} for queries")  # fmt: skip
+    lat = run_stream(engines, feed)
+    lake_p50 = pct(lat["ducklake"], 50) if "ducklake" in lat else None
+    print(f"\n{'commit latency (ms)':<18}{'p50':>8}{'p99':>8}{'p99/p50':>8}{'vs lake':>8}"
+          f"{'b90-110':>9}{'last 20':>9}{'end/100':>8}{'files':>7}")  # fmt: skip
+    for e in engines:
+        xs = lat[e.name]
+        p50, p99 = pct(xs, 50), pct(xs, 99)
+        early = statistics.median(xs[90:111]) if len(xs) > 110 else float("nan")
+        late = statistics.median(xs[-20:])
+        vs = f"{p50 / lake_p50:>8.2f}" if lake_p50 else f"{'':>8}"
+        print(f"{e.name:<18}{p50 * 1000:>8.1f}{p99 * 1000:>8.1f}{p99 / p50:>8.1f}{vs}"
+              f"{early * 1000:>9.1f}{late * 1000:>9.1f}{late / early:>8.2f}{e.files():>7}")  # fmt: skip
+    # The same live rows as one Parquet file: the floor the queries are held to.
+    first = engines[0]
+    live = first.t.to_arrow().sort_by("ts") if isinstance(first, CastSQL) else None
+    import duckdb
+
+    con = duckdb.connect()
+    one = str(root / "one.parquet")
+    if live is not None:
+        pq.write_table(live, one, row_group_size=122_880)
+    hi = (args.rows + args.batches * args.batch_rows) * 1_000_000 + T0
+    lo = hi - (hi - T0) // 100
+    full = "SELECT count(*), sum(amount), count(DISTINCT kind) FROM {t}"
+    recent = (f"SELECT count(*), sum(amount) FROM {{t}} WHERE ts >= make_timestamp({lo}) "
+              f"AND ts < make_timestamp({hi})")  # fmt: skip
+    floor = {}
+    if live is not None:
+        for label, q in (("full aggregate", full), ("recent 1% of times", recent)):
+            floor[label] = median(lambda q=q: con.sql(q.format(t=f"read_parquet('{one}')")).fetchall(), args.repeat)
+    print(f"\n{'after the stream (ms)':<22}{'one file':>9}" + "".join(f"{e.name:>15}{'x':>6}" for e in engines))
+    for label, q in (("full aggregate", full), ("recent 1% of times", recent)):
+        cells = ""
+        for e in engines:
+            m = median(lambda e=e, q=q: e.query(q), args.repeat)
+            ratio = m / floor[label] if label in floor else float("nan")
+            cells += f"{m * 1000:>15.1f}{ratio:>6.2f}"
+        print(f"{label:<22}{floor.get(label, float('nan')) * 1000:>9.1f}{cells}")
+    if "castsql" in names and "ducklake" in names and args.batches >= 300:
+        c, d = compaction_race(root, feed, base)
+        print(f"\ncompact 300 one-batch files into one: castsql {c * 1000:.0f} ms, "
+              f"DuckLake merge_adjacent_files {d * 1000:.0f} ms, ratio {c / d:.2f}")  # fmt: skip
+    if server is not None:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
