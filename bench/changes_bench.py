@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
 import pyarrow as pa
+from _common import median_time
 from merge_bench import ROW_GROUP, rows
 
 import castsql
@@ -143,16 +144,6 @@ def open_storage_of(uri: str):
     return open_storage(uri)
 
 
-def median(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def delta_versions_of(dl: str) -> int:
     from deltalake import DeltaTable
 
@@ -182,14 +173,14 @@ def measure(n: int, cs: str, dl: str | None, dv: int, file_rows: int, repeat: in
     res: dict[str, float] = {}
     with Session(cs) as s:
         last = s.log("events").latest_version()
-        full = median(lambda: s.sql("SELECT count(*), sum(amount) FROM events"), repeat)
+        full = median_time(lambda: s.sql("SELECT count(*), sum(amount) FROM events"), repeat)
         res["full scan"] = full
         print(f"\n{n:,} rows, versions 0..{last}; full count(*), sum(amount), warm: {full * 1000:.1f} ms")
         print(f"{'query':<40}{'first ms':>9}{'again ms':>9}{'vs scan':>8}{'vs delta':>9}{'rows':>8}")
 
         def row(label: str, q: str, key: str, delta: float | None = None) -> None:
             cold = first(cs, q, repeat)
-            warm = median(lambda: s.sql(q), repeat)
+            warm = median_time(lambda: s.sql(q), repeat)
             got = s.sql(q)
             nrows = got.num_rows if got.num_columns > 1 else got.column(0)[0].as_py()
             res[key], res[key + " again"] = cold, warm
@@ -208,7 +199,7 @@ def measure(n: int, cs: str, dl: str | None, dv: int, file_rows: int, repeat: in
             assert top - dv == (n + file_rows - 1) // file_rows - 1, (top, dv)
             shift = cv - top
             for k in (k for k in (1, 10, 100) if k <= dv):
-                d = median(
+                d = median_time(
                     lambda k=k: DeltaTable(dl).load_cdf(starting_version=top - k + 1, ending_version=top).read_all(),
                     repeat,
                 )
@@ -225,7 +216,7 @@ def measure(n: int, cs: str, dl: str | None, dv: int, file_rows: int, repeat: in
         touched = sorted(b.touched_since(a))
         uris = list(dict.fromkeys([f.uri for f in a.resolved(touched)] + [f.uri for f in b.resolved(touched)]))
         files = "[" + ", ".join(f"'{u}'" for u in uris) + "]"
-        base_read = median(lambda: s.con.sql(f"SELECT * FROM read_parquet({files})").to_arrow_table(), repeat)
+        base_read = median_time(lambda: s.con.sql(f"SELECT * FROM read_parquet({files})").to_arrow_table(), repeat)
         q = f"SELECT * FROM table_diff('events', {start}, {last})"
         row("table_diff before..after the merges, *", q, "diff")
         res["diff vs files"] = res["diff again"] / base_read

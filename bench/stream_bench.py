@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from _common import median_time
 
 import castsql
 from castsql.engine.duck import load_extension
@@ -151,16 +152,6 @@ class Lake:
         return self.con.sql("SELECT count(*) FROM ducklake_list_files('lake', 'events')").fetchone()[0]
 
 
-def median(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def pct(xs: list[float], p: float) -> float:
     return float(np.percentile(xs, p))
 
@@ -262,12 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     floor = {}
     if live is not None:
         for label, q in (("full aggregate", full), ("recent 1% of times", recent)):
-            floor[label] = median(lambda q=q: con.sql(q.format(t=f"read_parquet('{one}')")).fetchall(), args.repeat)
+            floor[label] = median_time(
+                lambda q=q: con.sql(q.format(t=f"read_parquet('{one}')")).fetchall(), args.repeat
+            )
     print(f"\n{'after the stream (ms)':<22}{'one file':>9}" + "".join(f"{e.name:>15}{'x':>6}" for e in engines))
     for label, q in (("full aggregate", full), ("recent 1% of times", recent)):
         cells = ""
         for e in engines:
-            m = median(lambda e=e, q=q: e.query(q), args.repeat)
+            m = median_time(lambda e=e, q=q: e.query(q), args.repeat)
             ratio = m / floor[label] if label in floor else float("nan")
             cells += f"{m * 1000:>15.1f}{ratio:>6.2f}"
         print(f"{label:<22}{floor.get(label, float('nan')) * 1000:>9.1f}{cells}")

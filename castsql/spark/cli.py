@@ -367,15 +367,7 @@ def _spark_command(spark: Any, args: Any) -> str:
         if args.op_column:
             from castsql.spark.merger import cdc_merge
 
-            metrics = cdc_merge(
-                spark,
-                args.uri,
-                df,
-                key=args.on.split(","),
-                op_column=args.op_column,
-                sequence=args.sequence,
-                delete_values=tuple(args.delete_values.split(",")),
-            )
+            metrics = cdc_merge(spark, args.uri, df, **_cdc_options(args))
             return _merge_summary(args.uri, metrics)
         builder = merge(
             spark,
@@ -392,6 +384,16 @@ def _spark_command(spark: Any, args: Any) -> str:
         raise UsageError("compact: --target-file-size and --sort-by need --engine duckdb")
     m = compact(spark, args.uri, threshold=args.threshold)
     return "compact: nothing to compact; nothing committed" if m is None else _summary("compact", m)
+
+
+def _cdc_options(args: Any) -> dict[str, Any]:
+    """``merge --op-column``'s flags as the keyword arguments of apply_cdc and cdc_merge."""
+    return {
+        "key": args.on.split(","),
+        "op_column": args.op_column,
+        "sequence": args.sequence,
+        "delete_values": tuple(args.delete_values.split(",")),
+    }
 
 
 def _clauses(builder: Any, args: Any) -> Any:
@@ -533,14 +535,7 @@ def _embedded_command(args: Any) -> str:
         if args.op_column:
             from castsql.write.cdc import apply_cdc
 
-            metrics = apply_cdc(
-                table,
-                source,
-                key=args.on.split(","),
-                op_column=args.op_column,
-                sequence=args.sequence,
-                delete_values=tuple(args.delete_values.split(",")),
-            )
+            metrics = apply_cdc(table, source, **_cdc_options(args))
             return _merge_summary(args.uri, metrics)
         if args.sequence:
             from castsql.write.cdc import latest_per_key
