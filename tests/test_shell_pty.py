@@ -131,7 +131,7 @@ def test_ctrl_c_cancels_a_running_query(shell: Shell) -> None:
 
 def test_meta_command_then_quit(shell: Shell) -> None:
     out = shell.run(".history events")
-    assert re.search(r"│\s+3 │ .* │ DELETE\s+│\s+0 │\s+100 │\s+1900 │", out), out
+    assert re.search(r"│\s+3 │ .* │ DELETE\s+│\s+0 │\s+0 │\s+100 │\s+1900 │", out), out
     assert "7 rows" in out
     shell.type(".quit\r")
     shell.child.expect(pexpect.EOF)

@@ -145,15 +145,15 @@ def test_cli_append_merge_schema_and_bad_csv_values(spark, tmp_path, capsys):
     uri = str(tmp_path / "events")
     src = tmp_path / "a.parquet"
     pq.write_table(events_rows(range(5)), src)
-    assert main(["append", uri, "--from", str(src), "--primary-key", "id"]) == 0
+    assert main(["append", "--engine", "spark", uri, "--from", str(src), "--primary-key", "id"]) == 0
     header = "id,ts,user,kind,amount,country\n"
     good = tmp_path / "new.csv"
     good.write_text(header + "".join(f"{i},2025-01-01 00:00:00Z,u{i},view,{i}.5,c{i}\n" for i in range(5, 8)))
     capsys.readouterr()
-    assert main(["append", uri, "--from", str(good)]) == 1
+    assert main(["append", "--engine", "spark", uri, "--from", str(good)]) == 1
     err = capsys.readouterr().err
     assert "unknown columns ['country'] (merge_schema=True / --merge-schema adds them)" in err
-    assert main(["append", uri, "--from", str(good), "--merge-schema"]) == 0
+    assert main(["append", "--engine", "spark", uri, "--from", str(good), "--merge-schema"]) == 0
     assert "committed version 2" in capsys.readouterr().out
     m = TableLog(open_storage(uri)).latest()
     assert m.schema.names[-1] == "country" and m.schema.column("country").added_in == 2
@@ -164,13 +164,13 @@ def test_cli_append_merge_schema_and_bad_csv_values(spark, tmp_path, capsys):
 
     bad = tmp_path / "bad.csv"
     bad.write_text(header + "8,2025-01-01 00:00:00Z,u8,view,1.5,x\n9,2025-01-01 00:00:00Z,u9,view,abc,x\n")
-    assert main(["append", uri, "--from", str(bad)]) == 1
+    assert main(["append", "--engine", "spark", uri, "--from", str(bad)]) == 1
     err = capsys.readouterr().err.strip()
     assert err == (
         f"castsql append: error: {bad} line 3: column 'amount': 'abc' (string in the file) is not a double value, "
         "the table's type; nothing was written"
     )
-    assert main(["append", uri, "--from", str(good)]) == 1  # keys 5-7 are taken
+    assert main(["append", "--engine", "spark", uri, "--from", str(good)]) == 1  # keys 5-7 are taken
     assert "3 key(s) are already in the table at version 2 (id = 5, id = 6, id = 7)" in capsys.readouterr().err
     assert TableLog(open_storage(uri)).latest().version == 2
 
@@ -268,7 +268,7 @@ def test_spark_writers_fill_missing_columns_with_null_but_not_the_key(spark, tmp
     uri = str(tmp_path / "events")
     src = tmp_path / "a.parquet"
     pq.write_table(events_rows(range(5)), src)
-    assert main(["append", uri, "--from", str(src), "--primary-key", "id"]) == 0  # v1
+    assert main(["append", "--engine", "spark", uri, "--from", str(src), "--primary-key", "id"]) == 0  # v1
     rows = spark.createDataFrame(events_rows(range(5, 10))).coalesce(1)
     m = append(spark, uri, rows.drop("amount", "user"))  # v2
     assert m.version == 2 and m.summary["added_rows"] == 5
@@ -276,7 +276,7 @@ def test_spark_writers_fill_missing_columns_with_null_but_not_the_key(spark, tmp
     csv = tmp_path / "b.csv"
     csv.write_text("id,kind,ts\n20,view,2025-01-01 00:00:00Z\n21,click,2025-01-02 00:00:00Z\n")
     capsys.readouterr()
-    assert main(["append", uri, "--from", str(csv)]) == 0  # v4
+    assert main(["append", "--engine", "spark", uri, "--from", str(csv)]) == 0  # v4
     assert "append: committed version 4; 1 file(s), 2 row(s)" in capsys.readouterr().out
     got = same(spark, uri, None, 4)
     assert got.column_names == ["id", "ts", "user", "kind", "amount"]
@@ -299,7 +299,7 @@ def test_spark_writers_fill_missing_columns_with_null_but_not_the_key(spark, tmp
     with pytest.raises(Exception, match=r"the data has no column id \(int64\), the table's primary key"):
         rows.drop("id").write.format("castsql").mode("overwrite").save(uri)
     csv.write_text("kind,amount\nview,1.5\n")
-    assert main(["append", uri, "--from", str(csv)]) == 1
+    assert main(["append", "--engine", "spark", uri, "--from", str(csv)]) == 1
     err = capsys.readouterr().err
     assert "the data has no column 'id', the table's primary key" in err and len(err.splitlines()) == 1
     assert TableLog(open_storage(uri)).latest().version == 4
@@ -323,7 +323,7 @@ def test_cli_append_csv_text_is_parsed_into_the_table_types(spark, tmp_path, cap
     good = tmp_path / "good.csv"
     good.write_text(header + "1,7,2024-01-05,1.25,3,2024-01-05 10:00:00,0007\n2,8,2024-01-06,2,0.5,2024-01-06,12\n")
     capsys.readouterr()
-    assert main(["append", uri, "--from", str(good)]) == 0, capsys.readouterr().err
+    assert main(["append", "--engine", "spark", uri, "--from", str(good)]) == 0, capsys.readouterr().err
     with castsql.open(uri) as t:
         assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]) == [
             {"id": 1, "n": 7, "d": date(2024, 1, 5), "p": Decimal("1.25"), "f": 3.0,
@@ -354,7 +354,7 @@ def test_cli_append_csv_text_is_parsed_into_the_table_types(spark, tmp_path, cap
     for i, (line2, line3, message) in enumerate(cases):
         bad = tmp_path / f"bad{i}.csv"
         bad.write_text(header + ok + line2 + (line3 or ""))
-        assert main(["append", uri, "--from", str(bad)]) == 1
+        assert main(["append", "--engine", "spark", uri, "--from", str(bad)]) == 1
         err = capsys.readouterr().err.strip()
         line = 4 if line3 else 3
         assert err.startswith(f"castsql append: error: {bad} line {line}: {message}"), err

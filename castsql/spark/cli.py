@@ -426,8 +426,8 @@ def _merge_summary(uri: str, metrics: Any, s3: Any = None) -> str:
     )
 
 
-def _read_arrow(sources: list[str], fmt: str, uri: str) -> Any:
-    """The input files as one Arrow table, for the embedded merge.
+def _read_arrow(sources: list[str], fmt: str, uri: str, what: str = "merge") -> Any:
+    """The input files as one Arrow table, for the embedded merge or append (``what``).
 
     The one type rule (FORMAT.md §3.4): text input (CSV, JSON) is parsed into
     the table's types, and a value that does not parse is refused naming the
@@ -454,7 +454,7 @@ def _read_arrow(sources: list[str], fmt: str, uri: str) -> Any:
                 try:
                     return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=types))
                 except pa.ArrowInvalid:
-                    raise _bad_csv_value(path, types) from None
+                    raise _bad_csv_value(path, types, what) from None
             if fmt == "json":
                 import pyarrow.json as pajson
 
@@ -466,13 +466,13 @@ def _read_arrow(sources: list[str], fmt: str, uri: str) -> Any:
 
             return pq.read_table(path)
         except (pa.ArrowException, OSError) as e:
-            raise CastSQLError(f"merge: cannot read {path} as {fmt}: {' '.join(str(e).split())}") from None
+            raise CastSQLError(f"{what}: cannot read {path} as {fmt}: {' '.join(str(e).split())}") from None
 
     tables = [one(p) for p in sources]
     try:
         data = pa.concat_tables(tables, promote_options="permissive")
     except pa.ArrowException as e:
-        raise CastSQLError(f"merge: the input files do not have the same columns: {e}") from None
+        raise CastSQLError(f"{what}: the input files do not have the same columns: {e}") from None
     cols = []
     for name, col in zip(data.column_names, data.columns, strict=True):
         f = target.get(name.lower())
@@ -482,7 +482,7 @@ def _read_arrow(sources: list[str], fmt: str, uri: str) -> Any:
     return pa.Table.from_arrays(cols, names=data.column_names)
 
 
-def _bad_csv_value(path: str, types: dict[str, Any]) -> CastSQLError:
+def _bad_csv_value(path: str, types: dict[str, Any], what: str) -> CastSQLError:
     """The first value of a CSV file that does not parse as its column's type,
     as an error naming the file, the row and the column (pyarrow's own names
     neither the row nor the value's column by name)."""
@@ -499,9 +499,10 @@ def _bad_csv_value(path: str, types: dict[str, Any]) -> CastSQLError:
                 pa.array([value], pa.string()).cast(t)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                 return CastSQLError(
-                    f"merge: {path}: data row {row}: column {name!r}: {value!r} is not a {t} value; nothing was written"
+                    f"{what}: {path}: data row {row}: column {name!r}: {value!r} is not a {t} value; "
+                    "nothing was written"
                 )
-    return CastSQLError(f"merge: {path}: a value does not parse as its column's type; nothing was written")
+    return CastSQLError(f"{what}: {path}: a value does not parse as its column's type; nothing was written")
 
 
 def _embedded_command(args: Any) -> str:
@@ -514,7 +515,7 @@ def _embedded_command(args: Any) -> str:
             m = table.compact(threshold=args.threshold, target_file_size=args.target_file_size, sort_by=args.sort_by)
         return "compact: nothing to compact; nothing committed" if m is None else _summary("compact", m)
     if args.command == "append":
-        data = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri)
+        data = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri, "append")
         m = castsql.write_table(
             args.uri,
             data,
