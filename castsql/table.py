@@ -350,7 +350,7 @@ class Table:
         if version is not None:
             from castsql.embedded.compactor import maintain
 
-            m = maintain(self._session, self.name)
+            m = maintain(self._session, self.name, version)
             self._moved(m.version if m is not None else None)
 
     @property

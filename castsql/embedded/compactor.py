@@ -101,10 +101,10 @@ def compact(
     raise AssertionError("unreachable")
 
 
-def maintain(session: Session, table: str) -> Manifest | None:
+def maintain(session: Session, table: str, version: int) -> Manifest | None:
     """The automatic compaction a table's properties ask for
-    (``castsql.autoCompact``), run by a writer after its commit: when the
-    newest version holds ``castsql.autoCompact.minNumFiles`` data files under
+    (``castsql.autoCompact``), run by a writer after it committed ``version``:
+    when that version holds ``castsql.autoCompact.minNumFiles`` data files under
     ``castsql.autoCompact.maxFileSize`` (or as many tombstone files), they are
     packed into files of that size (ordered by ``castsql.compact.sortBy``) and
     the tombstones folded. Only metadata is read to decide; a compaction that
@@ -112,7 +112,9 @@ def maintain(session: Session, table: str) -> Manifest | None:
     committed already) and the next write tries again. Returns its manifest,
     or None."""
     log = session.log(table)
-    head = log.latest()
+    # The manifest the write just committed, from the log's cache: a table
+    # without the setting pays no request for it.
+    head = log.manifest(version)
     auto = AutoCompact.of(head.properties)
     if auto is None:
         return None

@@ -123,12 +123,13 @@ class Audits:
                 if prev is not None and prev.version == m.version - 1:
                     # Counted from the two versions' content, not from what the
                     # manifest's change record claims.
-                    new_keys, gone_keys = snap.file_diff(prev)
-                    row.update(files_added=len(new_keys), files_removed=len(gone_keys))
                     if (m.operation or "").upper() in _NO_DATA_CHANGE:
+                        new_keys, gone_keys = snap.file_diff(prev)
+                        row.update(files_added=len(new_keys), files_removed=len(gone_keys))
                         row.update(rows_inserted=0, rows_deleted=0, rows_updated=0 if pk else None)
                     else:
                         d = between(prev, snap, self.views.deleted)
+                        row.update(files_added=len(d.files_added), files_removed=len(d.files_removed))
                         row["rows_inserted"] = sum(len(r.positions) for r in d.inserted)
                         row["rows_deleted"] = sum(len(r.positions) for r in d.deleted)
                         row["rows_updated"] = 0 if pk else None

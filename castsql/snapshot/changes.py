@@ -31,13 +31,10 @@ from dataclasses import dataclass, field
 
 from pyroaring import BitMap
 
-from castsql.format import DataFile
 from castsql.snapshot.resolve import ResolvedFile, Snapshot
 
 # Every deleted position of a file in a snapshot, key ranges included.
 Dead = Callable[[Snapshot, ResolvedFile], BitMap]
-# Whether a data file may hold rows an audit asks about (its statistics).
-Wanted = Callable[[DataFile], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +48,11 @@ class FileRows:
 @dataclass(slots=True)
 class Difference:
     """The rows ``after`` holds and ``before`` does not (``inserted``), and the
-    reverse (``deleted``), file by file."""
+    reverse (``deleted``), file by file; and the keys of the data files only
+    ``after`` lists (``files_added``) and only ``before`` lists (``files_removed``)."""
 
-    before: Snapshot
-    after: Snapshot
+    files_added: set[str]
+    files_removed: set[str]
     inserted: list[FileRows] = field(default_factory=list)
     deleted: list[FileRows] = field(default_factory=list)
 
@@ -67,13 +65,11 @@ def between(
     before: Snapshot,
     after: Snapshot,
     dead: Dead,
-    wanted: Wanted | None = None,
     files: dict[str, ResolvedFile] | None = None,
 ) -> Difference:
     """The rows that differ between two resolved snapshots of one table (either
     may be the older). Files both list with the same deletes are never looked
-    at; ``wanted`` skips files whose statistics cannot hold the rows asked for;
-    ``files`` caches file entries across calls (a walk over many versions
+    at; ``files`` caches file entries across calls (a walk over many versions
     looks each file up once: entries never change, only deletes do)."""
     if not before.is_resolved or not after.is_resolved:
         raise ValueError("between() compares resolved snapshots")
@@ -86,11 +82,11 @@ def between(
     files = {} if files is None else files
     _look_up(files, after, [k for k in keys if k not in files and k not in removed])
     _look_up(files, before, [k for k in keys if k not in files and k not in added])
-    out = Difference(before, after)
+    out = Difference(added, removed)
     for k in sorted(keys):
         f = files.get(k)
-        if f is None or (wanted is not None and not wanted(f.entry)):
-            continue  # every row deleted on both sides, or not asked about
+        if f is None:
+            continue  # every row deleted on both sides
         # A side that does not list the file, or lists it with every row
         # deleted, has every position dead.
         dead_b = _every(f.total_rows) if k in added or k in before.gone else dead(before, _as_of(before, f))
