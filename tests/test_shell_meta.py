@@ -91,7 +91,7 @@ def test_bad_arguments_get_a_one_line_hint(run: Run) -> None:
         ".diff events": "usage: .diff TABLE FROM [TO]",
         ".diff events x 3": "FROM must be a version number, not 'x'",
         ".diff nosuch 1 2": "no table named 'nosuch' (tables: events, users)",
-        ".mode xml": "unknown mode 'xml' (modes: box, table, csv, json, jsonlines, markdown, line)",
+        ".mode xml": "unknown mode 'xml' (modes: box, table, csv, tabs, list, json, jsonlines, markdown, line)",
         ".timer maybe": "usage: .timer on|off",
         ".maxrows lots": "usage: .maxrows N (a number of rows, not 'lots')",
         ".read /no/such/file.sql": "cannot read /no/such/file.sql: No such file or directory",
@@ -110,11 +110,11 @@ def test_bad_arguments_get_a_one_line_hint(run: Run) -> None:
 def test_mode_timer_types_maxrows(run: Run) -> None:
     ok, out, _ = run(".mode line", "SELECT 1 AS a, 'x' AS b;")
     assert ok
-    assert out == "a = 1\nb = x\n"
+    assert out == "    a = 1\n    b = x\n"
     ok, out, _ = run(".mode", ".timer on", "SELECT 1 AS a;", ".timer off")
     assert ok
     assert out.startswith("mode: line")
-    assert re.search(r"^a = 1\nRun Time \(s\): real \d+\.\d{3}$", out, re.M)
+    assert re.search(r"^    a = 1\nRun Time \(s\): real \d+\.\d{3}$", out, re.M)
     ok, out, _ = run(".mode table", ".types on", ".maxrows 4", "SELECT id FROM events ORDER BY id;")
     assert ok
     lines = out.splitlines()

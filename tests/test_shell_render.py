@@ -20,6 +20,7 @@ from castsql.shell.render import (
     render_table,
     write_result,
 )
+from castsql.shell.text_modes import TextOptions
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -106,7 +107,10 @@ def test_csv_mode() -> None:
         {"i": [1, None], "s": ['a,"b"', None], "b": [True, False], "d": pa.array([decimal.Decimal("1.50"), None])}
     )
     out = render_table(t, RenderOptions(mode="csv"))
-    assert out == 'i,s,b,d\n1,"a,""b""",true,1.50\n,,false,\n'
+    # DuckDB's CLI text: NULL spelled out, quotes only where needed
+    assert out == 'i,s,b,d\n1,"a,""b""",true,1.50\nNULL,NULL,false,NULL\n'
+    empty = TextOptions(null="", separator=";", header=False)
+    assert render_table(t, RenderOptions(mode="csv"), empty) == '1;"a,""b""";true;1.50\n;;false;\n'
 
 
 def test_json_modes() -> None:
@@ -115,19 +119,19 @@ def test_json_modes() -> None:
         names=["x", "x", "st"],
     )
     out = render_table(t, RenderOptions(mode="json"))
-    assert out == '[{"x": 1.5, "x": 1, "st": {"k": 1}},\n {"x": "nan", "x": 2, "st": null}]\n'
-    assert json.loads(out)  # valid JSON (duplicate keys collapse only when parsed)
+    assert out == '[{"x":1.5,"x":1,"st":{"k":1}},\n{"x":NaN,"x":2,"st":null}]\n'  # NaN as DuckDB's CLI writes it
+    assert json.loads(out)  # Python's reader takes it (duplicate keys collapse only when parsed)
     lines = render_table(t, RenderOptions(mode="jsonlines")).splitlines()
-    assert len(lines) == 2 and lines[1] == '{"x": "nan", "x": 2, "st": null}'
+    assert len(lines) == 2 and lines[1] == '{"x":NaN,"x":2,"st":null}'
     assert render_table(pa.table({"a": pa.array([], pa.int64())}), RenderOptions(mode="json")) == "[]\n"
 
 
 def test_markdown_and_line_modes() -> None:
     t = pa.table({"id": [1, 22], "note": ["a|b", None]})
     assert render_table(t, RenderOptions(mode="markdown")) == (
-        "| id  | note |\n|----:|------|\n|   1 | a\\|b |\n|  22 | NULL |\n"
+        "| id | note |\n|---:|------|\n| 1  | a\\|b |\n| 22 | NULL |\n"
     )
-    assert render_table(t, RenderOptions(mode="line")) == "  id = 1\nnote = a|b\n\n  id = 22\nnote = NULL\n"
+    assert render_table(t, RenderOptions(mode="line")) == "   id = 1\n note = a|b\n\n   id = 22\n note = NULL\n"
 
 
 def test_statements_without_a_result_print_nothing() -> None:
@@ -248,10 +252,10 @@ EVIL_TABLE = pa.table({"n" + EVIL: [EVIL], "l": [[EVIL]], "i": [1]})
 
 
 def _raw_controls(text: str) -> list[str]:
-    return [c for c in text if not c.isprintable() and c != "\n"]
+    return [c for c in text if not c.isprintable() and c not in "\n\t"]  # tabs and newlines move no cursor back
 
 
-@pytest.mark.parametrize("mode", ["box", "table", "csv", "json", "jsonlines", "markdown", "line"])
+@pytest.mark.parametrize("mode", ["box", "table", "csv", "tabs", "list", "json", "jsonlines", "markdown", "line"])
 def test_a_terminal_never_receives_a_raw_control_character(mode) -> None:
     out = render_table(EVIL_TABLE, RenderOptions(mode=mode, terminal=True))
     assert _raw_controls(out) == []
@@ -265,15 +269,15 @@ def test_csv_and_markdown_into_a_file_or_pipe_keep_the_bytes() -> None:
     assert list(csvlib.reader(io.StringIO(out))) == [["n" + EVIL, "l", "i"], [EVIL, f"['{EVIL}']", "1"]]
     out = render_table(EVIL_TABLE, RenderOptions(mode="markdown", terminal=False))
     assert EVIL.replace("\r", "") in out.replace("\r", "") and "\x1b[2J" in out
-    # what is for reading escapes anywhere; JSON escapes always, and a reader gets the same string back
-    for mode in ("box", "table", "line"):
+    # the grids are for reading and escape anywhere; JSON escapes what JSON must, and a reader gets the same string
+    for mode in ("box", "table"):
         assert _raw_controls(render_table(EVIL_TABLE, RenderOptions(mode=mode, terminal=False))) == []
     out = render_table(EVIL_TABLE, RenderOptions(mode="jsonlines", terminal=False))
-    assert _raw_controls(out) == []
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out
     assert json.loads(out) == {"n" + EVIL: EVIL, "l": [EVIL], "i": 1}
 
 
-def test_json_escapes_unprintable_characters_beyond_the_basic_plane() -> None:
+def test_json_keeps_characters_beyond_the_basic_plane() -> None:
     t = pa.table({"s": ["a\U000e0001b\u2028"]})  # a tag character and a line separator
-    out = render_table(t, RenderOptions(mode="jsonlines"))
-    assert out == '{"s": "a\\udb40\\udc01b\\u2028"}\n' and json.loads(out) == {"s": "a\U000e0001b\u2028"}
+    out = render_table(t, RenderOptions(mode="jsonlines", terminal=False))
+    assert out == '{"s":"a\U000e0001b\u2028"}\n' and json.loads(out) == {"s": "a\U000e0001b\u2028"}

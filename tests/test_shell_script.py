@@ -32,7 +32,7 @@ def castsql(args: list[str], env: dict[str, str], stdin: str | None = None) -> s
 def test_command_prints_csv_into_a_pipe(shell_warehouse: str, shell_env: dict[str, str]) -> None:
     r = castsql([shell_warehouse, "-c", "SELECT id, name FROM users ORDER BY id"], shell_env)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == "id,name\n1,ann\n2,bob\n3,\n"
+    assert r.stdout == "id,name\n1,ann\n2,bob\n3,NULL\n"  # NULL spelled out, as DuckDB's CLI does
     assert r.stderr == ""
 
 
@@ -47,16 +47,24 @@ SELECT id FROM users WHERE name IS NULL;
 """
     r = castsql([shell_warehouse], shell_env, stdin=script)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == 'n\n1896\nn\n2000\n[{"id": 3}]\n'
+    assert r.stdout == 'n\n1896\nn\n2000\n[{"id":3}]\n'
 
 
-def test_first_error_stops_with_status_1_and_one_line(shell_warehouse: str, shell_env: dict[str, str]) -> None:
+def test_an_error_in_standard_input_gives_status_1(shell_warehouse: str, shell_env: dict[str, str]) -> None:
+    """As DuckDB's CLI: a script on standard input goes on after an error and
+    exits with status 1; with -bail it stops there; -c and -f always stop."""
     script = "SELECT 1 AS a;\nSELECT * FROM nosuch;\nSELECT 2 AS b;\n"
     r = castsql([shell_warehouse], shell_env, stdin=script)
     assert r.returncode == 1
-    assert r.stdout == "a\n1\n"  # the statement after the error never ran
+    assert r.stdout == "a\n1\nb\n2\n"
     assert len(r.stderr.splitlines()) == 1, r.stderr
     assert r.stderr.startswith("Error: <stdin>:2: no table named nosuch (tables: events, users)")
+    r = castsql([shell_warehouse, "-bail"], shell_env, stdin=script)
+    assert (r.returncode, r.stdout) == (1, "a\n1\n")  # the statement after the error never ran
+    r = castsql([shell_warehouse], shell_env, stdin=".bail on\n" + script)
+    assert (r.returncode, r.stdout) == (1, "a\n1\n")
+    r = castsql([shell_warehouse, "-c", script], shell_env)
+    assert (r.returncode, r.stdout) == (1, "a\n1\n")
 
 
 def test_bad_uri_and_bad_arguments(tmp_path, shell_env: dict[str, str]) -> None:
@@ -132,9 +140,9 @@ def test_modes_of_command(run) -> None:
     status, out, _ = run(["--mode", "jsonlines", "-c", q])
     assert [json.loads(x) for x in out.splitlines()] == [{"id": 1, "name": "ann"}, {"id": 2, "name": "bob"}]
     status, out, _ = run(["--mode", "markdown", "-c", q])
-    assert out == "| id  | name |\n|----:|------|\n|   1 | ann  |\n|   2 | bob  |\n"
+    assert out == "| id | name |\n|---:|------|\n| 1  | ann  |\n| 2  | bob  |\n"
     status, out, _ = run(["--mode", "line", "-c", q])
-    assert out == "  id = 1\nname = ann\n\n  id = 2\nname = bob\n"
+    assert out == "   id = 1\n name = ann\n\n   id = 2\n name = bob\n"
     status, out, _ = run(["--mode", "box", "-c", q])
     assert out.splitlines()[0].startswith("┌") and out.endswith("2 rows\n")
     status, out, _ = run(["--mode", "table", "-c", q])
@@ -144,7 +152,7 @@ def test_modes_of_command(run) -> None:
 def test_command_with_several_statements_and_a_meta_command(run) -> None:
     status, out, err = run(["-c", "SELECT 1 AS a; SELECT 2 AS b;\n.mode line\nSELECT 3 AS c"])
     assert status == 0, err
-    assert out == "a\n1\nb\n2\nc = 3\n"
+    assert out == "a\n1\nb\n2\n    c = 3\n"
 
 
 def test_meta_command_must_start_a_line(run) -> None:
@@ -209,16 +217,16 @@ def test_csv_and_markdown_into_a_pipe_or_file_keep_the_bytes(
         r = castsql([shell_warehouse, "--mode", mode, "-c", EVIL_SQL], shell_env)
         assert r.returncode == 0 and "\x1b[2J\x07" in r.stdout and "v\x1b]0;t\x07" in r.stdout, r.stdout
     r = castsql([shell_warehouse, "--mode", "csv", "-c", EVIL_SQL], shell_env)
-    assert r.stdout == "v\x1b]0;t\x07,n\n\x1b[2J\x07,1\n"
-    # line and json are escaped wherever they go: line is for reading, json says \u001b (the same string)
+    assert r.stdout == '"v\x1b]0;t\x07",n\n"\x1b[2J\x07",1\n'  # quoted, as DuckDB's CLI quotes control characters
+    # line keeps them too off a terminal (as DuckDB's CLI); json says \u001b (the same string)
     r = castsql([shell_warehouse, "--mode", "line", "-c", EVIL_SQL], shell_env)
-    assert "\x1b" not in r.stdout and "\\x1b[2J\\x07" in r.stdout
+    assert "\x1b[2J\x07" in r.stdout
     r = castsql([shell_warehouse, "--mode", "jsonlines", "-c", EVIL_SQL], shell_env)
     assert "\x1b" not in r.stdout and json.loads(r.stdout) == {"v\x1b]0;t\x07": "\x1b[2J\x07", "n": 1}
     out = tmp_path / "out.csv"
     r = castsql([shell_warehouse], shell_env, stdin=f".mode csv\n.output {out}\n{EVIL_SQL};\n")
     assert r.returncode == 0, r.stderr
-    assert out.read_text() == "v\x1b]0;t\x07,n\n\x1b[2J\x07,1\n"
+    assert out.read_text() == '"v\x1b]0;t\x07",n\n"\x1b[2J\x07",1\n'
 
 
 def test_the_command_always_exits_cleanly(shell_warehouse: str, shell_env: dict[str, str]) -> None:

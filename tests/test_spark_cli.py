@@ -33,7 +33,9 @@ def _files(tmp_path: Path) -> dict[str, str]:
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
+    """``castsql *argv`` in this process; delete, update and merge on Spark unless ``--engine`` says otherwise."""
+    spark = argv[:1] in (("delete",), ("update",), ("merge",)) and "--engine" not in argv
+    rc = main([*argv, "--engine", "spark"] if spark else list(argv))
     out, err = capsys.readouterr()
     return rc, out.strip(), err.strip()
 
@@ -131,12 +133,20 @@ def test_the_castsql_command_in_a_real_process(spark, events_df, tmp_path):
     uri = str(tmp_path / "events")
     append(spark, uri, events_df(range(100)), primary_key="id")
     cmd = [sys.executable, "-m", "castsql.cli"]
-    out = subprocess.run([*cmd, "delete", uri, "--where", "id >= 90"], capture_output=True, text=True, timeout=180)
+    out = subprocess.run(
+        [*cmd, "delete", uri, "--where", "id >= 90", "--engine", "spark"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().startswith("delete: committed version 2; 10 row(s) deleted")
     assert " INFO " not in out.stderr
     out = subprocess.run(
-        [*cmd, "delete", uri + "-missing", "--where", "true"], capture_output=True, text=True, timeout=60
+        [*cmd, "delete", uri + "-missing", "--where", "true", "--engine", "spark"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.strip() == f"castsql delete: error: {uri}-missing: no table here (no _latest_manifest)"

@@ -190,7 +190,9 @@ def test_cdc_batches_last_change_per_key_wins(spark, tmp_path):
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
+    """``castsql *argv`` in this process; delete, update and merge on Spark unless ``--engine`` says otherwise."""
+    spark = argv[:1] in (("delete",), ("update",), ("merge",)) and "--engine" not in argv
+    rc = main([*argv, "--engine", "spark"] if spark else list(argv))
     out, err = capsys.readouterr()
     return rc, out.strip(), err.strip()
 
@@ -291,7 +293,10 @@ def test_cli_in_a_real_process_without_pyspark_or_tracebacks(spark, tmp_path):
     assert out.stdout.startswith("update: committed version 2; 1 file(s), 1 row(s)")
     cmd = [sys.executable, "-m", "castsql.cli"]
     out = subprocess.run(
-        [*cmd, "delete", uri, "--where", "CAST(kind AS INT) = 5"], capture_output=True, text=True, timeout=300
+        [*cmd, "delete", uri, "--where", "CAST(kind AS INT) = 5", "--engine", "spark"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 1 and out.stdout == ""
     lines = [ln for ln in out.stderr.replace("\r", "\n").splitlines() if ln.strip() and "[Stage" not in ln]

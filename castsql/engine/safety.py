@@ -51,6 +51,9 @@ def lock_down(con: duckdb.DuckDBPyConnection, allowed: list[str], temp_directory
     con.execute("SET autoload_known_extensions = false")
     con.execute("SET allow_unredacted_secrets = false")
     con.execute("SET enable_external_access = false")
+    # The shell's text modes bound DuckDB's memory while they write (castsql.shell.pipe);
+    # SQL cannot change it in safe mode anyway (policy.py refuses SET).
+    con.execute("SET allowed_configs = ['memory_limit']")
     con.execute("SET lock_configuration = true")
 
 

@@ -218,6 +218,29 @@ class Session:
         """
         return self.executor.reader(query, batch_size, display=display, params=params)
 
+    def relation(self, query: str) -> duckdb.DuckDBPyRelation | None:
+        """``query`` planned (time travel, audits, safe-mode checks) as a DuckDB
+        relation that has not run yet, or None for a statement without a result:
+        for DuckDB's own writers (the shell's text modes ``COPY`` it). A DuckDB
+        error while it runs reads best through :meth:`error_message`.
+
+        Example::
+
+            >>> s.relation("SELECT count(*) FROM events").fetchone()  # doctest: +SKIP
+            (1000,)
+        """
+        return self.executor.run(query)
+
+    def error_message(self, e: Exception) -> str:
+        """A DuckDB error in one line, in the user's terms (no internal view names)."""
+        return self.executor.message(e)
+
+    @property
+    def workdir(self) -> str:
+        """The session's private directory, removed by :meth:`close`; in safe
+        mode the only place DuckDB may write."""
+        return self._workdir
+
     def scan(
         self,
         table: str,

@@ -28,31 +28,63 @@ import contextlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-MODES = ("box", "table", "csv", "json", "jsonlines", "markdown", "line")  # same as castsql.shell.render.MODES
+# The same as castsql.shell.render.MODES (a test keeps them equal): the shell's
+# start-up must not import the renderer, which imports pyarrow.
+MODES = ("box", "table", "csv", "tabs", "list", "json", "jsonlines", "markdown", "line")
+MODE_ALIASES = ("tsv",)
+_MODE_FLAGS = ("box", "table", "csv", "json", "jsonlines", "markdown", "line", "list")  # DuckDB's -csv, -json, …
 
 
 def build_parser(commands: Sequence[str] = ()) -> argparse.ArgumentParser:
-    """The shell's arguments; ``commands`` are the program's other commands
-    (:mod:`castsql.cli` passes them: the shell does not import its caller)."""
+    """The shell's arguments, DuckDB's CLI flags among them; ``commands`` are the
+    program's other commands (:mod:`castsql.cli` passes them: the shell does not
+    import its caller)."""
     p = argparse.ArgumentParser(
         prog="castsql",
-        description="SQL shell over CastSQL tables: time travel (t AS OF VERSION n) and audits (DESCRIBE HISTORY t).",
+        description="SQL shell over CastSQL tables: time travel (t AS OF VERSION n) and audits (DESCRIBE HISTORY t). "
+        "Takes DuckDB's CLI flags: castsql DIR -csv -c 'SELECT …' > out.csv.",
         epilog=f"Other commands: castsql {' | '.join(commands)} (castsql COMMAND --help)." if commands else None,
+        allow_abbrev=False,  # -sep must not pass for -separator, nor -c for -csv
     )
     p.add_argument("uri", nargs="?", help="a table or a warehouse of tables: a local directory or s3://bucket/prefix")
-    p.add_argument("-c", "--command", metavar="SQL", help="run SQL (statements and .commands) and exit")
+    p.add_argument("sql", nargs="?", help="SQL to run and exit, as DuckDB's CLI takes it after the database")
+    p.add_argument(
+        "-c", "--command", "-s", dest="commands", action="append", metavar="SQL",
+        help="run SQL (statements and .commands) and exit; may be given more than once; stops at the first error",
+    )  # fmt: skip
+    p.add_argument(
+        "-f", dest="files", action="append", metavar="FILE", help="run a SQL file and exit, stopping at its first error"
+    )
+    p.add_argument("-cmd", dest="first", action="append", metavar="COMMAND", help="run COMMAND before anything else")
+    p.add_argument("-init", dest="init", metavar="FILE", help="run FILE first (CastSQL reads no init file unless told)")
+    p.add_argument(
+        "-no-init", action="store_true", help=argparse.SUPPRESS
+    )  # DuckDB's; CastSQL has no default init file
     p.add_argument(
         "--mode",
-        choices=MODES,
+        choices=MODES + MODE_ALIASES,
         help="output mode (default: box on a terminal, csv when output is piped or redirected)",
     )
+    for m in _MODE_FLAGS:
+        p.add_argument(f"-{m}", dest="mode", action="store_const", const=m, help=f"output mode {m}")
+    p.add_argument("-header", dest="header", action="store_const", const=True, help="print column names (default)")
+    p.add_argument("-noheader", dest="header", action="store_const", const=False, help="no column names")
+    p.add_argument("-separator", metavar="SEP", help="column separator of csv and list modes")
+    p.add_argument("-nullvalue", metavar="TEXT", help="text for NULL values (default: NULL)")
+    p.add_argument("-echo", action="store_true", help="print each command before running it")
+    p.add_argument("-bail", action="store_true", help="stop standard input's script at its first error")
+    p.add_argument("-batch", action="store_true", help="never interactive, even on a terminal")
+    p.add_argument("-no-stdin", dest="no_stdin", action="store_true", help="do not read standard input")
+    p.add_argument("-version", action="store_true", help="print CastSQL's and DuckDB's versions and exit")
     p.add_argument(
-        "--safe",
+        "--safe", "-safe",
         action="store_true",
         help="safe mode: queries only read the opened tables (no other file, URL, write, install or setting); "
         ".open, .read, .output FILE and .once are refused",
-    )
+    )  # fmt: skip
+    p.add_argument("-readonly", action="store_true", help=argparse.SUPPRESS)  # tables are read-only here anyway
     p.add_argument("--no-banner", action="store_true", help="do not print the start-up banner")
     return p
 
@@ -60,10 +92,20 @@ def build_parser(commands: Sequence[str] = ()) -> argparse.ArgumentParser:
 def main(argv: list[str], commands: Sequence[str] = ()) -> int:
     """Run the shell with command-line arguments ``argv``; returns the exit status.
     ``commands``: the program's other commands, listed by ``--help``."""
-    args = build_parser(commands).parse_args(argv)
+    args = build_parser(commands).parse_intermixed_args(argv)
+    if args.version:
+        from importlib.metadata import version
+
+        import duckdb
+
+        sys.stdout.write(f"castsql {version('castsql')} (DuckDB {duckdb.__version__})\n")
+        return 0
+    if args.sql is not None:
+        args.commands = [*(args.commands or []), args.sql]
     stdin_tty = sys.stdin is not None and sys.stdin.isatty()
     stdout_tty = sys.stdout.isatty()
-    interactive = args.command is None and stdin_tty and stdout_tty
+    scripted = bool(args.commands or args.files or args.no_stdin or args.batch)
+    interactive = not scripted and stdin_tty and stdout_tty
     try:
         return _run(args, interactive, stdout_tty)
     except BrokenPipeError:
@@ -77,6 +119,10 @@ def main(argv: list[str], commands: Sequence[str] = ()) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("\n")
         return 130
+
+
+def _status(shell: Any, ok: bool = False) -> int:
+    return 0 if ok else (130 if shell.cancelled else 1)
 
 
 def _run(args: argparse.Namespace, interactive: bool, stdout_tty: bool) -> int:
@@ -93,18 +139,37 @@ def _run(args: argparse.Namespace, interactive: bool, stdout_tty: bool) -> int:
         sys.stderr.write(f"Error: {printable(prefix + one_line(e))}\n")
         return 1
     # Box is for reading; a pipe or a file gets CSV unless --mode says otherwise.
-    mode = args.mode or ("box" if stdout_tty else "csv")
-    shell = Shell(session, settings=Settings(mode=mode), interactive=interactive, safe=args.safe)
+    settings = Settings(
+        mode=args.mode or ("box" if stdout_tty else "csv"),
+        separator=args.separator,
+        null="NULL" if args.nullvalue is None else args.nullvalue,
+        header=True if args.header is None else args.header,
+        echo=args.echo,
+        bail=args.bail,
+    )
+    shell = Shell(session, settings=settings, interactive=interactive, safe=args.safe)
     try:
+        # As DuckDB's CLI: -init and -cmd first; then -c, -s and -f, each stopping
+        # at its first error; else standard input, which goes on after an error
+        # (exit status 1 at the end) unless -bail.
+        steps = [([args.init], shell.run_file)] if args.init is not None else []
+        steps.append((args.first or [], lambda c: shell.run_lines(c.splitlines(keepends=True), "-cmd")))
+        if not interactive:
+            steps.append((args.commands or [], lambda c: shell.run_lines(c.splitlines(keepends=True), "-c")))
+            steps.append((args.files or [], shell.run_file))
+        for items, run in steps:
+            for item in items:
+                if not run(item):
+                    return _status(shell)
+                if shell.exit_requested:
+                    return 0
         if interactive:
             from castsql.shell.repl import run_interactive
 
             return run_interactive(shell, banner=not args.no_banner)
-        if args.command is not None:
-            ok = shell.run_lines(args.command.splitlines(keepends=True), "-c")
-        else:
-            ok = shell.run_lines(sys.stdin or [], "<stdin>")
-        return 0 if ok else (130 if shell.cancelled else 1)
+        if args.commands or args.files or args.no_stdin:
+            return 0
+        return _status(shell, shell.run_lines(sys.stdin or [], "<stdin>", stop_on_error=None))
     finally:
         with contextlib.suppress(Exception):
             shell.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import sys
 import time
 import traceback
@@ -31,12 +32,15 @@ from typing import TYPE_CHECKING, TextIO
 import duckdb
 import pyarrow as pa
 
-from castsql.errors import CastSQLError
+from castsql.engine.quoting import ident
+from castsql.errors import CastSQLError, QueryError
 from castsql.shell.catalog import Catalog
 from castsql.shell.errors import MAX_READ_DEPTH, Reported, ShellError
-from castsql.shell.render import MODES, RenderOptions, printable, write_result
+from castsql.shell.pipe import write_text
+from castsql.shell.render import GRID_MODES, MODES, RenderOptions, printable, write_result
 from castsql.shell.runner import Cancelled, Runner
 from castsql.shell.statements import QUIT_WORDS, Command, iter_commands
+from castsql.shell.text_modes import TextOptions, normal_mode
 from castsql.storage.base import allow_waits, cancel_waits
 
 if TYPE_CHECKING:
@@ -47,16 +51,30 @@ __all__ = ["MAX_READ_DEPTH", "Reported", "Settings", "Shell", "ShellError", "one
 
 @dataclass
 class Settings:
-    """What meta-commands change: output mode, timer, row limit, column types."""
+    """What meta-commands and DuckDB's CLI flags change: output mode, timer,
+    row limit, column types, and the text modes' separator, null text and header
+    (``.separator``, ``.nullvalue``, ``.headers``); ``echo`` prints each
+    command before it runs, ``bail`` stops a script at its first error."""
 
     mode: str = "box"
     timer: bool = False
     maxrows: int = 40
     types: bool = False
+    separator: str | None = None
+    null: str = "NULL"
+    header: bool = True
+    maxwidth: int = 0  # box and table width; 0: the terminal's
+    echo: bool = False
+    bail: bool = False
 
     def __post_init__(self) -> None:
+        self.mode = normal_mode(self.mode)
         if self.mode not in MODES:
             raise ShellError(f"unknown mode {self.mode!r} (modes: {', '.join(MODES)})")
+
+    @property
+    def text(self) -> TextOptions:
+        return TextOptions(separator=self.separator, null=self.null, header=self.header)
 
 
 def one_line(exc: BaseException) -> str:
@@ -194,11 +212,17 @@ class Shell:
     def render_options(self, console: bool) -> RenderOptions:
         s = self.settings
         tty = console and self.stdout.isatty()
-        width = shutil.get_terminal_size((100, 24)).columns if tty else None
+        width = (s.maxwidth or shutil.get_terminal_size((100, 24)).columns) if tty else (s.maxwidth or None)
         # Control characters are escaped for a terminal, also one named by .output /dev/tty.
         terminal = tty or (not console and _isatty(self.result_target()[0]))
         return RenderOptions(
-            mode=s.mode, maxrows=s.maxrows, width=width, types=s.types, color=tty and not _no_color(), terminal=terminal
+            mode=s.mode,
+            maxrows=s.maxrows,
+            width=width,
+            types=s.types,
+            color=tty and not _no_color(),
+            null=s.null,
+            terminal=terminal,
         )
 
     # ------------------------------------------------------------ session
@@ -226,6 +250,9 @@ class Shell:
         started = time.monotonic()
 
         def work(progress):
+            if opts.mode not in GRID_MODES:
+                rel = self.session.relation(sql)
+                return 0 if rel is None else self._write_text(rel, out, opts, progress)
             reader = self.session.reader(sql, display=True)
             return write_result(reader, reader.schema, out, opts, progress)
 
@@ -240,11 +267,36 @@ class Shell:
     def emit(self, table: pa.Table) -> None:
         """Print a meta-command's result like a query result."""
         out, console = self.result_target()
+        opts = self.render_options(console)
         try:
-            write_result(table.to_batches(), table.schema, out, self.render_options(console))
+            if opts.mode in GRID_MODES or table.num_columns == 0:
+                write_result(table.to_batches(), table.schema, out, opts)
+            else:
+                # Arrow's scan refuses duplicate names (a meta-command may well have
+                # none, but a query result can): scan unique names, show the real ones.
+                scanned = self.session.con.from_arrow(table.rename_columns([f"c{i}" for i in range(table.num_columns)]))
+                rel = scanned.project(", ".join(f"#{i + 1} AS {ident(n)}" for i, n in enumerate(table.column_names)))
+                self._write_text(rel, out, opts)
         finally:
             out.flush()
             self._close_once()
+
+    def _write_text(self, rel: duckdb.DuckDBPyRelation, out: TextIO, opts: RenderOptions, progress=None) -> int:
+        """A result in a text mode, formatted and written by DuckDB (:mod:`castsql.shell.pipe`)."""
+        try:
+            return write_text(
+                self.session.con,
+                rel,
+                opts.mode,
+                out,
+                self.session.workdir,
+                self.settings.text,
+                # A terminal never gets a raw control character; a file or pipe gets the bytes, as data files must.
+                terminal_escape=(lambda t: printable(t, keep="\n\t")) if opts.terminal else None,
+                on_first_output=progress.begin_output if progress is not None else None,
+            )
+        except duckdb.Error as e:
+            raise QueryError(self.session.error_message(e)) from None
 
     def run_meta(self, line: str) -> None:
         from castsql.shell.special import run_meta_command
@@ -261,6 +313,8 @@ class Shell:
         """
         prefix = f"{where}: " if where else ""
         allow_waits()  # a Ctrl-C before this command is spent
+        if self.settings.echo:
+            self.say(command.text)
         try:
             if command.kind == "meta":
                 self.run_meta(command.text)
@@ -293,22 +347,48 @@ class Shell:
             self.error(prefix + f"internal error: {type(e).__name__}: {one_line(e)}")
             return False
 
-    def run_lines(self, lines: Iterable[str], source: str, *, stop_on_error: bool = True) -> bool:
-        """Run a script (statements and meta-commands) until its end, ``.quit``, or the first error.
+    def run_lines(self, lines: Iterable[str], source: str, *, stop_on_error: bool | None = True) -> bool:
+        """Run a script (statements and meta-commands) until its end, ``.quit``, or
+        the first error; False when a command failed.
 
         ``source`` names the script in error messages (``file:line: …``);
-        ``-c`` and the prompt leave the line number out.
+        ``-c`` and the prompt leave the line number out. ``stop_on_error`` None:
+        as ``.bail`` says when the error happens (standard input, as in DuckDB's CLI).
         """
         ok = True
-        located = source not in ("-c", "<prompt>")
+        located = source not in ("-c", "-cmd", "<prompt>")
         for cmd in iter_commands(lines):
             if not self.execute(cmd, f"{source}:{cmd.line}" if located else None):
                 ok = False
-                if stop_on_error:
+                if self.settings.bail if stop_on_error is None else stop_on_error:
                     break
             if self.exit_requested:
                 break
         return ok
+
+    def run_file(self, path: str) -> bool:
+        """Run a SQL file (``-f``, ``-init``, ``.read``) until its end, ``.quit`` or
+        its first error, which is reported as ``FILE:LINE: message``."""
+        if self.read_depth >= MAX_READ_DEPTH:
+            self.error(f".read nested more than {MAX_READ_DEPTH} deep (does {path} read itself?)")
+            return False
+        try:
+            f = open(os.path.expanduser(path), encoding="utf-8")  # noqa: SIM115 - closed below, after a long run
+        except OSError as e:
+            self.error(f"cannot read {path}: {e.strerror or e}")
+            return False
+        # A device or a pipe (/dev/zero, /dev/stdin) never ends, or holds no lines:
+        # reading it would grow memory without bound.
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            f.close()
+            self.error(f"cannot read {path}: not a regular file")
+            return False
+        self.read_depth += 1
+        try:
+            with f:
+                return self.run_lines(f, path)
+        finally:
+            self.read_depth -= 1
 
     def close(self) -> None:
         self._close_once()

@@ -7,9 +7,10 @@ between) and end with a footer such as ``1,896 rows (40 shown)``. The result is
 streamed: only the rows shown are kept, the rest are counted as they pass, so
 ``SELECT *`` over a billion rows needs memory for 40 of them.
 
-``csv``, ``json``, ``jsonlines``, ``markdown`` and ``line`` are for copying and
-piping: every row, no truncation, written batch by batch as the query produces
-them.
+The text modes (``csv``, ``tabs``, ``list``, ``json``, ``jsonlines``,
+``markdown``, ``line``) are for copying and piping: every row, no truncation,
+in the exact text of DuckDB's CLI, formatted and written by DuckDB itself
+(:mod:`castsql.shell.text_modes`, :mod:`castsql.shell.pipe`).
 
 Example::
 
@@ -27,24 +28,23 @@ Example::
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import decimal
 import io
-import json
 import math
 import unicodedata
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol, TextIO
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-MODES = ("box", "table", "csv", "json", "jsonlines", "markdown", "line")
+from castsql.shell.text_modes import TEXT_MODES, TextOptions
+
 GRID_MODES = frozenset({"box", "table"})  # fitted to the width, row-limited, with a footer
+MODES = ("box", "table", *TEXT_MODES)
 
 ELLIPSIS = "…"
 MIN_COL_WIDTH = 5  # a column narrower than this shows too little to be worth keeping
@@ -586,88 +586,7 @@ def render_grid(c: Collected, opts: RenderOptions) -> str:
     return "\n".join(out) + "\n"
 
 
-# ---------------------------------------------------------------- streaming modes
-
-
-def _csv_value(v: Any) -> Any:
-    if v is None:
-        return ""
-    if isinstance(v, str | int | float) and not isinstance(v, bool):
-        return v
-    return format_value(v)
-
-
-def _csv_rows(writer: Any, out: TextIO, rows: Iterable[Sequence[Any]], has_cr: bool) -> None:
-    if not has_cr:
-        writer.writerows(rows)
-        return
-    # Python's csv quotes only the characters of its line terminator ("\n"):
-    # a field holding a bare CR must be quoted by hand or readers split the row.
-    for row in rows:
-        if any(isinstance(x, str) and "\r" in x for x in row):
-            out.write(",".join(_csv_quoted(x) for x in row) + "\n")
-        else:
-            writer.writerow(row)
-
-
-def _csv_quoted(x: Any) -> str:
-    if x is None:
-        return ""
-    if isinstance(x, str):
-        return '"' + x.replace('"', '""') + '"' if any(c in x for c in ',"\r\n') else x
-    return str(x)
-
-
-def _csv_cell(v: Any, shown: Any) -> Any:
-    x = _csv_value(v)
-    return shown(x) if isinstance(x, str) else x
-
-
-_JSON_SAFE = (str, int, bool)
-
-
-def _json_value(v: Any) -> Any:
-    if v is None or isinstance(v, _JSON_SAFE):
-        return v
-    if isinstance(v, float):
-        return v if math.isfinite(v) else format_value(v)  # NaN is not JSON: say it as a string
-    if isinstance(v, decimal.Decimal):
-        return int(v) if v == v.to_integral_value() and v.as_tuple().exponent >= 0 else float(v)
-    if isinstance(v, dict):
-        return {str(k): _json_value(x) for k, x in v.items()}
-    if isinstance(v, list | tuple):
-        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
-            return {format_value(k): _json_value(x) for k, x in v}
-        return [_json_value(x) for x in v]
-    return format_value(v)
-
-
-def _json_dumps(v: Any) -> str:
-    text = json.dumps(v, ensure_ascii=False)
-    # json.dumps escapes C0 controls only: DEL, C1 (\x9b is CSI) and other
-    # unprintable characters go out as \u escapes too, the same string to a reader.
-    return text if text.isprintable() else "".join(c if c.isprintable() else _json_escape(c) for c in text)
-
-
-def _json_escape(c: str) -> str:
-    o = ord(c)
-    if o < 0x10000:
-        return f"\\u{o:04x}"
-    o -= 0x10000
-    return f"\\u{0xD800 + (o >> 10):04x}\\u{0xDC00 + (o & 0x3FF):04x}"
-
-
-def _json_object(names: Sequence[str], row: tuple[Any, ...]) -> str:
-    # Built by hand, not with a dict, so duplicate column names (SELECT 1 AS a, 2 AS a) survive.
-    return (
-        "{"
-        + ", ".join(f"{_json_dumps(n)}: {_json_dumps(_json_value(v))}" for n, v in zip(names, row, strict=True))
-        + "}"
-    )
-
-
-def _md_cell(s: str) -> str:
-    return s.replace("\\", "\\\\").replace("|", "\\|").replace("\r\n", "<br>").replace("\n", "<br>")
+# ---------------------------------------------------------------- writing a result
 
 
 def write_result(
@@ -677,127 +596,52 @@ def write_result(
     opts: RenderOptions,
     progress: Progress = NO_PROGRESS,
 ) -> int:
-    """Print a result in ``opts.mode``; returns the number of rows.
+    """Print a result in a grid mode (``box``, ``table``); returns the number of rows.
 
-    Grid modes drain the batches first (keeping only what they show); the other
-    modes write each batch as it arrives.
+    The batches are drained first, keeping only what the grid shows. The text
+    modes are written by DuckDB instead (:mod:`castsql.shell.pipe`).
     """
-    if opts.mode in GRID_MODES and schema.names == ["explain_key", "explain_value"]:
+    if len(schema) == 0:  # a statement without a result (SET …): nothing to print in any mode
+        for _ in batches:
+            progress.check()
+        return 0
+    if opts.mode not in GRID_MODES:
+        raise ValueError(f"{opts.mode!r} is a text mode: castsql.shell.pipe writes it")
+    if schema.names == ["explain_key", "explain_value"]:
         # EXPLAIN's plan is a drawing already: print it as it is, like DuckDB's shell does.
         plans = [v for b in batches for v in b.column(1).to_pylist()]
         progress.begin_output()
         out.write("".join(printable(p if p.endswith("\n") else p + "\n", keep="\n") for p in plans if p))
         return len(plans)
-    if opts.mode in GRID_MODES:
-        c = collect(batches, schema, opts.maxrows, progress)
-        text = render_grid(c, opts)
-        progress.begin_output()
-        out.write(text)
-        return c.total
-    if len(schema) == 0:
-        for _ in batches:
-            progress.check()
-        return 0
-    names = list(schema.names)
-    total = 0
-    started = False
-    # A terminal never gets a raw control character; a file or pipe gets csv and markdown as they are.
-    shown: Any = _escape_controls if opts.terminal else (lambda x: x)
-
-    def start() -> None:
-        nonlocal started
-        if not started:
-            progress.begin_output()
-            started = True
-
-    if opts.mode == "csv":
-        writer = csv.writer(out, lineterminator="\n")
-        start()
-        _csv_rows(writer, out, [[shown(n) for n in names]], True)
-        for batch in batches:
-            progress.check()
-            cols = [_column_values(c) for c in batch.columns]
-            fixed = []
-            has_cr = False
-            for f, col, vals in zip(schema, batch.columns, cols, strict=True):
-                numeric = pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
-                plain = numeric or (pa.types.is_string(f.type) and not opts.terminal)
-                if plain and not any(v is None for v in vals):
-                    fixed.append(vals)
-                    has_cr = has_cr or (not numeric and bool(pc.any(pc.match_substring(col, "\r")).as_py()))
-                else:
-                    fixed.append([_csv_cell(v, shown) for v in vals])
-                    has_cr = has_cr or any(isinstance(x, str) and "\r" in x for x in fixed[-1])
-            _csv_rows(writer, out, zip(*fixed, strict=True), has_cr)
-            total += batch.num_rows
-            progress.rows(batch.num_rows)
-        return total
-    if opts.mode in ("json", "jsonlines"):
-        array = opts.mode == "json"
-        start()
-        if array:
-            out.write("[")
-        first = True
-        for batch in batches:
-            progress.check()
-            for row in _rows(batch):
-                if array:
-                    out.write(("" if first else ",\n ") + _json_object(names, row))
-                else:
-                    out.write(_json_object(names, row) + "\n")
-                first = False
-            total += batch.num_rows
-            progress.rows(batch.num_rows)
-        if array:
-            out.write("]\n")
-        return total
-    if opts.mode == "markdown":
-        aligns = ["right" if is_numeric(f.type) else "left" for f in schema]
-        widths: list[int] | None = None
-        for batch in batches:
-            progress.check()
-            rows = [[shown(_md_cell(format_value(v, opts.null))) for v in r] for r in _rows(batch)]
-            if widths is None:
-                # Widths come from the first batch: later rows that are wider still make valid markdown.
-                widths = [
-                    max(3, display_width(shown(_md_cell(n))), *(display_width(r[i]) for r in rows))
-                    for i, n in enumerate(names)
-                ]
-                _md_header(out, [shown(_md_cell(n)) for n in names], aligns, widths, start)
-            for r in rows:
-                out.write("| " + " | ".join(_pad(x, w, a) for x, w, a in zip(r, widths, aligns, strict=True)) + " |\n")
-            total += batch.num_rows
-            progress.rows(batch.num_rows)
-        if widths is None:
-            cells = [shown(_md_cell(n)) for n in names]
-            _md_header(out, cells, aligns, [max(3, display_width(c)) for c in cells], start)
-        return total
-    if opts.mode == "line":
-        names = [_escape_controls(n) for n in names]
-        label_w = max(display_width(n) for n in names)
-        for batch in batches:
-            progress.check()
-            for row in _rows(batch):
-                start()
-                if total:
-                    out.write("\n")
-                for n, v in zip(names, row, strict=True):
-                    out.write(f"{_pad(n, label_w, 'right')} = {_escape_controls(format_value(v, opts.null))}\n")
-                total += 1
-            progress.rows(batch.num_rows)
-        return total
-    raise ValueError(f"unknown output mode {opts.mode!r} (modes: {', '.join(MODES)})")
+    c = collect(batches, schema, opts.maxrows, progress)
+    text = render_grid(c, opts)
+    progress.begin_output()
+    out.write(text)
+    return c.total
 
 
-def _md_header(out: TextIO, cells: list[str], aligns: list[str], widths: list[int], start: Any) -> None:
-    start()
-    out.write("| " + " | ".join(_pad(c, w, "left") for c, w in zip(cells, widths, strict=True)) + " |\n")
-    rule = ["-" * (w + 1) + ":" if a == "right" else "-" * (w + 2) for a, w in zip(aligns, widths, strict=True)]
-    out.write("|" + "|".join(rule) + "|\n")
-
-
-def render_table(table: pa.Table, opts: RenderOptions) -> str:
-    """``table`` printed in ``opts.mode``, as a string (for meta-commands and tests)."""
+def render_table(table: pa.Table, opts: RenderOptions, text: TextOptions | None = None) -> str:
+    """``table`` printed in ``opts.mode``, as a string (for tests and examples);
+    the text modes through a DuckDB connection of their own."""
     buf = io.StringIO()
-    write_result(table.to_batches(), table.schema, buf, opts)
+    if opts.mode in GRID_MODES or table.num_columns == 0:
+        write_result(table.to_batches(), table.schema, buf, opts)
+        return buf.getvalue()
+    import tempfile
+
+    import duckdb
+
+    from castsql.shell.pipe import write_text
+
+    con = duckdb.connect()
+    try:
+        with tempfile.TemporaryDirectory(prefix="castsql-render-") as tmp:
+            escape = (lambda t: printable(t, keep="\n\t")) if opts.terminal else None
+            scanned = con.from_arrow(table.rename_columns([f"c{i}" for i in range(table.num_columns)]))
+            rel = scanned.project(
+                ", ".join(f'#{i + 1} AS "{n.replace(chr(34), chr(34) * 2)}"' for i, n in enumerate(table.column_names))
+            )
+            write_text(con, rel, opts.mode, buf, tmp, text, terminal_escape=escape)
+    finally:
+        con.close()
     return buf.getvalue()

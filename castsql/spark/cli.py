@@ -3,12 +3,12 @@
 ``castsql.cli`` hands them over with ``argv[0]`` the subcommand::
 
     castsql append URI --from FILE... [--format parquet|csv|json] [--primary-key COL] [--engine duckdb|spark]
-    castsql delete URI --where "COND" [--engine spark|duckdb]
-    castsql update URI --set "COL = EXPR" [--set ...] [--where "COND"] [--merge-schema] [--engine spark|duckdb]
+    castsql delete URI --where "COND" [--engine duckdb|spark]
+    castsql update URI --set "COL = EXPR" [--set ...] [--where "COND"] [--merge-schema] [--engine duckdb|spark]
     castsql merge URI --from FILE... --on COL[,COL] [--format F] [--no-update] [--no-insert]
                   [--delete-matched-when "COND"] [--delete-not-matched-by-source] [--merge-schema]
                   [--allow-duplicate-keys] [--op-column COL [--delete-values V,V]] [--sequence COL]
-                  [--engine spark|duckdb]
+                  [--engine duckdb|spark]
     castsql compact URI [--threshold F] [--target-file-size BYTES] [--sort-by COL] [--engine duckdb|spark]
     castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
     castsql restore URI (--version N | --timestamp T)
@@ -19,12 +19,12 @@ progress bar shows while a job runs; the command ends with one summary line on
 stdout. Errors are one line on stderr: exit code 2 for a malformed command
 line, 1 for everything else; either way nothing is committed.
 
-``--engine duckdb`` runs append, delete, update and merge in this process with
-the embedded engine (:mod:`castsql.embedded.writer`, what ``castsql.Table``
-uses): no JVM, pyspark never imported. It is the default for ``append``
-(which creates the table when there is none, like ``castsql.write_table``)
-and ``compact`` (which then also packs small files); Spark is the default
-for the others.
+Every writer runs in this process by default (``--engine duckdb``: the
+embedded engine, :mod:`castsql.embedded.writer`, what ``castsql.Table``
+uses): no JVM, pyspark never imported; ``append`` creates the table when
+there is none, like ``castsql.write_table``, and ``compact`` also packs small
+files. ``--engine spark`` runs append, delete, update, merge and compact as
+Spark jobs, for tables beyond one machine; both commit through the same rules.
 
 Example::
 
@@ -108,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--allow-duplicate-keys", action="store_true", help="do not refuse rows whose primary key is already taken"
     )
-    _engine(a, default="duckdb")
+    _engine(a)
     d = sub.add_parser("delete", help="delete the rows matching a SQL condition (one tombstone, one version)")
     d.add_argument("uri")
     d.add_argument("--where", required=True, metavar="COND")
@@ -177,7 +177,7 @@ def _parser() -> argparse.ArgumentParser:
         help="pack small files into files of about this size (default 256 MB; the duckdb engine)",
     )
     c.add_argument("--sort-by", metavar="COL", help="order each new file by this column (the duckdb engine)")
-    _engine(c, default="duckdb")
+    _engine(c)
     g = sub.add_parser("gc", help="remove old versions and unreferenced objects")
     g.add_argument("uri")
     g.add_argument("--keep-versions", type=int, metavar="N")
@@ -198,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _engine(p: argparse.ArgumentParser, default: str = "spark") -> None:
+def _engine(p: argparse.ArgumentParser, default: str = "duckdb") -> None:
     other = "duckdb" if default == "spark" else "spark"
     what = {"spark": "spark (distributed, starts a JVM)", "duckdb": "duckdb (in this process, one machine, no JVM)"}
     p.add_argument(

@@ -4,16 +4,16 @@ arguments."""
 
 from __future__ import annotations
 
-import os
-import stat
+import re
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from castsql.shell.catalog import latest_versions
-from castsql.shell.errors import MAX_READ_DEPTH, Reported, ShellError
+from castsql.shell.errors import Reported, ShellError
 from castsql.shell.render import MODES
 from castsql.shell.special.registry import COMMANDS, lookup, meta_command
+from castsql.shell.text_modes import normal_mode
 
 if TYPE_CHECKING:
     from castsql.shell.core import Shell
@@ -218,10 +218,57 @@ def mode(shell: Shell, args: list[str]) -> None:
     if not args:
         shell.say(f"mode: {shell.settings.mode} (modes: {', '.join(MODES)})")
         return
-    m = args[0].lower()
+    m = normal_mode(args[0])
     if m not in MODES:
         raise ShellError(f"unknown mode {args[0]!r} (modes: {', '.join(MODES)})")
     shell.settings.mode = m
+
+
+def _unescape(text: str) -> str:
+    r"""DuckDB's CLI reads ``\t``, ``\n`` and ``\\`` in .separator and .nullvalue."""
+    return re.sub(r"\\([tnr\\])", lambda m: {"t": "\t", "n": "\n", "r": "\r", "\\": "\\"}[m.group(1)], text)
+
+
+@meta_command(
+    ".headers", ".headers on|off", "column names in csv, tabs and list modes", args=("onoff",), aliases=(".header",)
+)
+def headers(shell: Shell, args: list[str]) -> None:
+    shell.settings.header = _on_off(".headers", args, shell.settings.header)
+    if not args:
+        shell.say(f"headers: {'on' if shell.settings.header else 'off'}")
+
+
+@meta_command(".separator", ".separator SEP", "column separator of csv and list modes (\\t for a tab)", args=("text",))
+def separator(shell: Shell, args: list[str]) -> None:
+    if not args:
+        shown = shell.settings.separator
+        shell.say(f"separator: {shown!r}" if shown is not None else "separator: the mode's own (, | or tab)")
+        return
+    if not args[0]:
+        raise ShellError("usage: .separator SEP (one or more characters)")
+    shell.settings.separator = _unescape(args[0])
+
+
+@meta_command(".nullvalue", ".nullvalue TEXT", "text shown for NULL (default NULL)", args=("text",))
+def nullvalue(shell: Shell, args: list[str]) -> None:
+    if not args:
+        shell.say(f"nullvalue: {shell.settings.null!r}")
+        return
+    shell.settings.null = _unescape(args[0])
+
+
+@meta_command(".echo", ".echo on|off", "print each command before running it", args=("onoff",))
+def echo(shell: Shell, args: list[str]) -> None:
+    shell.settings.echo = _on_off(".echo", args, shell.settings.echo)
+    if not args:
+        shell.say(f"echo: {'on' if shell.settings.echo else 'off'}")
+
+
+@meta_command(".bail", ".bail on|off", "stop a script read from standard input at its first error", args=("onoff",))
+def bail(shell: Shell, args: list[str]) -> None:
+    shell.settings.bail = _on_off(".bail", args, shell.settings.bail)
+    if not args:
+        shell.say(f"bail: {'on' if shell.settings.bail else 'off'}")
 
 
 @meta_command(".timer", ".timer on|off", "print how long each statement took", args=("onoff",))
@@ -252,6 +299,20 @@ def maxrows(shell: Shell, args: list[str]) -> None:
     shell.settings.maxrows = n
 
 
+@meta_command(".maxwidth", ".maxwidth [N]", "width of box and table modes; 0 fits the terminal", max_args=1)
+def maxwidth(shell: Shell, args: list[str]) -> None:
+    if not args:
+        shell.say(f"maxwidth: {shell.settings.maxwidth or 'the terminal width'}")
+        return
+    try:
+        n = int(args[0])
+    except ValueError:
+        raise ShellError(f"usage: .maxwidth N (a number of columns, not {args[0]!r})") from None
+    if n < 0:
+        raise ShellError("usage: .maxwidth N (0 or more; 0 fits the terminal)")
+    shell.settings.maxwidth = n
+
+
 @meta_command(
     ".output", ".output [FILE]", "write results to FILE from now on; without FILE, back to the screen", args=("path",)
 )
@@ -276,23 +337,5 @@ def once(shell: Shell, args: list[str]) -> None:
 )
 def read(shell: Shell, args: list[str]) -> None:
     shell.refuse_in_safe_mode(".read")
-    path = os.path.expanduser(args[0])
-    if shell.read_depth >= MAX_READ_DEPTH:
-        raise ShellError(f".read nested more than {MAX_READ_DEPTH} deep (does {args[0]} read itself?)")
-    try:
-        f = open(path, encoding="utf-8")  # noqa: SIM115 - closed below, after a possibly long run
-    except OSError as e:
-        raise ShellError(f"cannot read {args[0]}: {e.strerror or e}") from None
-    # A device or a pipe (/dev/zero, /dev/stdin) never ends, or holds no lines:
-    # reading it would grow memory without bound.
-    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-        f.close()
-        raise ShellError(f"cannot read {args[0]}: not a regular file")
-    shell.read_depth += 1
-    try:
-        with f:
-            ok = shell.run_lines(f, args[0])
-    finally:
-        shell.read_depth -= 1
-    if not ok:
+    if not shell.run_file(args[0]):
         raise Reported()

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 Handler = Callable[["Shell", list[str]], "pa.Table | None"]
 
 # Argument kinds, for completion: an open table, a version of the table named
-# by the first argument, an output mode, on/off, a local path, a URI.
-ARG_KINDS = {"table", "version", "mode", "onoff", "path", "uri", "command"}
+# by the first argument, an output mode, on/off, a local path, a URI, free text.
+ARG_KINDS = {"table", "version", "mode", "onoff", "path", "uri", "command", "text"}
 
 
 @dataclass(frozen=True)
