@@ -4,6 +4,28 @@ in one line, so the shell can print it as it is."""
 from __future__ import annotations
 
 
+def one_line(e: BaseException, *, excerpt: bool = True) -> str:
+    """An exception's message on one line: its first line, with the excerpt of
+    DuckDB's ``LINE n:`` pointer (the SQL near the error) after it unless
+    ``excerpt`` is false (SQL the user did not write would only confuse), or the
+    exception's type when it has no message. Every layer's error lines are
+    made by this (the engine first spells its internal names as the user wrote
+    them: :func:`castsql.engine.messages.one_line`).
+
+    Example::
+
+        >>> one_line(ValueError("Parser Error: syntax error\\n\\nLINE 1: SELEC 1\\n        ^"))
+        'Parser Error: syntax error LINE 1: SELEC 1'
+        >>> one_line(KeyError())
+        'KeyError'
+    """
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(e).__name__
+    extra = [ln for ln in lines[1:] if ln.startswith("LINE ")] if excerpt else []
+    return f"{lines[0]} {extra[0]}" if extra else lines[0]
+
+
 class CastSQLError(Exception):
     """Base of every error CastSQL raises on purpose."""
 

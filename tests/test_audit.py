@@ -160,7 +160,7 @@ def test_changes_by_timestamp_name_the_commits_between_them(people):
     assert t.changes("2000-01-01", at[1]).num_rows == 100  # version 1 appended the first 100 rows
     q = f"SELECT count(*) AS n FROM table_changes('people', '{at[3].isoformat()}', '{at[4].isoformat()}')"
     assert t._session.sql(q)["n"][0].as_py() == len(want)
-    with pytest.raises(CastSQLError, match="'yesterday' is neither a version number nor a timestamp"):
+    with pytest.raises(CastSQLError, match="table people: 'yesterday' is neither a version number nor a timestamp"):
         t.changes("yesterday")
 
 

@@ -57,7 +57,7 @@ from pyroaring import BitMap
 
 from castsql.engine.physical import duck_type
 from castsql.engine.views import ROW_FILE, ROW_POS, ident, sql_str
-from castsql.errors import SchemaMismatch, WriteError
+from castsql.errors import SchemaMismatch, WriteError, one_line
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord, write_data_files
 from castsql.format.change import Change
 from castsql.format.evolution import merged
@@ -95,11 +95,6 @@ PK_COL = "_castsql_pk"  # a matched row's primary key before the write
 
 
 _q = ident
-
-
-def _one_line(e: Exception) -> str:
-    msg = str(e).strip().splitlines()
-    return msg[0] if msg else type(e).__name__
 
 
 class Writer:
@@ -842,7 +837,7 @@ _CAST = re.compile(r"Conversion Error: (.*?) when casting from source column (\S
 def _explain(e: duckdb.Error) -> str:
     """DuckDB's error in one line, naming the column: an unknown one, or one
     whose values do not convert (``kind = 5`` on a text column)."""
-    text = _one_line(e)
+    text = one_line(e, excerpt=False)
     m = _BINDER.search(str(e))
     if m:
         return f"column {m.group(1)!r} does not exist"

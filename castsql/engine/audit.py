@@ -305,7 +305,7 @@ class Audits:
         # old versions stay readable when the latest one is broken.
         try:
             # Commits made at or after a time: from the version before the first of them.
-            first = start if isinstance(start, int) else self._before(log, _when(start))
+            first = start if isinstance(start, int) else self._before(log, _when(start, disp))
             last = log.latest_version() if end is None else self._version(log, disp, end)
             if first > last:
                 raise CastSQLError(f"table {disp}: table_changes start version {first} is after end version {last}")
@@ -320,7 +320,7 @@ class Audits:
         try:
             if isinstance(v, int):
                 return log.manifest(v, probe=True).version
-            return log.version_at(_when(v))
+            return log.version_at(_when(v, disp))
         except VersionNotFound as e:
             raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
 
@@ -339,13 +339,15 @@ def _bare(rows: list[FileRows]) -> list[FileRows]:
     ]
 
 
-def _when(v: str | datetime) -> datetime:
+def _when(v: str | datetime, disp: str) -> datetime:
     if isinstance(v, datetime):
         return v
     try:
         return parse_time(v.strip())
     except ValueError:
-        raise CastSQLError(f"{v!r} is neither a version number nor a timestamp (2026-11-01 12:00:00)") from None
+        raise CastSQLError(
+            f"table {disp}: {v!r} is neither a version number nor a timestamp (2026-11-01 12:00:00)"
+        ) from None
 
 
 def _change_type(pk: str | None, version: str) -> str:

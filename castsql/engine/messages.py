@@ -7,17 +7,16 @@ from collections.abc import Callable
 
 from castsql.engine import names
 from castsql.errors import QueryError as QueryError  # raised by the executor, named here by callers
+from castsql.errors import one_line as base_one_line
 
 _MISSING = re.compile(r"Catalog Error: Table with name (.+?) does not exist!")
 
 
-def one_line(e: Exception) -> str:
-    """``e``'s message on one line, internal names spelled as the user wrote them."""
+def one_line(e: BaseException) -> str:
+    """``e``'s message on one line (:func:`castsql.errors.one_line`), internal
+    names spelled as the user wrote them."""
     msg = names.user_spelling(str(e).strip())
-    first = msg.splitlines()[0] if msg else type(e).__name__
-    # DuckDB adds a "LINE n:" excerpt with a caret: keep it, it points at the error.
-    extra = [ln for ln in msg.splitlines()[1:] if ln.strip()]
-    return first if not extra else first + " " + " ".join(s.strip() for s in extra[:1])
+    return base_one_line(Exception(msg)) if msg else type(e).__name__
 
 
 def message(e: Exception, tables: Callable[[], list[str]]) -> str:

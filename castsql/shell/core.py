@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, TextIO
 import duckdb
 import pyarrow as pa
 
+from castsql.engine.messages import one_line
 from castsql.engine.quoting import ident
 from castsql.errors import CastSQLError, QueryError
 from castsql.shell.catalog import Catalog
@@ -75,23 +76,6 @@ class Settings:
     @property
     def text(self) -> TextOptions:
         return TextOptions(separator=self.separator, null=self.null, header=self.header)
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception as one line: DuckDB's multi-line messages joined, the caret excerpt dropped.
-
-    Example::
-
-        >>> one_line(ValueError("Parser Error: syntax error\\n\\nLINE 1: SELEC 1\\n        ^"))
-        'Parser Error: syntax error (LINE 1: SELEC 1)'
-    """
-    msg = str(exc).strip()
-    if not msg:
-        return type(exc).__name__
-    lines = [ln.strip() for ln in msg.splitlines() if ln.strip()]
-    first = lines[0]
-    extra = [ln for ln in lines[1:] if ln.startswith("LINE ")]
-    return f"{first} ({extra[0]})" if extra else first
 
 
 def _isatty(f: TextIO) -> bool:

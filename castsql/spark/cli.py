@@ -45,7 +45,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from castsql.errors import CastSQLError, UsageError, require
+from castsql.errors import CastSQLError, UsageError, one_line, require
 from castsql.format import Manifest, TableLog
 from castsql.spark.errors import job_errors
 from castsql.spark.garbage import format_bytes
@@ -785,12 +785,10 @@ def _arrow_of(spark_type_: Any) -> Any:
 
 
 def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
     if _is_analysis_error(e):
         # Spark's messages carry the query plan and SQLSTATE after the first line.
-        text = text.splitlines()[0] if text else type(e).__name__
-        text = re.sub(r"\s*SQLSTATE: \w+", "", text)
-    return " ".join(text.split()) or type(e).__name__
+        return re.sub(r"\s*SQLSTATE: \w+", "", one_line(e))
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def main(argv: list[str] | None = None) -> int:

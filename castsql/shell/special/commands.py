@@ -33,6 +33,32 @@ def _on_off(name: str, args: list[str], current: bool) -> bool:
     raise ShellError(f"usage: {name} on|off")
 
 
+def _toggle(shell: Shell, name: str, setting: str, args: list[str]) -> None:
+    """An on/off setting: set from ``args``, or toggled and said when there are none."""
+    value = _on_off(name, args, getattr(shell.settings, setting))
+    setattr(shell.settings, setting, value)
+    if not args:
+        shell.say(f"{name[1:]}: {'on' if value else 'off'}")
+
+
+def _count_setting(
+    shell: Shell, args: list[str], setting: str, usage: str, unit: str, zero: str, shown: str = ""
+) -> None:
+    """A count setting (0 or more): set from ``args``, or said (``shown`` for 0) when there are none."""
+    name = usage.split()[0]
+    if not args:
+        value = getattr(shell.settings, setting)
+        shell.say(f"{name[1:]}: {value or shown or value}")
+        return
+    try:
+        n = int(args[0])
+    except ValueError:
+        raise ShellError(f"usage: {usage} (a number of {unit}, not {args[0]!r})") from None
+    if n < 0:
+        raise ShellError(f"usage: {usage} (0 or more; {zero})")
+    setattr(shell.settings, setting, n)
+
+
 def _version_arg(value: str, what: str) -> int:
     try:
         v = int(value)
@@ -233,9 +259,7 @@ def _unescape(text: str) -> str:
     ".headers", ".headers on|off", "column names in csv, tabs and list modes", args=("onoff",), aliases=(".header",)
 )
 def headers(shell: Shell, args: list[str]) -> None:
-    shell.settings.header = _on_off(".headers", args, shell.settings.header)
-    if not args:
-        shell.say(f"headers: {'on' if shell.settings.header else 'off'}")
+    _toggle(shell, ".headers", "header", args)
 
 
 @meta_command(".separator", ".separator SEP", "column separator of csv and list modes (\\t for a tab)", args=("text",))
@@ -259,58 +283,32 @@ def nullvalue(shell: Shell, args: list[str]) -> None:
 
 @meta_command(".echo", ".echo on|off", "print each command before running it", args=("onoff",))
 def echo(shell: Shell, args: list[str]) -> None:
-    shell.settings.echo = _on_off(".echo", args, shell.settings.echo)
-    if not args:
-        shell.say(f"echo: {'on' if shell.settings.echo else 'off'}")
+    _toggle(shell, ".echo", "echo", args)
 
 
 @meta_command(".bail", ".bail on|off", "stop a script read from standard input at its first error", args=("onoff",))
 def bail(shell: Shell, args: list[str]) -> None:
-    shell.settings.bail = _on_off(".bail", args, shell.settings.bail)
-    if not args:
-        shell.say(f"bail: {'on' if shell.settings.bail else 'off'}")
+    _toggle(shell, ".bail", "bail", args)
 
 
 @meta_command(".timer", ".timer on|off", "print how long each statement took", args=("onoff",))
 def timer(shell: Shell, args: list[str]) -> None:
-    shell.settings.timer = _on_off(".timer", args, shell.settings.timer)
-    if not args:
-        shell.say(f"timer: {'on' if shell.settings.timer else 'off'}")
+    _toggle(shell, ".timer", "timer", args)
 
 
 @meta_command(".types", ".types on|off", "show column types under the header (box and table modes)", args=("onoff",))
 def types(shell: Shell, args: list[str]) -> None:
-    shell.settings.types = _on_off(".types", args, shell.settings.types)
-    if not args:
-        shell.say(f"types: {'on' if shell.settings.types else 'off'}")
+    _toggle(shell, ".types", "types", args)
 
 
 @meta_command(".maxrows", ".maxrows [N]", "rows shown in box and table modes (head and tail); 0 shows all", max_args=1)
 def maxrows(shell: Shell, args: list[str]) -> None:
-    if not args:
-        shell.say(f"maxrows: {shell.settings.maxrows}")
-        return
-    try:
-        n = int(args[0])
-    except ValueError:
-        raise ShellError(f"usage: .maxrows N (a number of rows, not {args[0]!r})") from None
-    if n < 0:
-        raise ShellError("usage: .maxrows N (0 or more; 0 shows every row)")
-    shell.settings.maxrows = n
+    _count_setting(shell, args, "maxrows", ".maxrows N", "rows", "0 shows every row")
 
 
 @meta_command(".maxwidth", ".maxwidth [N]", "width of box and table modes; 0 fits the terminal", max_args=1)
 def maxwidth(shell: Shell, args: list[str]) -> None:
-    if not args:
-        shell.say(f"maxwidth: {shell.settings.maxwidth or 'the terminal width'}")
-        return
-    try:
-        n = int(args[0])
-    except ValueError:
-        raise ShellError(f"usage: .maxwidth N (a number of columns, not {args[0]!r})") from None
-    if n < 0:
-        raise ShellError("usage: .maxwidth N (0 or more; 0 fits the terminal)")
-    shell.settings.maxwidth = n
+    _count_setting(shell, args, "maxwidth", ".maxwidth N", "columns", "0 fits the terminal", "the terminal width")
 
 
 @meta_command(
