@@ -29,9 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     program = argv is None  # the castsql command itself, not a caller in Python (tests)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in WRITER_COMMANDS:
-        from castsql.spark.cli import main as spark_main
+        from castsql.write_cli import main as write_main
 
-        return spark_main(argv)
+        return write_main(argv)
     if argv and argv[0] == "demo":
         from castsql.demo import main as demo_main
 

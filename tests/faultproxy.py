@@ -6,6 +6,8 @@ client never learns its write landed), and slow responses.
     proxy = FaultProxy(upstream_port, rate=0.1, seed=1); proxy.start(); ...; proxy.stop()
     proxy.counts  # faults injected by kind
     proxy.stall = lambda method, path: path.endswith(".parquet")  # accept, never answer, until stop()
+    FaultProxy(upstream_port, rate=0, delay=0.02)  # no faults: every request 20 ms late, each one logged
+    proxy.requests  # (method, path, Range header) of every request, in arrival order
 
 SigV4 signs the Host header, so it is forwarded as the client sent it.
 """
@@ -28,10 +30,14 @@ _SLOWDOWN = (
 
 
 class FaultProxy:
-    def __init__(self, upstream_port: int, *, rate: float, seed: int = 0, max_delay: float = 0.3) -> None:
+    def __init__(
+        self, upstream_port: int, *, rate: float, seed: int = 0, max_delay: float = 0.3, delay: float = 0.0
+    ) -> None:
         self.upstream_port = upstream_port
         self.rate = rate
         self.max_delay = max_delay
+        self.delay = delay  # added to every request: an object store's first-byte latency
+        self.requests: list[tuple[str, str, str]] = []
         self.counts: Counter[str] = Counter()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -66,6 +72,10 @@ class FaultProxy:
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                with proxy._lock:
+                    proxy.requests.append((self.command, self.path, self.headers.get("Range") or ""))
+                if proxy.delay:
+                    time.sleep(proxy.delay)
                 if proxy.stall is not None and proxy.stall(self.command, self.path):
                     with proxy._lock:
                         proxy.counts["stalled"] += 1

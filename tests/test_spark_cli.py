@@ -15,8 +15,8 @@ import pytest
 from conftest import events_rows
 
 from castsql.format import TableLog
-from castsql.spark.cli import UsageError, main, parse_age
 from castsql.storage import open_storage
+from castsql.write_cli import UsageError, main, parse_age
 
 pytestmark = pytest.mark.spark
 

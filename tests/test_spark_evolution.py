@@ -61,7 +61,7 @@ def same(spark, uri, s3, version):
 
 def test_spark_on_an_evolved_table(spark, storage_root, s3_config, capsys):
     from castsql.spark import compact, delete
-    from castsql.spark.cli import main
+    from castsql.write_cli import main
 
     uri = storage_root + "/evo"
     st = open_storage(uri, s3=s3_config)
@@ -140,7 +140,7 @@ def test_spark_append_keys_are_unique(spark, events_df, tmp_path):
 def test_cli_append_merge_schema_and_bad_csv_values(spark, tmp_path, capsys):
     from conftest import events_rows
 
-    from castsql.spark.cli import main
+    from castsql.write_cli import main
 
     uri = str(tmp_path / "events")
     src = tmp_path / "a.parquet"
@@ -226,7 +226,7 @@ def test_spark_merge_and_update_with_merge_schema(spark, storage_root, s3_config
 
 @pytest.mark.parametrize("engine", ["spark", "duckdb"])
 def test_cli_merge_and_update_merge_schema(spark, tmp_path, capsys, engine):
-    from castsql.spark.cli import main
+    from castsql.write_cli import main
 
     uri = str(tmp_path / "t")
     TableLog.create(open_storage(uri), pa.schema([("id", pa.int64()), ("v", pa.int32())]), primary_key="id")
@@ -263,7 +263,7 @@ def test_spark_writers_fill_missing_columns_with_null_but_not_the_key(spark, tmp
     writer's too); a missing primary key is refused naming it, nothing written."""
     from conftest import events_rows
 
-    from castsql.spark.cli import main
+    from castsql.write_cli import main
 
     uri = str(tmp_path / "events")
     src = tmp_path / "a.parquet"
@@ -311,7 +311,7 @@ def test_cli_append_csv_text_is_parsed_into_the_table_types(spark, tmp_path, cap
     into the table's type, whatever Spark would infer (``1.25`` into a decimal,
     ``0007`` into a string, ``3`` into a float), and refuses a value that does
     not parse, or would not be stored as written, naming the file and the line."""
-    from castsql.spark.cli import main
+    from castsql.write_cli import main
 
     uri = str(tmp_path / "t")
     schema = pa.schema(

@@ -1,324 +1,29 @@
-"""The writer subcommands of ``castsql``: append, delete, update, merge, compact, gc, restore, upgrade.
-
-``castsql.cli`` hands them over with ``argv[0]`` the subcommand::
-
-    castsql append URI --from FILE... [--format parquet|csv|json] [--primary-key COL] [--engine duckdb|spark]
-    castsql delete URI --where "COND" [--engine duckdb|spark]
-    castsql update URI --set "COL = EXPR" [--set ...] [--where "COND"] [--merge-schema] [--engine duckdb|spark]
-    castsql merge URI --from FILE... --on COL[,COL] [--format F] [--no-update] [--no-insert]
-                  [--delete-matched-when "COND"] [--delete-not-matched-by-source] [--merge-schema]
-                  [--allow-duplicate-keys] [--op-column COL [--delete-values V,V]] [--sequence COL]
-                  [--engine duckdb|spark]
-    castsql compact URI [--threshold F] [--target-file-size BYTES] [--sort-by COL] [--engine duckdb|spark]
-    castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
-    castsql restore URI (--version N | --timestamp T)
-    castsql upgrade URI
-
-AGE is a number with a unit: ``7d``, ``12h``, ``30m``, ``45s``. Spark's console
-progress bar shows while a job runs; the command ends with one summary line on
-stdout. Errors are one line on stderr: exit code 2 for a malformed command
-line, 1 for everything else; either way nothing is committed.
-
-Every writer runs in this process by default (``--engine duckdb``: the
-embedded engine, :mod:`castsql.embedded.writer`, what ``castsql.Table``
-uses): no JVM, pyspark never imported; ``append`` creates the table when
-there is none, like ``castsql.write_table``, and ``compact`` also packs small
-files. ``--engine spark`` runs append, delete, update, merge and compact as
-Spark jobs, for tables beyond one machine; both commit through the same rules.
-
-Example::
-
-    >>> main(["gc", "/data/events", "--keep-versions", "5", "--dry-run"])   # doctest: +SKIP
-    would remove 3 version(s) 0-2, ...
-    0
+"""The Spark half of the writer subcommands (``castsql delete|update|merge|append|compact --engine spark``):
+a Spark session, the input files read as a DataFrame typed as the table, the
+job run by :mod:`castsql.spark.writer`, :mod:`castsql.spark.merger` or
+:mod:`castsql.spark.compactor`. The command line itself, the embedded engine
+and the summaries are :mod:`castsql.write_cli`'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import re
-import sys
-from datetime import timedelta
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
-from castsql.errors import CastSQLError, UsageError, one_line, require
-from castsql.format import Manifest, TableLog
+from castsql.errors import UsageError, require
+from castsql.format import TableLog
 from castsql.spark.errors import job_errors
-from castsql.spark.garbage import format_bytes
 from castsql.storage import open_storage
 
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms])\s*$")
-_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
-_FORMATS = ("parquet", "csv", "json")
-_ENGINES = ("spark", "duckdb")
-_SET = re.compile(r"^\s*(`[^`]+`|\"[^\"]+\"|[A-Za-z_][\w$]*)\s*=(?!=)\s*(.*\S)\s*$", re.S)
 
-
-def parse_assignment(text: str) -> tuple[str, str]:
-    """``--set`` text: ``"v = v * 2"`` -> ``("v", "v * 2")``.
-
-    >>> parse_assignment("amount = amount * 2")
-    ('amount', 'amount * 2')
-    >>> parse_assignment('"odd name" = 1')
-    ('odd name', '1')
-    """
-    m = _SET.match(text)
-    if not m:
-        raise UsageError(f"update: --set {text!r} is not an assignment (use COLUMN = EXPRESSION, e.g. 'v = v * 2')")
-    name = m.group(1)
-    return (name[1:-1] if name[0] in '`"' else name), m.group(2)
-
-
-def parse_age(text: str) -> timedelta:
-    """``7d`` -> 7 days; ``12h``, ``30m``, ``45s`` likewise; ``0`` needs no unit.
-
-    >>> parse_age("36h")
-    datetime.timedelta(days=1, seconds=43200)
-    >>> parse_age("0")
-    datetime.timedelta(0)
-    """
-    if text.strip() in ("0", "0.0"):
-        return timedelta(0)
-    m = _AGE.match(text)
-    if not m:
-        raise UsageError(f"{text!r} is not an age (use a number and a unit: 7d, 12h, 30m, 45s)")
-    return timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="castsql", description="Write CastSQL tables with Spark.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    a = sub.add_parser("append", help="append rows from files as one new version")
-    a.add_argument("uri")
-    a.add_argument("--from", dest="sources", nargs="+", required=True, metavar="FILE")
-    a.add_argument("--format", choices=_FORMATS, help="input format (default: from the file name, else parquet)")
-    a.add_argument("--primary-key", metavar="COL", help="primary key column (when the table is created)")
-    a.add_argument(
-        "--merge-schema", action="store_true", help="add the input's new columns and widen columns (FORMAT.md §3.4)"
-    )
-    a.add_argument(
-        "--allow-duplicate-keys", action="store_true", help="do not refuse rows whose primary key is already taken"
-    )
-    _engine(a)
-    d = sub.add_parser("delete", help="delete the rows matching a SQL condition (one tombstone, one version)")
-    d.add_argument("uri")
-    d.add_argument("--where", required=True, metavar="COND")
-    _engine(d)
-    up = sub.add_parser("update", help="set columns of the rows matching a condition (one version)")
-    up.add_argument("uri")
-    up.add_argument("--set", dest="assignments", action="append", required=True, metavar="'COL = EXPR'")
-    up.add_argument("--where", metavar="COND", help="the rows to update (default: every row)")
-    up.add_argument(
-        "--merge-schema",
-        action="store_true",
-        help="add a --set column the table lacks (of its expression's type) and widen columns (FORMAT.md §3.4)",
-    )
-    _engine(up)
-    m = sub.add_parser(
-        "merge",
-        help="merge rows from files on key columns: update matched rows, insert new ones (one version)",
-        description="Merge (upsert) the rows of FILEs into the table, Delta Lake's MERGE: by default a source row "
-        "whose key matches a table row replaces it (every column) and the other source rows are inserted. "
-        "Conditions are SQL over the aliases target and source.",
-    )
-    m.add_argument("uri")
-    m.add_argument("--from", dest="sources", nargs="+", required=True, metavar="FILE")
-    m.add_argument("--format", choices=_FORMATS, help="input format (default: from the file name, else parquet)")
-    m.add_argument("--on", required=True, metavar="COL[,COL]", help="key column(s) matching source rows to table rows")
-    m.add_argument(
-        "--delete-matched-when",
-        metavar="COND",
-        help="delete matched rows for which COND holds (e.g. \"source.op = 'D'\"); source rows for which it "
-        "holds are never inserted",
-    )
-    m.add_argument("--no-update", action="store_true", help="leave matched rows as they are")
-    m.add_argument("--update-all", action="store_true", help="replace matched rows by the source's (the default)")
-    m.add_argument("--no-insert", action="store_true", help="do not insert source rows that match no table row")
-    m.add_argument(
-        "--delete-not-matched-by-source", action="store_true", help="delete table rows no source row matches"
-    )
-    m.add_argument(
-        "--merge-schema", action="store_true", help="add the input's new columns and widen columns (FORMAT.md §3.4)"
-    )
-    m.add_argument(
-        "--allow-duplicate-keys",
-        action="store_true",
-        help="do not refuse inserted rows whose primary key is NULL, repeated or already taken",
-    )
-    m.add_argument(
-        "--op-column",
-        metavar="COL",
-        help="a CDC feed: rows whose COL is one of --delete-values delete their key, others upsert it "
-        "(castsql.write.cdc.apply_cdc); the column is not stored",
-    )
-    m.add_argument(
-        "--sequence",
-        metavar="COL",
-        help="keep only the last row of each key by COL (a feed that changes a key several times in one file)",
-    )
-    m.add_argument("--delete-values", default="D,delete", metavar="V[,V]", help="--op-column values that delete")
-    _engine(m)
-    c = sub.add_parser("compact", help="pack small files, rewrite heavily deleted ones, merge tombstones")
-    c.add_argument("uri")
-    c.add_argument("--threshold", type=float, default=0.5, metavar="F")
-    c.add_argument(
-        "--target-file-size",
-        type=int,
-        metavar="BYTES",
-        help="pack small files into files of about this size (default 256 MB; the duckdb engine)",
-    )
-    c.add_argument("--sort-by", metavar="COL", help="order each new file by this column (the duckdb engine)")
-    _engine(c)
-    g = sub.add_parser("gc", help="remove old versions and unreferenced objects")
-    g.add_argument("uri")
-    g.add_argument("--keep-versions", type=int, metavar="N")
-    g.add_argument("--older-than", type=parse_age, metavar="AGE")
-    g.add_argument("--grace", type=parse_age, default=timedelta(days=7), metavar="AGE")
-    g.add_argument("--dry-run", action="store_true")
-    r = sub.add_parser("restore", help="commit one version whose content equals an older one (no data rewritten)")
-    r.add_argument("uri")
-    at = r.add_mutually_exclusive_group(required=True)
-    at.add_argument("--version", type=int, metavar="N")
-    at.add_argument("--timestamp", metavar="T", help="the newest version committed at or before T (UTC unless given)")
-    u = sub.add_parser("upgrade", help="make a format version 1 table version 2 (one commit, no data change)")
-    u.add_argument("uri")
-    al = sub.add_parser("alter", help="add nullable columns or widen column types (one version, no data rewritten)")
-    al.add_argument("uri")
-    al.add_argument("--add-column", nargs=2, action="append", default=[], metavar=("NAME", "TYPE"))
-    al.add_argument("--widen", nargs=2, action="append", default=[], metavar=("NAME", "TYPE"))
-    return p
-
-
-def _engine(p: argparse.ArgumentParser, default: str = "duckdb") -> None:
-    other = "duckdb" if default == "spark" else "spark"
-    what = {"spark": "spark (distributed, starts a JVM)", "duckdb": "duckdb (in this process, one machine, no JVM)"}
-    p.add_argument(
-        "--engine",
-        choices=_ENGINES,
-        default=default,
-        help=f"{what[default]}, the default, or {what[other]}",
-    )
-
-
-def _input_format(sources: list[str], given: str | None) -> str:
-    if given:
-        return given
-    exts = {os.path.splitext(s)[1].lower().lstrip(".") for s in sources}
-    exts = {"json" if e in ("jsonl", "ndjson") else e for e in exts}
-    if len(exts) == 1 and (ext := exts.pop()) in _FORMATS:
-        return ext
-    return "parquet"
-
-
-def _summary(verb: str, m: Manifest) -> str:
-    s = m.summary
-    parts = [f"{verb}: committed version {m.version}"]
-    if s.get("added_files") or "updated_rows" in s or (verb == "append" and "added_files" in s):
-        parts.append(
-            f"{s['added_files']} file(s), {s.get('added_rows', 0):,} row(s), {format_bytes(s.get('added_bytes', 0))}"
-        )
-    if "updated_rows" in s:
-        parts.append(f"{s['updated_rows']:,} row(s) replaced in {s.get('tombstone_records', 0)} tombstone record(s)")
-    elif "deleted_rows" in s:
-        parts.append(f"{s['deleted_rows']:,} row(s) deleted in {s.get('tombstone_records', 0)} tombstone record(s)")
-    if "removed_files" in s:
-        parts.append(f"{s['removed_files']} file(s) removed, {s.get('removed_tombstones', 0)} tombstone file(s) merged")
-    live = m.total_rows
-    parts += _schema_changes(s)
-    parts.append(f"table: {m.file_count} file(s), {live:,} stored row(s)")
-    return "; ".join(parts)
-
-
-def _schema_changes(summary: dict[str, Any]) -> list[str]:
-    """What a ``--merge-schema`` write did to the schema, for its summary line."""
-    changed = [f"added {c['name']} {c['type']}" for c in summary.get("added_columns", [])]
-    changed += [f"widened {c['name']} {c['from']} -> {c['to']}" for c in summary.get("widened_columns", [])]
-    return [f"schema: {', '.join(changed)}"] if changed else []
-
-
-def _run(args: Any) -> str:
-    if args.command == "alter":  # no Spark: a manifest commit
-        from castsql.format.change import alter
-
-        if not args.add_column and not args.widen:
-            raise UsageError("alter: give --add-column NAME TYPE or --widen NAME TYPE")
-        log = TableLog(open_storage(args.uri))
-        m = alter(log, add=dict(args.add_column), widen=dict(args.widen))
-        if m is None:
-            return f"alter: {log.uri} already has that schema; nothing committed"
-        return f"alter: committed version {m.version}; {_schema_changes(m.summary)[0].removeprefix('schema: ')}"
-    if args.command == "upgrade":
-        log = TableLog(open_storage(args.uri))
-        m = log.upgrade()
-        if m is None:
-            return f"upgrade: {log.uri} is already format version {log.latest().format_version}; nothing committed"
-        objects = len(m.file_objects) + len(m.delete_objects)
-        return f"upgrade: committed version {m.version} (format version 2; {m.file_count} file(s), {objects} object(s))"
-    if args.command == "restore":
-        from castsql.format.manifest import parse_time
-
-        log = TableLog(open_storage(args.uri))
-        version = args.version
-        if args.timestamp is not None:
-            try:
-                version = log.version_at(parse_time(args.timestamp))
-            except ValueError:
-                raise UsageError(f"restore: {args.timestamp!r} is not a timestamp") from None
-        m = log.restore(version)
-        if m is None:
-            return f"restore: version {log.latest().version} already equals version {version}; nothing committed"
-        return _summary(f"restore to version {version}", m)
-    if args.command == "gc":
-        from castsql.spark.garbage import gc
-
-        return (
-            "gc: "
-            + gc(
-                args.uri,
-                keep_versions=args.keep_versions,
-                older_than=args.older_than,
-                grace=args.grace,
-                dry_run=args.dry_run,
-            ).summary()
-        )
-    if args.command in ("append", "merge"):
-        missing = [s for s in args.sources if not os.path.exists(s)]
-        if missing:
-            raise UsageError(f"{args.command}: no such file: {missing[0]}")
-    if args.command == "merge" and args.no_update and args.update_all:
-        raise UsageError("merge: --update-all and --no-update contradict each other")
-    if args.command == "merge" and args.op_column:
-        flags = {
-            "--delete-matched-when": args.delete_matched_when,
-            "--no-update": args.no_update,
-            "--no-insert": args.no_insert,
-            "--delete-not-matched-by-source": args.delete_not_matched_by_source,
-        }
-        clash = [f for f, on in flags.items() if on]
-        if clash:
-            raise UsageError(f"merge: --op-column makes the clauses itself; it does not go with {clash[0]}")
-    if args.command == "merge" and args.sequence and not args.op_column and args.engine == "spark":
-        raise UsageError("merge: --sequence without --op-column needs --engine duckdb")
-    if args.command == "update":
-        args.assign = dict(parse_assignment(a) for a in args.assignments)
-    if args.command in ("delete", "update") and args.where is not None and not args.where.strip():
-        raise UsageError(f"{args.command}: --where is empty (to change every row, say so: --where true)")
-    if args.command != "append":
-        TableLog(open_storage(args.uri)).latest()  # a path that is no table fails before Spark starts
-        if args.command == "compact" and not 0 < args.threshold <= 1:
-            raise UsageError(f"compact: --threshold must be in (0, 1], got {args.threshold}")
-    if getattr(args, "engine", "spark") == "duckdb":
-        return _embedded_command(args)
-
+def run(args: Any, clauses: Callable[[Any, Any], Any]) -> Any:
+    """Run ``args`` (a parsed writer command) as a Spark job: the committed
+    manifest, the merge's metrics, or None when nothing changed. ``clauses``
+    adds the merge clauses the flags ask for to a merge builder."""
     require("pyspark", "spark", f"castsql {args.command}")
     from castsql.spark.session import spark_session
 
@@ -328,20 +33,20 @@ def _run(args: Any) -> str:
         logging.getLogger(name).disabled = True
     spark = spark_session(f"castsql {args.command}", progress=True)
     # The JVM's own ERROR lines for a failed task would repeat, with stack
-    # traces, what the one error line below says.
+    # traces, what the one error line the CLI prints says.
     spark.sparkContext.setLogLevel("OFF")
     try:
-        return _spark_command(spark, args)
+        return _spark_command(spark, args, clauses)
     finally:
         spark.sparkContext.setLogLevel("WARN")  # as log4j2.properties has it, for whoever shares the session
 
 
-def _spark_command(spark: Any, args: Any) -> str:
+def _spark_command(spark: Any, args: Any, clauses: Callable[[Any, Any], Any]) -> Any:
     if args.command == "append":
         from castsql.spark.writer import append
 
-        df = _read_input(spark, args.uri, args.sources, _input_format(args.sources, args.format), "append")
-        m = append(
+        df = _read_input(spark, args.uri, args.sources, args.input_format, "append")
+        return append(
             spark,
             args.uri,
             df,
@@ -349,26 +54,22 @@ def _spark_command(spark: Any, args: Any) -> str:
             merge_schema=args.merge_schema,
             allow_duplicate_keys=args.allow_duplicate_keys,
         )
-        return _summary("append", m)
     if args.command == "delete":
         from castsql.spark.merger import delete
 
-        m = delete(spark, args.uri, args.where)
-        return "delete: no row matched; nothing committed" if m is None else _summary("delete", m)
+        return delete(spark, args.uri, args.where)
     if args.command == "update":
         from castsql.spark.merger import update
 
-        m = update(spark, args.uri, args.assign, args.where, merge_schema=args.merge_schema)
-        return "update: no row matched; nothing committed" if m is None else _summary("update", m)
+        return update(spark, args.uri, args.assign, args.where, merge_schema=args.merge_schema)
     if args.command == "merge":
         from castsql.spark.merger import merge
 
-        df = _read_input(spark, args.uri, args.sources, _input_format(args.sources, args.format), "merge")
-        if args.op_column:
+        df = _read_input(spark, args.uri, args.sources, args.input_format, "merge")
+        if args.cdc is not None:
             from castsql.spark.merger import cdc_merge
 
-            metrics = cdc_merge(spark, args.uri, df, **_cdc_options(args))
-            return _merge_summary(args.uri, metrics)
+            return cdc_merge(spark, args.uri, df, **args.cdc)
         builder = merge(
             spark,
             args.uri,
@@ -377,189 +78,12 @@ def _spark_command(spark: Any, args: Any) -> str:
             merge_schema=args.merge_schema,
             allow_duplicate_keys=args.allow_duplicate_keys,
         )
-        return _merge_summary(args.uri, _clauses(builder, args).execute())
+        return clauses(builder, args).execute()
     from castsql.spark.compactor import compact
 
     if args.target_file_size is not None or args.sort_by is not None:
         raise UsageError("compact: --target-file-size and --sort-by need --engine duckdb")
-    m = compact(spark, args.uri, threshold=args.threshold)
-    return "compact: nothing to compact; nothing committed" if m is None else _summary("compact", m)
-
-
-def _cdc_options(args: Any) -> dict[str, Any]:
-    """``merge --op-column``'s flags as the keyword arguments of apply_cdc and cdc_merge."""
-    return {
-        "key": args.on.split(","),
-        "op_column": args.op_column,
-        "sequence": args.sequence,
-        "delete_values": tuple(args.delete_values.split(",")),
-    }
-
-
-def _clauses(builder: Any, args: Any) -> Any:
-    """The merge clauses the flags ask for, in the order first-match-wins needs."""
-    cond = args.delete_matched_when
-    if cond:
-        builder = builder.when_matched_delete(condition=cond)
-    if not args.no_update:
-        builder = builder.when_matched_update_all()
-    if not args.no_insert:
-        # A CDC feed's delete of a key the table lacks inserts nothing.
-        builder = builder.when_not_matched_insert_all(condition=f"NOT ({cond})" if cond else None)
-    if args.delete_not_matched_by_source:
-        builder = builder.when_not_matched_by_source_delete()
-    return builder
-
-
-def _merge_summary(uri: str, metrics: Any, s3: Any = None) -> str:
-    if metrics.version is None:
-        return f"merge: no row changed ({metrics.num_source_rows:,} source row(s)); nothing committed"
-    m = TableLog(open_storage(uri, s3=s3)).manifest(metrics.version)
-    records = metrics.extra.get("tombstone_records", 0)
-    return (
-        f"merge: committed version {metrics.version}; {metrics.num_target_rows_inserted:,} inserted, "
-        f"{metrics.num_target_rows_updated:,} updated, {metrics.num_target_rows_deleted:,} deleted "
-        f"({metrics.num_source_rows:,} source row(s)); {metrics.num_target_files_added} file(s), "
-        f"{format_bytes(metrics.bytes_written)}, {records} tombstone record(s); "
-        + "".join(f"{part}; " for part in _schema_changes(m.summary))
-        + f"table: {m.file_count} file(s), {m.total_rows:,} stored row(s)"
-    )
-
-
-def _read_arrow(sources: list[str], fmt: str, uri: str, what: str = "merge") -> Any:
-    """The input files as one Arrow table, for the embedded merge or append (``what``).
-
-    The one type rule (FORMAT.md §3.4): text input (CSV, JSON) is parsed into
-    the table's types, and a value that does not parse is refused naming the
-    file, the row and the column; typed input (Parquet) is cast only where
-    that is a lossless widening, and any other type is left for the merge to
-    refuse (or, with ``--merge-schema``, to widen the column to)."""
-    import pyarrow as pa
-
-    from castsql.errors import TableNotFound
-    from castsql.format.evolution import fits
-
-    try:
-        target = {f.name.lower(): f for f in TableLog(open_storage(uri)).latest().schema.to_arrow()}
-    except TableNotFound:
-        target = {}  # an append that creates the table: the input's own types
-
-    def one(path: str) -> pa.Table:
-        try:
-            if fmt == "csv":
-                import pyarrow.csv as pacsv
-
-                names = pacsv.read_csv(path).column_names
-                types = {n: target[n.lower()].type for n in names if n.lower() in target}
-                try:
-                    return pacsv.read_csv(path, convert_options=pacsv.ConvertOptions(column_types=types))
-                except pa.ArrowInvalid:
-                    raise _bad_csv_value(path, types, what) from None
-            if fmt == "json":
-                import pyarrow.json as pajson
-
-                names = pajson.read_json(path).column_names
-                schema = pa.schema([target[n.lower()].with_name(n) for n in names if n.lower() in target])
-                opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer")
-                return pajson.read_json(path, parse_options=opts)
-            import pyarrow.parquet as pq
-
-            return pq.read_table(path)
-        except (pa.ArrowException, OSError) as e:
-            raise CastSQLError(f"{what}: cannot read {path} as {fmt}: {' '.join(str(e).split())}") from None
-
-    tables = [one(p) for p in sources]
-    try:
-        data = pa.concat_tables(tables, promote_options="permissive")
-    except pa.ArrowException as e:
-        raise CastSQLError(f"{what}: the input files do not have the same columns: {e}") from None
-    cols = []
-    for name, col in zip(data.column_names, data.columns, strict=True):
-        f = target.get(name.lower())
-        if f is not None and col.type != f.type and fits(col.type, f.type):
-            col = col.cast(f.type)
-        cols.append(col)
-    return pa.Table.from_arrays(cols, names=data.column_names)
-
-
-def _bad_csv_value(path: str, types: dict[str, Any], what: str) -> CastSQLError:
-    """The first value of a CSV file that does not parse as its column's type,
-    as an error naming the file, the row and the column (pyarrow's own names
-    neither the row nor the value's column by name)."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
-    strings = pacsv.ConvertOptions(column_types=dict.fromkeys(types, pa.string()), strings_can_be_null=True)
-    text = pacsv.read_csv(path, convert_options=strings)
-    for name, t in types.items():
-        for row, value in enumerate(text.column(name).to_pylist(), start=1):
-            if value is None:
-                continue
-            try:
-                pa.array([value], pa.string()).cast(t)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                return CastSQLError(
-                    f"{what}: {path}: data row {row}: column {name!r}: {value!r} is not a {t} value; "
-                    "nothing was written"
-                )
-    return CastSQLError(f"{what}: {path}: a value does not parse as its column's type; nothing was written")
-
-
-def _embedded_command(args: Any) -> str:
-    """append / delete / update / merge with the embedded engine: DuckDB in
-    this process, no JVM; pyspark is never imported."""
-    import castsql
-
-    if args.command == "compact":
-        with castsql.open(args.uri) as table:
-            m = table.compact(threshold=args.threshold, target_file_size=args.target_file_size, sort_by=args.sort_by)
-        return "compact: nothing to compact; nothing committed" if m is None else _summary("compact", m)
-    if args.command == "append":
-        data = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri, "append")
-        m = castsql.write_table(
-            args.uri,
-            data,
-            mode="append",
-            primary_key=args.primary_key,
-            merge_schema=args.merge_schema,
-            allow_duplicate_keys=args.allow_duplicate_keys,
-        )
-        return _summary("append", m)
-    with castsql.open(args.uri) as table:
-        if args.command == "delete":
-            m = table.delete(args.where)
-            return "delete: no row matched; nothing committed" if m is None else _summary("delete", m)
-        if args.command == "update":
-            m = table.update(args.assign, args.where, merge_schema=args.merge_schema)
-            return "update: no row matched; nothing committed" if m is None else _summary("update", m)
-        source = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri)
-        if args.op_column:
-            from castsql.write.cdc import apply_cdc
-
-            metrics = apply_cdc(table, source, **_cdc_options(args))
-            return _merge_summary(args.uri, metrics)
-        if args.sequence:
-            from castsql.write.cdc import latest_per_key
-
-            source = latest_per_key(source, args.on.split(","), args.sequence)
-        builder = table.merge(
-            source, on=args.on, merge_schema=args.merge_schema, allow_duplicate_keys=args.allow_duplicate_keys
-        )
-        return _merge_summary(args.uri, _clauses(builder, args).execute())
-
-
-def _clear_progress_bar() -> None:
-    # A failed job leaves Spark's progress bar half drawn on the terminal line.
-    if sys.stderr.isatty():
-        print("\r\033[K", end="", file=sys.stderr, flush=True)
-
-
-def _is_analysis_error(e: BaseException) -> bool:
-    if "pyspark" not in sys.modules:
-        return False
-    from pyspark.errors import AnalysisException
-
-    return isinstance(e, AnalysisException)
+    return compact(spark, args.uri, threshold=args.threshold)
 
 
 def _read_input(spark: Any, uri: str, sources: list[str], fmt: str, what: str) -> Any:
@@ -782,42 +306,3 @@ def _arrow_of(spark_type_: Any) -> Any:
         return to_arrow_type(spark_type_, timestamp_utc=True)
     except Exception:
         return None
-
-
-def _one_line(e: BaseException) -> str:
-    if _is_analysis_error(e):
-        # Spark's messages carry the query plan and SQLSTATE after the first line.
-        return re.sub(r"\s*SQLSTATE: \w+", "", one_line(e))
-    return " ".join(str(e).split()) or type(e).__name__
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run one writer subcommand; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv[0] if argv else "castsql"
-    try:
-        args = _parser().parse_args(argv)
-        line = _run(args)
-    except UsageError as e:
-        print(f"castsql {command}: error: {_one_line(e)}", file=sys.stderr)
-        return 2
-    except CastSQLError as e:
-        _clear_progress_bar()
-        print(f"castsql {command}: error: {_one_line(e)}", file=sys.stderr)
-        return 1
-    except Exception as e:
-        # Spark's own errors for what the user typed: a condition that does not
-        # parse or names unknown columns, input files Spark cannot read.
-        # Anything else is a bug and keeps its traceback.
-        if not _is_analysis_error(e):
-            raise
-        what = "bad condition" if command in ("delete", "update") else "Spark refused the input"
-        _clear_progress_bar()
-        print(f"castsql {command}: error: {what}: {_one_line(e)}", file=sys.stderr)
-        return 1
-    print(line, flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
