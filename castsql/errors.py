@@ -5,10 +5,10 @@ from __future__ import annotations
 
 
 def one_line(e: BaseException, *, excerpt: bool = True) -> str:
-    """An exception's message on one line: its first line, with the excerpt of
-    DuckDB's ``LINE n:`` pointer (the SQL near the error) after it unless
-    ``excerpt`` is false (SQL the user did not write would only confuse), or the
-    exception's type when it has no message. Every layer's error lines are
+    """An exception's message on one line: its first line, with the line after
+    it — DuckDB's ``Candidate bindings: …`` hint or its ``LINE n:`` excerpt of
+    the SQL near the error — unless ``excerpt`` is false (SQL the user did not
+    write would only confuse), or the exception's type when it has no message. Every layer's error lines are
     made by this (the engine first spells its internal names as the user wrote
     them: :func:`castsql.engine.messages.one_line`).
 
@@ -22,8 +22,7 @@ def one_line(e: BaseException, *, excerpt: bool = True) -> str:
     lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
     if not lines:
         return type(e).__name__
-    extra = [ln for ln in lines[1:] if ln.startswith("LINE ")] if excerpt else []
-    return f"{lines[0]} {extra[0]}" if extra else lines[0]
+    return f"{lines[0]} {lines[1]}" if excerpt and len(lines) > 1 else lines[0]
 
 
 class CastSQLError(Exception):

@@ -137,10 +137,9 @@ class Writer:
         rows with a NULL primary key, one repeated in ``data`` or already in the
         table are refused (:mod:`castsql.write.keys`)."""
         where = f"table {self.table}: append"
-        t, schema, new_schema = self._prepare(data, where, merge_schema)
+        t, schema, new_schema, head = self._prepare(data, where, merge_schema)
         if t.num_rows == 0:
             return None
-        head = self.log.latest()
         pk = head.primary_key
         check = pk is not None and not allow_duplicate_keys
         if check:
@@ -158,8 +157,12 @@ class Writer:
         mm = pc.min_max(keys)
         span = (pk, json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py()))
 
-        def run(_: int) -> Manifest:
-            snap = resolve(self.log)
+        def run(attempt: int) -> Manifest:
+            # The first attempt checks the keys against the version the input was
+            # fitted to (no second read of the pointer): a commit that landed since
+            # makes the commit conflict on the key span, and the next attempt
+            # reads the newest version.
+            snap = resolve(self.log, head.version) if attempt == 0 else resolve(self.log)
             found = self.existing_keys(snap, pk, keys)
             if found:
                 raise refuse_existing(self.table, pk, found, snap.version)
@@ -171,9 +174,10 @@ class Writer:
 
         return with_retries(where, attempts, run)
 
-    def _prepare(self, data: Any, where: str, merge_schema: bool) -> tuple[pa.Table, Schema, Schema | None]:
+    def _prepare(self, data: Any, where: str, merge_schema: bool) -> tuple[pa.Table, Schema, Schema | None, Manifest]:
         """``data`` as Arrow in the table's columns and types (or the merged
-        schema's), with that schema and the new schema to commit (None: unchanged)."""
+        schema's), with that schema, the new schema to commit (None: unchanged)
+        and the latest version they were taken from."""
         t = as_arrow(data, where)
         head = self.log.latest()
         schema, new_schema = head.schema, None
@@ -188,7 +192,7 @@ class Writer:
             t = conform(t, schema, where, fill_missing=True, primary_key=head.primary_key)
         except KeyError as e:
             raise SchemaMismatch(f"{where}: column {e} is missing from the data") from None
-        return t, schema, new_schema
+        return t, schema, new_schema, head
 
     def overwrite(
         self, data: Any, *, merge_schema: bool = False, allow_duplicate_keys: bool = False, attempts: int = ATTEMPTS
@@ -199,8 +203,8 @@ class Writer:
         rules as :meth:`append`; keys are checked within ``data`` only, as no
         other row survives."""
         where = f"table {self.table}: overwrite"
-        t, schema, new_schema = self._prepare(data, where, merge_schema)
-        pk = self.log.latest().primary_key
+        t, schema, new_schema, head = self._prepare(data, where, merge_schema)
+        pk = head.primary_key
         if pk is not None and not allow_duplicate_keys and t.num_rows:
             check_input_keys(self.table, pk, t.column(pk), "overwrite")
         files = write_data_files(self.log.storage, t, schema) if t.num_rows else []
