@@ -7,8 +7,8 @@ names and arguments.
 
 Example::
 
-    >>> sorted(COMMANDS)[:3]
-    ['.diff', '.help', '.history']
+    >>> [c for c in sorted(COMMANDS) if c.startswith(".h")]
+    ['.headers', '.help', '.history']
 """
 
 from castsql.shell.special import commands as _commands  # registers the commands
