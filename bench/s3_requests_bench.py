@@ -43,7 +43,7 @@ def kind(path: str) -> str:
         return "list"
     if name == "_latest_manifest":
         return "pointer"
-    if "_manifest" in path or name.startswith("manifest") or "/_log/" in path:
+    if "/manifest/" in path:
         return "manifest"
     if "tomb" in path or "delete" in name:
         return "tombstone"

@@ -8,9 +8,9 @@ def one_line(e: BaseException, *, excerpt: bool = True) -> str:
     """An exception's message on one line: its first line, with the line after
     it — DuckDB's ``Candidate bindings: …`` hint or its ``LINE n:`` excerpt of
     the SQL near the error — unless ``excerpt`` is false (SQL the user did not
-    write would only confuse), or the exception's type when it has no message. Every layer's error lines are
-    made by this (the engine first spells its internal names as the user wrote
-    them: :func:`castsql.engine.messages.one_line`).
+    write would only confuse), or the exception's type when it has no message.
+    Every layer's error lines are made by this (the engine first spells its
+    internal names as the user wrote them: :func:`castsql.engine.messages.one_line`).
 
     Example::
 

@@ -313,13 +313,15 @@ def _run(args: Any) -> str:
         TableLog(open_storage(args.uri)).latest()  # a path that is no table fails before Spark starts
         if args.command == "compact" and not 0 < args.threshold <= 1:
             raise UsageError(f"compact: --threshold must be in (0, 1], got {args.threshold}")
-    if getattr(args, "engine", "spark") == "duckdb":
-        return _embedded_command(args)
-    from castsql.spark.cli import run
-
     args.input_format = _input_format(args.sources, args.format) if args.command in ("append", "merge") else None
     args.cdc = _cdc_options(args) if args.command == "merge" and args.op_column else None
-    result = run(args, _clauses)
+    if getattr(args, "engine", "spark") == "duckdb":
+        result = _embedded_command(args)
+    else:
+        from castsql.spark.cli import run
+
+        result = run(args, _clauses)
+    # One summary line, whichever engine wrote.
     if args.command == "merge":
         return _merge_summary(args.uri, result)
     if result is None:
@@ -447,18 +449,18 @@ def _bad_csv_value(path: str, types: dict[str, Any], what: str) -> CastSQLError:
     return CastSQLError(f"{what}: {path}: a value does not parse as its column's type; nothing was written")
 
 
-def _embedded_command(args: Any) -> str:
-    """append / delete / update / merge with the embedded engine: DuckDB in
-    this process, no JVM; pyspark is never imported."""
+def _embedded_command(args: Any) -> Any:
+    """append / delete / update / merge / compact with the embedded engine:
+    DuckDB in this process, no JVM; pyspark is never imported. What it
+    committed (a manifest, the merge's metrics), or None when nothing changed."""
     import castsql
 
     if args.command == "compact":
         with castsql.open(args.uri) as table:
-            m = table.compact(threshold=args.threshold, target_file_size=args.target_file_size, sort_by=args.sort_by)
-        return "compact: nothing to compact; nothing committed" if m is None else _summary("compact", m)
+            return table.compact(threshold=args.threshold, target_file_size=args.target_file_size, sort_by=args.sort_by)
     if args.command == "append":
-        data = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri, "append")
-        m = castsql.write_table(
+        data = _read_arrow(args.sources, args.input_format, args.uri, "append")
+        return castsql.write_table(
             args.uri,
             data,
             mode="append",
@@ -466,20 +468,16 @@ def _embedded_command(args: Any) -> str:
             merge_schema=args.merge_schema,
             allow_duplicate_keys=args.allow_duplicate_keys,
         )
-        return _summary("append", m)
     with castsql.open(args.uri) as table:
         if args.command == "delete":
-            m = table.delete(args.where)
-            return "delete: no row matched; nothing committed" if m is None else _summary("delete", m)
+            return table.delete(args.where)
         if args.command == "update":
-            m = table.update(args.assign, args.where, merge_schema=args.merge_schema)
-            return "update: no row matched; nothing committed" if m is None else _summary("update", m)
-        source = _read_arrow(args.sources, _input_format(args.sources, args.format), args.uri)
-        if args.op_column:
+            return table.update(args.assign, args.where, merge_schema=args.merge_schema)
+        source = _read_arrow(args.sources, args.input_format, args.uri)
+        if args.cdc is not None:
             from castsql.write.cdc import apply_cdc
 
-            metrics = apply_cdc(table, source, **_cdc_options(args))
-            return _merge_summary(args.uri, metrics)
+            return apply_cdc(table, source, **args.cdc)
         if args.sequence:
             from castsql.write.cdc import latest_per_key
 
@@ -487,7 +485,7 @@ def _embedded_command(args: Any) -> str:
         builder = table.merge(
             source, on=args.on, merge_schema=args.merge_schema, allow_duplicate_keys=args.allow_duplicate_keys
         )
-        return _merge_summary(args.uri, _clauses(builder, args).execute())
+        return _clauses(builder, args).execute()
 
 
 def _clear_progress_bar() -> None:

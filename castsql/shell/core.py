@@ -33,12 +33,11 @@ import duckdb
 import pyarrow as pa
 
 from castsql.engine.messages import one_line
-from castsql.engine.quoting import ident
 from castsql.errors import CastSQLError, QueryError
 from castsql.shell.catalog import Catalog
 from castsql.shell.errors import MAX_READ_DEPTH, Reported, ShellError
-from castsql.shell.pipe import write_text
-from castsql.shell.render import GRID_MODES, MODES, RenderOptions, printable, write_result
+from castsql.shell.pipe import arrow_relation, write_text
+from castsql.shell.render import GRID_MODES, MODES, RenderOptions, printable, terminal_text, write_result
 from castsql.shell.runner import Cancelled, Runner
 from castsql.shell.statements import QUIT_WORDS, Command, iter_commands
 from castsql.shell.text_modes import TextOptions, normal_mode
@@ -256,11 +255,7 @@ class Shell:
             if opts.mode in GRID_MODES or table.num_columns == 0:
                 write_result(table.to_batches(), table.schema, out, opts)
             else:
-                # Arrow's scan refuses duplicate names (a meta-command may well have
-                # none, but a query result can): scan unique names, show the real ones.
-                scanned = self.session.con.from_arrow(table.rename_columns([f"c{i}" for i in range(table.num_columns)]))
-                rel = scanned.project(", ".join(f"#{i + 1} AS {ident(n)}" for i, n in enumerate(table.column_names)))
-                self._write_text(rel, out, opts)
+                self._write_text(arrow_relation(self.session.con, table), out, opts)
         finally:
             out.flush()
             self._close_once()
@@ -276,7 +271,7 @@ class Shell:
                 self.session.workdir,
                 self.settings.text,
                 # A terminal never gets a raw control character; a file or pipe gets the bytes, as data files must.
-                terminal_escape=(lambda t: printable(t, keep="\n\t")) if opts.terminal else None,
+                terminal_escape=terminal_text if opts.terminal else None,
                 on_first_output=progress.begin_output if progress is not None else None,
             )
         except duckdb.Error as e:

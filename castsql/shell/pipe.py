@@ -35,17 +35,10 @@ import threading
 from typing import Any, TextIO
 
 import duckdb
+import pyarrow as pa
 
 from castsql.engine.quoting import ident, sql_str
-from castsql.shell.text_modes import (
-    TextOptions,
-    TextPlan,
-    markdown_plan,
-    markdown_refine,
-    markdown_refined,
-    normal_mode,
-    plan_text,
-)
+from castsql.shell.text_modes import TextOptions, TextPlan, markdown_plan, normal_mode, plan_text
 
 _CHUNK = 1 << 20
 # DuckDB's COPY keeps its output in order by holding the batches finished
@@ -129,7 +122,6 @@ class _Pump(threading.Thread):
         super().__init__(name="castsql-output", daemon=True)
         self.fd, self.out, self.on_first = fd, out, on_first
         self.head, self.hold = plan.head.encode(), plan.drop_tail
-        self.by_line = plan.join_rows or plan.json
         self.join_rows, self.fix = plan.join_rows, plan.json
         self.kept = b""
         self.partial = b""  # the start of a line not yet whole
@@ -166,7 +158,7 @@ class _Pump(threading.Thread):
                 if not data:
                     return
                 self.begin()
-                if self.by_line:
+                if self.join_rows or self.fix:
                     data = self._lines(data)
                 data = self.kept + data
                 cut = max(0, len(data) - self.hold)
@@ -206,17 +198,22 @@ def write_text(
     rel.create_view(view, replace=True)
     try:
         plan = plan_text(mode, names, types, opts)
-        if plan.widths is not None:
-            row = con.sql(f"{plan.widths} FROM {ident(view)}").fetchone()
-            measured = [int(x) for x in row or ()]
-            exact = markdown_refine(types, opts, measured)
-            if exact is not None:  # text beyond plain ASCII: its width by characters, in a pass of its own
-                measured = markdown_refined(measured, con.sql(f"{exact} FROM {ident(view)}").fetchone() or ())
-            plan = markdown_plan(names, types, opts, measured)
+        if plan.widths is not None:  # markdown: the column widths first
+            plan = markdown_plan(
+                names, types, opts, plan.widths, lambda sql: con.sql(f"{sql} FROM {ident(view)}").fetchone() or ()
+            )
         return _copy(con, view, plan, out, workdir, terminal_escape, on_first_output or (lambda: None))
     finally:
         with contextlib.suppress(duckdb.Error):
             con.execute(f"DROP VIEW IF EXISTS {ident(view)}")
+
+
+def arrow_relation(con: duckdb.DuckDBPyConnection, table: pa.Table) -> duckdb.DuckDBPyRelation:
+    """``table`` as a relation of ``con`` under its own column names: Arrow's scan
+    refuses duplicate names (a query result may have them), so it scans unique
+    ones and the projection shows the real ones."""
+    scanned = con.from_arrow(table.rename_columns([f"c{i}" for i in range(table.num_columns)]))
+    return scanned.project(", ".join(f"#{i + 1} AS {ident(n)}" for i, n in enumerate(table.column_names)))
 
 
 def _limit_bytes(text: str) -> float:
@@ -269,9 +266,9 @@ def _copy(
         pump.start()
         copied: tuple[Any, ...] | None = None
         try:
-            select = ", ".join(plan.select)
+            cells = ", ".join(plan.select)
             with _memory_cap(con, OUTPUT_MEMORY):
-                sql = f"COPY (SELECT {select} FROM {ident(view)}) TO {sql_str(path)} ({plan.options})"
+                sql = f"COPY (SELECT {cells} FROM {ident(view)}) TO {sql_str(path)} ({plan.options})"
                 copied = con.execute(sql).fetchone()
         except duckdb.Error:
             if pump.error is None:

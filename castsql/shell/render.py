@@ -189,6 +189,12 @@ def printable(s: str, keep: str = "") -> str:
     )
 
 
+def terminal_text(s: str) -> str:
+    """A text mode's output on its way to a terminal: control characters escaped,
+    the newlines and tabs that lay it out kept."""
+    return printable(s, keep="\n\t")
+
+
 def _escape_controls(s: str) -> str:
     # A newline inside a cell would break the grid: show it the way it is written in SQL strings.
     return printable(s)
@@ -631,17 +637,13 @@ def render_table(table: pa.Table, opts: RenderOptions, text: TextOptions | None 
 
     import duckdb
 
-    from castsql.shell.pipe import write_text
+    from castsql.shell.pipe import arrow_relation, write_text
 
     con = duckdb.connect()
     try:
         with tempfile.TemporaryDirectory(prefix="castsql-render-") as tmp:
-            escape = (lambda t: printable(t, keep="\n\t")) if opts.terminal else None
-            scanned = con.from_arrow(table.rename_columns([f"c{i}" for i in range(table.num_columns)]))
-            rel = scanned.project(
-                ", ".join(f'#{i + 1} AS "{n.replace(chr(34), chr(34) * 2)}"' for i, n in enumerate(table.column_names))
-            )
-            write_text(con, rel, opts.mode, buf, tmp, text, terminal_escape=escape)
+            escape = terminal_text if opts.terminal else None
+            write_text(con, arrow_relation(con, table), opts.mode, buf, tmp, text, terminal_escape=escape)
     finally:
         con.close()
     return buf.getvalue()

@@ -32,8 +32,9 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from castsql.engine.quoting import ident, sql_str
 
@@ -61,12 +62,13 @@ _WIDE = (
 )
 
 
-# Each row's text is one value: the csv writer with quoting off writes it as it is.
-_WHOLE_ROWS = "FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '\x01'"
-
-
-def _csv_options(sep: str, null: str) -> str:
+def _csv_options(sep: str, null: str = "") -> str:
+    """DuckDB's csv writer with quoting off: each cell written as it is, ``sep`` between."""
     return f"FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER {sql_str(sep)}, NULLSTR {sql_str(null)}"
+
+
+# Each row's text is one value: the csv writer with quoting off writes it as it is.
+_WHOLE_ROWS = _csv_options("\x01")
 
 
 def _one_byte(sep: str) -> bool:
@@ -189,6 +191,9 @@ def _list(names: Sequence[str], kinds: Sequence[str], opts: TextOptions, default
 # ---------------------------------------------------------------- json
 
 
+_JSON_ESCAPES = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def json_string(s: str) -> str:
     r"""``s`` as a JSON string the way the CLI escapes it: ``\`` and ``"``, and
     control characters below 0x20; everything else as it is.
@@ -203,7 +208,7 @@ def json_string(s: str) -> str:
         if c in '\\"':
             out.append("\\" + c)
         elif c <= "\x1f":
-            out.append({"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(c, f"\\u{ord(c):04x}"))
+            out.append(_JSON_ESCAPES.get(c, f"\\u{ord(c):04x}"))
         else:
             out.append(c)
     out.append('"')
@@ -215,16 +220,27 @@ def _json_escaped_sql(v: str) -> str:
     long chain of replaces runs only for values that need one."""
     e = f"replace(replace({v}, '\\', '\\\\'), '\"', '\\\"')"
     for code in range(0x20):
-        ch = chr(code)
-        esc = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(ch, f"\\u{code:04x}")
+        esc = _JSON_ESCAPES.get(chr(code), f"\\u{code:04x}")
         e = f"replace({e}, chr({code}), {sql_str(esc)})"
     return f"CASE WHEN regexp_matches({v}, '[\\x00-\\x1f\"\\\\]') THEN {e} ELSE {v} END"
 
 
-def _json_value(i: int, kind: str, duck_type: str) -> str:
+def _json_spelling(kind: str, duck_type: str) -> str:
+    """How the CLI writes a column's values in JSON: ``json`` (nested values and
+    floats, through DuckDB's JSON cast), ``raw`` (the VARCHAR cast as it is:
+    booleans, JSON, numbers but those it quotes) or ``string``."""
     if kind in _NESTED or kind in ("float", "double"):
+        return "json"
+    if duck_type.upper() == "JSON" or kind == "boolean" or (kind in NUMERIC and kind not in _JSON_QUOTED_NUMBERS):
+        return "raw"
+    return "string"
+
+
+def _json_value(i: int, kind: str, duck_type: str) -> str:
+    spelling = _json_spelling(kind, duck_type)
+    if spelling == "json":
         value = f"CAST(CAST(#{i} AS JSON) AS VARCHAR)"
-    elif duck_type.upper() == "JSON" or kind == "boolean" or (kind in NUMERIC and kind not in _JSON_QUOTED_NUMBERS):
+    elif spelling == "raw":
         value = f"CAST(#{i} AS VARCHAR)"
     else:
         value = "'\"' || " + _json_escaped_sql(_text(i, kind)) + " || '\"'"
@@ -237,11 +253,10 @@ def _json(names: Sequence[str], kinds: Sequence[str], types: Sequence[str], arra
     if len({n.lower() for n in names}) == len(names) and all(names):
         # DuckDB's JSON writer, each column cast to what the CLI writes: numbers
         # it quotes become text, the rest as the writer spells them.
-        cols = []
-        for i, (n, k, t) in enumerate(zip(names, kinds, types, strict=True), 1):
-            raw = k in _NESTED or k in ("float", "double", "boolean") or t.upper() == "JSON"
-            raw = raw or (k in NUMERIC and k not in _JSON_QUOTED_NUMBERS)
-            cols.append(f"#{i} AS {ident(n)}" if raw else f"CAST(#{i} AS VARCHAR) AS {ident(n)}")
+        cols = [
+            f"#{i} AS {ident(n)}" if _json_spelling(k, t) != "string" else f"CAST(#{i} AS VARCHAR) AS {ident(n)}"
+            for i, (n, k, t) in enumerate(zip(names, kinds, types, strict=True), 1)
+        ]
         return TextPlan(head, tuple(cols), "FORMAT json", join_rows=array, json=True, **ends)  # type: ignore[arg-type]
     # Names the writer cannot carry (duplicates, empty): the objects made in SQL.
     parts = [
@@ -271,21 +286,38 @@ _WHOLE_SECONDS = frozenset({"timestamp", "timestamp with time zone"})  # the sam
 _UTC = "('UTC', 'Etc/UTC', 'GMT', 'Etc/GMT', 'Etc/UCT', 'UCT', 'Universal', 'Zulu')"
 
 
+def _nulls(i: int, null_w: str) -> str:
+    """SQL: the NULL text's width ``null_w`` where column ``i`` holds a NULL, else 0."""
+    return f"CASE WHEN count(*) > count(#{i}) THEN {null_w} ELSE 0 END"
+
+
+def _md_text(i: int, kind: str, pipes: int) -> str:
+    """Column ``i``'s text in a markdown cell: ``|`` escaped where one occurs."""
+    return f"replace({_text(i, kind)}, '|', '\\|')" if pipes else _text(i, kind)
+
+
+def _inexact(measured: Sequence[int], i: int) -> bool:
+    """The first pass could not measure column ``i`` cheaply: text beyond plain
+    ASCII or holding ``|``, or a timestamp with fractions (its width -1)."""
+    widest, ascii_only, pipes = measured[4 * i - 3 : 4 * i]
+    return not ascii_only or bool(pipes) or widest < 0
+
+
 def _markdown_widths(names: Sequence[str], kinds: Sequence[str], opts: TextOptions) -> TextPlan:
     """The first pass: per column, its name's width, its widest value's (the null
     text's where a NULL is), whether every value is ASCII, whether any holds a
     ``|``. For text the widest value is its byte length, exact only when the
-    column is ASCII without ``|``: :func:`markdown_refine` measures the others."""
+    column is ASCII without ``|``: :func:`markdown_plan` measures the others."""
     null_w = width_sql(sql_str(opts.null))
     cols = []
     for i, (n, k) in enumerate(zip(names, kinds, strict=True), 1):
-        nulls = f"CASE WHEN count(*) > count(#{i}) THEN {null_w} ELSE 0 END"
+        nulls = _nulls(i, null_w)
         extremes = f"coalesce(greatest(strlen(CAST(min(#{i}) AS VARCHAR)), strlen(CAST(max(#{i}) AS VARCHAR))), 0)"
         if k in _EXTREMES:  # no cast of every value
             widest, flags = f"greatest({extremes}, {nulls})", "1, 0"
         elif k in _WHOLE_SECONDS:
             # Fractions (".5", ".123456") and time zone offsets ("+05:30") vary in
-            # width: -1 asks markdown_refine to cast every value.
+            # width: -1 asks for every value to be cast.
             varies = f"bool_or(epoch_us(#{i}) % 1000000 <> 0)"
             if k == "timestamp with time zone":
                 varies += f" OR current_setting('TimeZone') NOT IN {_UTC}"
@@ -302,54 +334,41 @@ def _markdown_widths(names: Sequence[str], kinds: Sequence[str], opts: TextOptio
     return TextPlan("", (), widths="SELECT " + ", ".join(cols))
 
 
-def markdown_refine(types: Sequence[str], opts: TextOptions, measured: list[int]) -> str | None:
-    """SQL whose one row is the exact widest value (or NULL text) of each column
-    the first pass could not measure cheaply (text beyond plain ASCII or holding
-    ``|``, timestamps with fractions); :func:`markdown_refined` puts them into
-    ``measured``. None: every width is exact already."""
-    null_w = width_sql(sql_str(opts.null))
-    cols = []
-    for i, t in enumerate(types, 1):
-        widest, ascii_only, pipes = measured[4 * i - 3 : 4 * i]
-        if ascii_only and not pipes and widest >= 0:
-            continue
-        k = _kind(t)
-        v = f"replace({_text(i, k)}, '|', '\\|')" if pipes else _text(i, k)
-        nulls = f"CASE WHEN count(*) > count(#{i}) THEN {null_w} ELSE 0 END"
-        cols.append(f"greatest(coalesce(max({width_sql(v)}), 0), {nulls})")
-    return "SELECT " + ", ".join(cols) if cols else None
-
-
-def markdown_refined(measured: Sequence[int], exact: Sequence[int]) -> list[int]:
-    """``measured`` with the widths :func:`markdown_refine`'s query found."""
-    out, found = list(measured), iter(exact)
-    for i in range(len(out) // 4):
-        if not out[4 * i + 2] or out[4 * i + 3] or out[4 * i + 1] < 0:
-            out[4 * i + 1] = int(next(found))
-    return out
-
-
-def markdown_plan(names: Sequence[str], types: Sequence[str], opts: TextOptions, measured: Sequence[int]) -> TextPlan:
-    """The markdown plan, once ``measured`` (the first pass's row) is known: each
-    cell padded in SQL, the cells joined by DuckDB's csv writer with ``|``."""
+def markdown_plan(
+    names: Sequence[str],
+    types: Sequence[str],
+    opts: TextOptions,
+    widths: str,
+    measure: Callable[[str], Sequence[Any]],
+) -> TextPlan:
+    """The markdown plan: ``measure`` runs the first pass's ``widths`` SELECT (and,
+    for columns it could not measure cheaply, one pass of exact widths) over
+    the result and returns its one row; then each cell is padded in SQL and
+    the cells joined by DuckDB's csv writer with ``|``."""
     kinds = [_kind(t) for t in types]
-    rest = measured
+    measured = [int(x) for x in measure(widths)]
+    inexact = [i for i in range(1, len(kinds) + 1) if _inexact(measured, i)]
+    if inexact:
+        null_w = width_sql(sql_str(opts.null))
+        texts = {i: _md_text(i, kinds[i - 1], measured[4 * i - 1]) for i in inexact}
+        exact = [f"greatest(coalesce(max({width_sql(texts[i])}), 0), {_nulls(i, null_w)})" for i in inexact]
+        for i, w in zip(inexact, measure("SELECT " + ", ".join(exact)), strict=True):
+            measured[4 * i - 3] = int(w)
     header, rule, cells = [], [], []
     for i, (n, k) in enumerate(zip(names, kinds, strict=True), 1):
-        name_w, value_w, ascii_only, pipes = rest[4 * i - 4 : 4 * i]
+        name_w, value_w, ascii_only, pipes = measured[4 * i - 4 : 4 * i]
         w = max(name_w, value_w)
         gap = w - name_w
         header.append(" " * (gap // 2) + n.replace("|", "\\|") + " " * ((gap + 1) // 2))
         rule.append("-" * (w + 1) + ":" if k in NUMERIC else "-" * (w + 2))
-        v = f"replace({_text(i, k)}, '|', '\\|')" if pipes else _text(i, k)
-        x = f"coalesce({v}, {sql_str(opts.null)})"
+        x = f"coalesce({_md_text(i, k, pipes)}, {sql_str(opts.null)})"
         # strlen where every byte is a column (rpad is several times slower than repeat)
         width = f"strlen({x})" if ascii_only and opts.null.isascii() else f"({width_sql(x)})"
         left = "'| '" if i == 1 else "' '"
         right = "' |'" if i == len(names) else "' '"
         cells.append(f"concat({left}, {x}, repeat(' ', {w} - {width}), {right})")
     head = "| " + " | ".join(header) + " |\n" + "|" + "|".join(rule) + "|\n"
-    return TextPlan(head, tuple(cells), "FORMAT csv, HEADER false, QUOTE '', ESCAPE '', DELIMITER '|'")
+    return TextPlan(head, tuple(cells), _csv_options("|"))
 
 
 # ---------------------------------------------------------------- line

@@ -48,7 +48,7 @@ def _count_setting(
     name = usage.split()[0]
     if not args:
         value = getattr(shell.settings, setting)
-        shell.say(f"{name[1:]}: {value or shown or value}")
+        shell.say(f"{name[1:]}: {shown if value == 0 and shown else value}")
         return
     try:
         n = int(args[0])
