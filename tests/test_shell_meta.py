@@ -94,6 +94,9 @@ def test_bad_arguments_get_a_one_line_hint(run: Run) -> None:
         ".mode xml": "unknown mode 'xml' (modes: box, table, csv, tabs, list, json, jsonlines, markdown, line)",
         ".timer maybe": "usage: .timer on|off",
         ".maxrows lots": "usage: .maxrows N (a number of rows, not 'lots')",
+        ".maxwidth -3": "usage: .maxwidth N (0 or more; 0 fits the terminal)",
+        ".headers maybe": "usage: .headers on|off",
+        '.separator ""': "usage: .separator SEP (one or more characters)",
         ".read /no/such/file.sql": "cannot read /no/such/file.sql: No such file or directory",
         ".history": "usage: .history TABLE (tables: events, users)",
         ".output 'unterminated": "No closing quotation",
@@ -103,8 +106,8 @@ def test_bad_arguments_get_a_one_line_hint(run: Run) -> None:
         ok, _, err = run(line)
         assert not ok
         assert err.count("\n") == 1 and err.startswith("Error: ") and message in err, (line, err)
-    ok, out, _ = run("SELECT 1 AS still_here;")
-    assert ok and out == "still_here\n1\n"
+    ok, out, _ = run("SELECT 1 AS still_here, NULL AS n;")
+    assert ok and out == "still_here,n\n1,NULL\n"  # headers, separator and null text as they were
 
 
 def test_mode_timer_types_maxrows(run: Run) -> None:
