@@ -39,8 +39,8 @@ import pyarrow as pa
 
 import castsql
 from castsql.format import TableLog, write_data_files
-from castsql.spark.garbage import format_bytes
 from castsql.storage import open_storage
+from castsql.write.garbage import format_bytes
 
 ROW_GROUP = 122_880
 BIG = 1 << 40  # one file per append call: the file size is set by --file-rows

@@ -70,10 +70,10 @@ from castsql.format import TableLog
 from castsql.snapshot import resolve
 from castsql.spark import append, delete, native_read, read, spark_session
 from castsql.spark.datasource import for_session
-from castsql.spark.garbage import format_bytes
 from castsql.spark.reader import read_snapshot
 from castsql.spark.units import Splits
 from castsql.storage import open_storage
+from castsql.write.garbage import format_bytes
 
 PYTHON_SOURCE = "castsql_python"
 DELETE = "pmod(hash(id, 1), 100) = 0"  # 1 % of the rows, scattered

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from castsql.format import TableLog
 from castsql.format.layout import manifest_key
 from castsql.spark import append, delete, spark_session
-from castsql.spark.garbage import format_bytes
 from castsql.storage import open_storage
+from castsql.write.garbage import format_bytes
 
 COLUMNS = [
     "id",

@@ -30,7 +30,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -40,10 +40,13 @@ from castsql.storage import S3Config
 
 if TYPE_CHECKING:
     import duckdb
+    import pandas as pd
+    import polars as pl
 
     from castsql.embedded.writer import Writer
     from castsql.engine import Session
     from castsql.format import Manifest
+    from castsql.write.garbage import GCReport
     from castsql.write.merge import MergeBuilder, MergeMetrics, MergeSpec
 
 
@@ -292,12 +295,12 @@ class Table:
         """As :meth:`to_arrow`, streamed: a ``pyarrow.RecordBatchReader``."""
         return self._session.reader(self._query(columns, filter), batch_size)
 
-    def to_pandas(self, columns: Sequence[str] | None = None, filter: str | None = None) -> Any:
+    def to_pandas(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pd.DataFrame:
         """As :meth:`to_arrow`, as a pandas DataFrame (``pip install 'castsql[pandas]'``)."""
         require("pandas", "pandas", "Table.to_pandas")
         return self.to_arrow(columns, filter).to_pandas()
 
-    def to_polars(self, columns: Sequence[str] | None = None, filter: str | None = None) -> Any:
+    def to_polars(self, columns: Sequence[str] | None = None, filter: str | None = None) -> pl.DataFrame:
         """As :meth:`to_arrow`, as a polars DataFrame (``pip install 'castsql[polars]'``)."""
         require("polars", "polars", "Table.to_polars")
         import polars
@@ -370,10 +373,8 @@ class Table:
         >>> events.set_properties({"castsql.autoCompact": "true"}).version  # doctest: +SKIP
         7
         """
-        from castsql.format.change import set_properties
-
         self._writer()  # refuses a pinned table
-        m = set_properties(self._session.log(self.name), properties)
+        m = self._session.log(self.name).set_properties(properties)
         self._moved(m.version if m is not None else None)
         return m
 
@@ -411,10 +412,8 @@ class Table:
         >>> events.add_columns({"country": "string"}).version          # doctest: +SKIP
         3
         """
-        from castsql.format.change import alter
-
         self._writer()  # refuses a pinned table
-        m = alter(self._session.log(self.name), add=columns)
+        m = self._session.log(self.name).alter(add=columns)
         self._moved(m.version if m is not None else None)
         return m
 
@@ -428,10 +427,8 @@ class Table:
         >>> events.widen_columns({"user_id": "int64"}).version            # doctest: +SKIP
         4
         """
-        from castsql.format.change import alter
-
         self._writer()
-        m = alter(self._session.log(self.name), widen=columns)
+        m = self._session.log(self.name).alter(widen=columns)
         self._moved(m.version if m is not None else None)
         return m
 
@@ -471,6 +468,36 @@ class Table:
         )
         self._moved(m.version if m is not None else None)
         return m
+
+    def gc(
+        self,
+        *,
+        keep_versions: int | None = None,
+        older_than: timedelta | None = None,
+        grace: timedelta = timedelta(days=7),
+        dry_run: bool = False,
+    ) -> GCReport:
+        """Drop old versions and the files only they need, in this process (no
+        JVM): Delta's ``VACUUM`` with snapshot expiry. Keeps the latest version,
+        the last ``keep_versions``, every version younger than ``older_than``
+        (with neither, every version: only orphans go), and anything younger
+        than ``grace``; ``dry_run`` deletes nothing. Time travel to a dropped
+        version is refused afterwards. The rules are
+        :mod:`castsql.write.garbage`'s, as for ``castsql gc``.
+
+        >>> print(events.gc(keep_versions=10, dry_run=True).summary())     # doctest: +SKIP
+        would drop versions 0-31 (32 manifests), 30 data files, 12 tombstone files, 0 orphans: 4.1 MB
+        """
+        from castsql.write.garbage import gc
+
+        self._writer()  # refuses a pinned table
+        return gc(
+            self._session.log(self.name).storage,
+            keep_versions=keep_versions,
+            older_than=older_than,
+            grace=grace,
+            dry_run=dry_run,
+        )
 
     def delete(self, where: str) -> Manifest | None:
         """Delete the rows where the SQL condition ``where`` holds: one

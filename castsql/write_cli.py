@@ -45,8 +45,8 @@ from typing import Any
 
 from castsql.errors import CastSQLError, UsageError, one_line
 from castsql.format import Manifest, TableLog
-from castsql.spark.garbage import format_bytes
 from castsql.storage import open_storage
+from castsql.write.garbage import format_bytes
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms])\s*$")
 _UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
@@ -244,12 +244,10 @@ def _schema_changes(summary: dict[str, Any]) -> list[str]:
 
 def _run(args: Any) -> str:
     if args.command == "alter":  # no Spark: a manifest commit
-        from castsql.format.change import alter
-
         if not args.add_column and not args.widen:
             raise UsageError("alter: give --add-column NAME TYPE or --widen NAME TYPE")
         log = TableLog(open_storage(args.uri))
-        m = alter(log, add=dict(args.add_column), widen=dict(args.widen))
+        m = log.alter(add=dict(args.add_column), widen=dict(args.widen))
         if m is None:
             return f"alter: {log.uri} already has that schema; nothing committed"
         return f"alter: committed version {m.version}; {_schema_changes(m.summary)[0].removeprefix('schema: ')}"
@@ -275,7 +273,7 @@ def _run(args: Any) -> str:
             return f"restore: version {log.latest().version} already equals version {version}; nothing committed"
         return _summary(f"restore to version {version}", m)
     if args.command == "gc":
-        from castsql.spark.garbage import gc
+        from castsql.write.garbage import gc
 
         return (
             "gc: "

@@ -16,8 +16,8 @@ import sys
 import time
 from datetime import timedelta
 
-from castsql.spark.garbage import gc
 from castsql.storage import StorageError
+from castsql.write.garbage import gc
 
 
 def main() -> None:

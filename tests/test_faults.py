@@ -22,8 +22,8 @@ from faultproxy import FaultProxy
 
 from castsql.format import TableLog
 from castsql.snapshot import resolve
-from castsql.spark.garbage import gc
 from castsql.storage import S3Config, open_storage
+from castsql.write.garbage import gc
 
 TESTS = Path(__file__).parent
 WRITERS, COMMITS = 4, 35

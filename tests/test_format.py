@@ -11,8 +11,8 @@ from pyroaring import BitMap
 
 from castsql.errors import FormatError
 from castsql.format.layout import manifest_key, manifest_version, to_table_key
-from castsql.format.log import parse_pointer
 from castsql.format.manifest import parse_manifest
+from castsql.format.metadata import parse_pointer
 from castsql.format.schema import Schema, type_from_name
 from castsql.format.tombstone import (
     KeyRangeDelete,

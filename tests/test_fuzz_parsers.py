@@ -12,8 +12,8 @@ from test_format import SEED_MANIFEST
 
 from castsql.engine.rewrite import SQLRewriteError, TimeTravel, rewrite
 from castsql.errors import FormatError
-from castsql.format.log import parse_pointer
 from castsql.format.manifest import parse_manifest
+from castsql.format.metadata import parse_pointer
 from castsql.format.tombstone import parse_tombstones
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -224,6 +224,37 @@ print(gc({log.uri!r}, keep_versions=1, grace=timedelta(0)).removed_versions, "py
     assert out.stdout.split() == ["[0,", "1,", "2]", "False"], out.stderr
 
 
+def test_a_table_collects_its_own_old_versions_in_process(tmp_path):
+    """``castsql.Table.gc``: what a DuckDB-only user calls (deltalake's
+    ``vacuum``); old versions go, the latest reads the same, a pinned table
+    refuses, a dry run deletes nothing."""
+    import pyarrow as pa
+
+    import castsql
+
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}), primary_key="id")
+    t = castsql.open(uri)
+    t.update(set={"v": "'B'"}, where="id = 2")
+    t.delete("id = 3")
+    t.append(pa.table({"id": [4], "v": ["d"]}))
+    assert t.history().column("version").to_pylist() == [0, 1, 2, 3, 4]  # create, append, update, delete, append
+    before = sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"])
+
+    with pytest.raises(CastSQLError, match="pinned at version 1"):
+        t.at(1).gc(keep_versions=1, grace=NOW)
+    dry = t.gc(keep_versions=1, grace=NOW, dry_run=True)
+    assert dry.dry_run and dry.removed_versions == [0, 1, 2, 3]
+    assert TableLog(open_storage(uri)).versions() == [0, 1, 2, 3, 4]
+
+    report = t.gc(keep_versions=1, grace=NOW)
+    assert report.removed_versions == [0, 1, 2, 3] and report.bytes_freed > 0
+    assert sorted(t.to_arrow().to_pylist(), key=lambda r: r["id"]) == before
+    with pytest.raises(VersionNotFound, match="garbage-collected"):
+        t.at(1).to_arrow()
+    assert TableLog(open_storage(uri)).versions() == [4]
+
+
 def test_a_dry_run_held_back_by_the_grace_period_says_so(tmp_path):
     log = _small_table(tmp_path / "t")
     cli = [sys.executable, "-m", "castsql.cli", "gc", log.uri, "--keep-versions", "1", "--dry-run"]

@@ -3,7 +3,11 @@
 The graph is built from the source (``ast``), not by importing it: every
 ``import`` counts, at module level or inside a function (an import moved into
 a function to dodge a circle is still a circle: it only fails later, at a
-call). Imports under ``if TYPE_CHECKING:`` never run and are left out.
+call). Imports under ``if TYPE_CHECKING:`` never run, but they count too: a
+type-only circle is still two modules that cannot be read one without the
+other (issue 33), so a module that needs another's type without importing it
+takes a ``Protocol`` of its own (``format.state.MetadataSource``,
+``shell.special.host.Shell``).
 
 Importing ``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py`` first, so
 those packages are edges too (except the importer's own packages, which are
@@ -124,8 +128,7 @@ def cycles(edges: list[Edge]) -> list[list[Edge]]:
     """One circle through each strongly connected component of the graph."""
     graph: dict[str, dict[str, Edge]] = {}
     for e in edges:
-        if e.where != "type-checking":
-            graph.setdefault(e.source, {}).setdefault(e.target, e)
+        graph.setdefault(e.source, {}).setdefault(e.target, e)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -187,11 +190,11 @@ def cycles(edges: list[Edge]) -> list[list[Edge]]:
     return out
 
 
+_WHERE = {"function": ", in a function", "type-checking": ", for types only"}
+
+
 def _describe(cycle: list[Edge]) -> str:
-    return (
-        " → ".join(f"{e.source} (line {e.line}{', in a function' if e.where == 'function' else ''})" for e in cycle)
-        + f" → {cycle[0].source}"
-    )
+    return " → ".join(f"{e.source} (line {e.line}{_WHERE.get(e.where, '')})" for e in cycle) + f" → {cycle[0].source}"
 
 
 def test_no_import_cycles():
@@ -202,8 +205,6 @@ def test_no_import_cycles():
 def test_layers_import_only_downwards():
     wrong = []
     for e in import_graph():
-        if e.where == "type-checking":
-            continue
         src = next((layer for layer in LAYERS if e.source == layer or e.source.startswith(layer + ".")), None)
         dst = next((layer for layer in LAYERS if e.target == layer or e.target.startswith(layer + ".")), None)
         if src is None or dst is None or src == dst or e.target in LEAVES:
@@ -225,6 +226,14 @@ def test_a_cycle_is_named():
     edges = [Edge("x.a", "x.b", 1, "module"), Edge("x.b", "x.a", 7, "function"), Edge("x.b", "x.c", 2, "module")]
     (cycle,) = cycles(edges)
     assert _describe(cycle) == "x.a (line 1) → x.b (line 7, in a function) → x.a"
+
+
+def test_a_type_only_cycle_is_a_cycle():
+    """How ``format.change`` and ``format.log`` once stood: the log imported the
+    change, the change named the log's type under ``TYPE_CHECKING``."""
+    edges = [Edge("x.log", "x.change", 3, "module"), Edge("x.change", "x.log", 9, "type-checking")]
+    (cycle,) = cycles(edges)
+    assert _describe(cycle) == "x.change (line 9, for types only) → x.log (line 3) → x.change"
 
 
 def test_castsql_spark_names_are_the_functions_whatever_was_imported_first():

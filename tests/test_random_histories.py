@@ -50,7 +50,6 @@ from pyroaring import BitMap
 from castsql.engine import Session
 from castsql.errors import VersionNotFound
 from castsql.format import KeyRangeDelete, PositionDelete, RowGroupDelete, TableLog, fold, write_data_files
-from castsql.format.change import alter
 from castsql.format.layout import DATA_DIR, META_DIR, TOMBSTONE_DIR, to_table_key
 from castsql.spark import compact, gc
 from castsql.storage import open_storage
@@ -113,7 +112,7 @@ def make_machine(root: str, s3, spark):
         @rule()
         def add_column(self):
             added, vt = self.schemas[max(self.model)]
-            m = alter(self.log, add={f"a{added + 1}": "int64"})
+            m = self.log.alter(add={f"a{added + 1}": "int64"})
             assert m.operation == "ALTER" and m.schema.column(f"a{added + 1}").added_in == m.version
             self._commit(m, dict(self.live))
             self.schemas[m.version] = (added + 1, vt)
@@ -123,7 +122,7 @@ def make_machine(root: str, s3, spark):
         @rule()
         def widen(self):
             added, _ = self.schemas[max(self.model)]
-            m = alter(self.log, widen={"v": "int64"})
+            m = self.log.alter(widen={"v": "int64"})
             assert m.summary["widened_columns"] == [{"name": "v", "from": "int32", "to": "int64"}]
             self._commit(m, dict(self.live))
             self.schemas[m.version] = (added, "int64")

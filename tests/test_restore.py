@@ -14,7 +14,7 @@ import castsql
 from castsql.engine import Session
 from castsql.errors import CastSQLError, VersionNotFound
 from castsql.format import Change, KeyRangeDelete, PositionDelete, RowGroupDelete, TableLog, write_data_files
-from castsql.spark.garbage import gc
+from castsql.write.garbage import gc
 
 
 def rows(ids) -> pa.Table:

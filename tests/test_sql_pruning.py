@@ -177,7 +177,6 @@ def test_forgotten_pruned_views_take_their_position_tables_with_them(tmp_path, m
 def test_a_commit_elsewhere_keeps_the_pruned_view_and_one_in_its_files_rebuilds_it(tmp_path):
     """The first selective query after a commit builds nothing when the commit
     left the files it reads as they were; it sees the commit when it did not."""
-    from castsql.format.change import alter
 
     root = three_files_one_delete(str(tmp_path / "t"), BitMap([0, 1]))  # ids 10, 11
     log = TableLog(open_storage(root))
@@ -202,7 +201,7 @@ def test_a_commit_elsewhere_keeps_the_pruned_view_and_one_in_its_files_rebuilds_
         assert pruned_view() != first
         assert ids() == [12, 14]
         after_delete = pruned_view()
-        alter(log, add={"extra": "int64"})  # the same files and deletes, one more column
+        log.alter(add={"extra": "int64"})  # the same files and deletes, one more column
         assert pruned_view() != after_delete
         assert s.sql("SELECT * FROM t WHERE id BETWEEN 12 AND 14").column_names[-1] == "extra"
         assert s.sql("SELECT id FROM t AS OF VERSION 4 WHERE id BETWEEN 12 AND 14").to_pylist() == [

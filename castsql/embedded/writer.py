@@ -59,17 +59,16 @@ from castsql.engine.physical import duck_type
 from castsql.engine.views import ROW_FILE, ROW_POS, ident, sql_str
 from castsql.errors import SchemaMismatch, WriteError, one_line
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord, write_data_files
-from castsql.format.change import Change
 from castsql.format.evolution import merged
 from castsql.format.manifest import json_stat
 from castsql.format.schema import Schema
 from castsql.format.tombstone import KeyRangeDelete, serialize_tombstones
 from castsql.format.writer import conform
-from castsql.snapshot import Predicate, ResolvedFile, Snapshot, resolve
+from castsql.snapshot import Predicate, ResolvedFile, Snapshot
 from castsql.write import pipeline
 from castsql.write.arrow import as_arrow
-from castsql.write.commit import commit_overwrite, with_retries
-from castsql.write.keys import check_input_keys, existing_keys, refuse_existing
+from castsql.write.commit import commit_overwrite
+from castsql.write.keys import check_input_keys, existing_keys
 from castsql.write.merge import (
     ACTION_COL,
     ACTION_DELETE,
@@ -143,36 +142,12 @@ class Writer:
         pk = head.primary_key
         check = pk is not None and not allow_duplicate_keys
         if check:
-            check_input_keys(self.table, pk, t.column(pk))
+            check_input_keys(self.table, pk, t.column(pk))  # before any file is written
         files = write_data_files(self.log.storage, t, schema)
-        summary = {
-            "added_files": len(files),
-            "added_rows": sum(f.total_rows for f in files),
-            "added_bytes": sum(f.size_bytes for f in files),
-        }
-        if not check:
-            return self.log.commit(Change("APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema,
-                                          summary=summary))  # fmt: skip
-        keys = t.column(pk).combine_chunks()
-        mm = pc.min_max(keys)
-        span = (pk, json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py()))
-
-        def run(attempt: int) -> Manifest:
-            # The first attempt checks the keys against the version the input was
-            # fitted to (no second read of the pointer): a commit that landed since
-            # makes the commit conflict on the key span, and the next attempt
-            # reads the newest version.
-            snap = resolve(self.log, head.version) if attempt == 0 else resolve(self.log)
-            found = self.existing_keys(snap, pk, keys)
-            if found:
-                raise refuse_existing(self.table, pk, found, snap.version)
-            change = Change(
-                "APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary,
-                read_version=snap.version, key_span=span,
-            )  # fmt: skip
-            return self.log.commit(change)
-
-        return with_retries(where, attempts, run)
+        return pipeline.append(
+            self.log, self.table, files, schema=schema, new_schema=new_schema,
+            keys=t.column(pk) if check else None, base=head, keys_checked=True, attempts=attempts,
+        )  # fmt: skip
 
     def _prepare(self, data: Any, where: str, merge_schema: bool) -> tuple[pa.Table, Schema, Schema | None, Manifest]:
         """``data`` as Arrow in the table's columns and types (or the merged
@@ -208,13 +183,8 @@ class Writer:
         if pk is not None and not allow_duplicate_keys and t.num_rows:
             check_input_keys(self.table, pk, t.column(pk), "overwrite")
         files = write_data_files(self.log.storage, t, schema) if t.num_rows else []
-        summary = {
-            "added_files": len(files),
-            "added_rows": sum(f.total_rows for f in files),
-            "added_bytes": sum(f.size_bytes for f in files),
-        }
         return commit_overwrite(
-            self.log, files, schema=schema, new_schema=new_schema, summary=summary, attempts=attempts
+            self.log, files, schema=schema, new_schema=new_schema, summary=pipeline.added(files), attempts=attempts
         )
 
     def existing_keys(self, snap: Snapshot, pk: str, keys: pa.Array, limit: int = 1000) -> list[Any]:

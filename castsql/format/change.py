@@ -27,20 +27,16 @@ nothing; the caller re-reads and recomputes (Spark's delete and compaction do so
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from castsql.errors import CommitConflict, FormatError, ObjectNotFound, SchemaMismatch
+from castsql.errors import CommitConflict, FormatError, ObjectNotFound
 from castsql.format import evolution, fold
 from castsql.format.layout import to_table_key
 from castsql.format.manifest import ChangeLog, DataFile, Manifest, Totals
+from castsql.format.metadata import TableMetadata
 from castsql.format.schema import Schema
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-    from castsql.format.log import TableLog
 
 
 class RestoreRaced(CommitConflict):
@@ -76,7 +72,7 @@ class Change:
     # Table properties this change sets (None removes one; castsql.format.properties).
     properties: dict[str, str | None] | None = None
 
-    def apply(self, base: Manifest, log: TableLog) -> Manifest:
+    def apply(self, base: Manifest, meta: TableMetadata) -> Manifest:
         """``base`` with this change applied, as a version-2 manifest; version
         fields still base's. Writes the metadata objects the new version needs
         (fold, merge, removal: :mod:`castsql.format.fold`)."""
@@ -85,17 +81,17 @@ class Change:
             # Its file lists were computed against read_version: a version that
             # landed since may have added rows the restored version lacks.
             raise RestoreRaced(f"{where}: version {base.version} landed after version {self.read_version} was read")
-        root = log.storage.root
+        root = meta.storage.root
         schema = base.schema
         if self.new_schema is not None:
             schema = evolution.rebase(base.schema, self.new_schema, base.version + 1, where)
         if self.schema is not None:
             # Files written before a concurrent evolution still read (§3.4).
             evolution.check_readable(self.schema, schema, f"{where}: data files")
-        state = log.state(base)
+        state = meta.state(base)
         inline = state.inline_entries()
         inline_tombs = [to_table_key(t, root, what="tombstone") for t in base.tombstones]
-        since = self._changes_since(base, log)
+        since = self._changes_since(base, meta)
         if self.remove_files or self.remove_tombstones:
             self._check_no_newer_tombstones(base, state, since, where)
         added = [replace(f, path=to_table_key(f.path, root, what="data file")) for f in self.add_files]
@@ -108,14 +104,14 @@ class Change:
                 raise FormatError(f"{where}: tombstone {key} is already part of the table")
         self._check_targets(state, since, where)
         if self.conflict_files or self.key_span is not None:
-            self._check_dml(base, log, since, where)
+            self._check_dml(base, meta, since, where)
         file_objects, files_inline, removed = fold.next_files(
-            log, base, schema, inline, added, set(self.remove_files), where
+            meta, base, schema, inline, added, set(self.remove_files), where
         )
         delete_objects, tombs_inline = fold.next_deletes(
-            log, base, inline_tombs, self.add_tombstones, set(self.remove_tombstones), where
+            meta, base, inline_tombs, self.add_tombstones, set(self.remove_tombstones), where
         )
-        t = log.totals(base)
+        t = meta.totals(base)
         totals = Totals(
             files=t.files + len(added) - len(removed),
             rows=t.rows + sum(f.total_rows for f in added) - sum(f.total_rows for f in removed),
@@ -147,7 +143,7 @@ class Change:
             schema=schema,
         )
 
-    def _changes_since(self, base: Manifest, log: TableLog) -> list[ChangeLog] | None:
+    def _changes_since(self, base: Manifest, meta: TableMetadata) -> list[ChangeLog] | None:
         """The change records of the versions after ``read_version`` up to
         ``base``; None when some of them has none (version 1) or is gone."""
         if self.read_version is None:
@@ -155,7 +151,7 @@ class Change:
         out = []
         for v in range(self.read_version + 1, base.version + 1):
             try:
-                m = base if v == base.version else log.manifest_raw(v)
+                m = base if v == base.version else meta.manifest_raw(v)
             except ObjectNotFound:
                 return None
             if m.change is None:
@@ -193,7 +189,7 @@ class Change:
                 "(removed by a concurrent commit, or never part of it)"
             )
 
-    def _check_dml(self, base: Manifest, log: TableLog, since: list[ChangeLog] | None, where: str) -> None:
+    def _check_dml(self, base: Manifest, meta: TableMetadata, since: list[ChangeLog] | None, where: str) -> None:
         if self.read_version is None or self.read_version == base.version:
             return
         if since is None:
@@ -203,7 +199,7 @@ class Change:
             names = {posixpath.basename(k) for k in self.conflict_files}
             for c in since:
                 for key in c.added_tombstones:
-                    for r in log.tombstones(key):
+                    for r in meta.tombstones(key):
                         if posixpath.basename(r.file) in names:
                             raise DmlConflict(
                                 f"{where}: a concurrent commit deleted rows of data file {r.file}, "
@@ -228,35 +224,3 @@ def _overlaps(fmin: Any, fmax: Any, lo: Any, hi: Any) -> bool:
         return not (fmax < lo or hi < fmin)
     except TypeError:
         return True
-
-
-def set_properties(log: TableLog, properties: Mapping[str, str | None]) -> Manifest | None:
-    """Commit a version that sets ``properties`` (None removes one): operation
-    ``SET PROPERTIES``, no data file written. None when nothing changes."""
-    from castsql.format.properties import check
-
-    where = f"table {log.storage.root}: set properties"
-    props = check(properties, where)
-    head = log.latest()
-    if all(head.properties.get(k) == v for k, v in props.items()):
-        return None
-    return log.commit(Change("SET PROPERTIES", properties=props))
-
-
-def alter(
-    log: TableLog,
-    *,
-    add: Mapping[str, str | pa.DataType] | None = None,
-    widen: Mapping[str, str | pa.DataType] | None = None,
-) -> Manifest | None:
-    """Commit a version whose schema adds ``add`` (name -> type, nullable, at
-    the end) and widens ``widen`` (name -> wider type): operation ``ALTER``, no
-    data file written or rewritten. None when the schema already is that."""
-    head = log.latest()
-    where = f"table {log.storage.root}: alter"
-    if not add and not widen:
-        raise SchemaMismatch(f"{where}: nothing to change (give columns to add or to widen)")
-    new = evolution.altered(head.schema, add=add, widen=widen, where=where, primary_key=head.primary_key)
-    if new == head.schema:
-        return None
-    return log.commit(Change("ALTER", new_schema=new))

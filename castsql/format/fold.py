@@ -29,13 +29,13 @@ With the constants below, a table of N data files references
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from castsql.errors import CommitConflict
 from castsql.format.manifest import DataFile, Manifest, MetaRef
+from castsql.format.metadata import TableMetadata
 from castsql.format.metafiles import (
     conform_files,
     deletes_to_arrow,
@@ -45,9 +45,6 @@ from castsql.format.metafiles import (
 )
 from castsql.format.schema import Schema
 from castsql.format.state import may_hold
-
-if TYPE_CHECKING:
-    from castsql.format.log import TableLog
 
 FILES_INLINE_MAX = 32
 DELETES_INLINE_MAX = 16
@@ -102,7 +99,7 @@ def _chunks(table: pa.Table) -> list[pa.Table]:
 
 
 def next_files(
-    log: TableLog,
+    meta: TableMetadata,
     base: Manifest,
     schema: Schema,
     inline: Sequence[DataFile],
@@ -114,7 +111,7 @@ def next_files(
     (``inline`` its entries with table keys for paths) without ``remove`` and
     with ``add``. Also returns the entries removed. CommitConflict if a key to
     remove is not in ``base``."""
-    st = log.storage
+    st = meta.storage
     kept = [f for f in inline if f.path not in remove]
     removed = [f for f in inline if f.path in remove]
     left = remove - {f.path for f in removed}
@@ -122,12 +119,12 @@ def next_files(
     for i, ref in enumerate(objects):
         if not left or not any(may_hold(ref, k) for k in left):
             continue
-        table = log.part(ref, base).table
+        table = meta.part(ref, base).table
         hit = pc.is_in(table.column("path"), pa.array(sorted(left), pa.string()))
         if not pc.any(hit).as_py():
             continue
         gone = table.filter(hit)
-        removed += log.entries_of(gone)
+        removed += meta.entries_of(gone)
         left -= set(gone.column("path").to_pylist())
         rest = conform_files(table.filter(pc.invert(hit)), schema)
         objects[i] = write_files_object(st, rest, level=ref.level) if rest.num_rows else None  # type: ignore[call-overload]
@@ -142,14 +139,14 @@ def next_files(
     objects = _merge_tiers(
         objects,
         FILES_INLINE_MAX,
-        lambda ref: conform_files(log.part(ref, base).table, schema),
+        lambda ref: conform_files(meta.part(ref, base).table, schema),
         lambda table, level: write_files_object(st, table, level=level),
     )
     return objects, kept, removed
 
 
 def next_deletes(
-    log: TableLog,
+    meta: TableMetadata,
     base: Manifest,
     inline: Sequence[str],
     add: Sequence[str],
@@ -159,7 +156,7 @@ def next_deletes(
     """The deletes objects and inline tombstone keys of the next version:
     ``base``'s (``inline`` its inline tombstones as table keys) without
     ``remove`` and with ``add``. CommitConflict if one to remove is not in ``base``."""
-    st = log.storage
+    st = meta.storage
     kept = [t for t in inline if t not in remove]
     left = remove - set(inline)  # not found yet
     in_objects = pa.array(sorted(left), pa.string())
@@ -168,7 +165,7 @@ def next_deletes(
         # One tombstone's records may be spread over several objects (a fold
         # cuts chunks): every object is checked, not only until each is found once.
         for i, ref in enumerate(objects):
-            table = log.deletes_table(ref)
+            table = meta.deletes_table(ref)
             hit = pc.is_in(table.column("tombstone"), in_objects)
             if not pc.any(hit).as_py():
                 continue
@@ -180,14 +177,14 @@ def next_deletes(
     objects = [r for r in objects if r is not None]
     kept += list(add)
     if len(kept) > DELETES_INLINE_MAX:
-        records = deletes_to_arrow([(t, r) for t in kept for r in log.tombstones(t)])
+        records = deletes_to_arrow([(t, r) for t in kept for r in meta.tombstones(t)])
         for chunk in _chunks(records):
             objects.append(write_deletes_object(st, chunk, level=level_for(chunk.num_rows, DELETES_INLINE_MAX)))
         kept = []
     objects = _merge_tiers(
         objects,
         DELETES_INLINE_MAX,
-        log.deletes_table,
+        meta.deletes_table,
         lambda table, level: write_deletes_object(st, table, level=level),
     )
     return objects, kept

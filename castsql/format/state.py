@@ -26,7 +26,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,10 +43,25 @@ from castsql.format.metafiles import (
     read_files_object,
 )
 from castsql.format.tombstone import TombstoneRecord
-from castsql.storage.base import is_normal_key
+from castsql.storage.base import Storage, is_normal_key
 
-if TYPE_CHECKING:
-    from castsql.format.log import TableLog
+
+class MetadataSource(Protocol):
+    """What a version's state reads its objects through: the table's
+    :class:`~castsql.format.metadata.TableMetadata`, which caches them."""
+
+    storage: Storage
+    holders: dict[str, str]
+
+    def where(self, version: int) -> str: ...
+    def has_part(self, ref: MetaRef, m: Manifest) -> bool: ...
+    def part(self, ref: MetaRef, m: Manifest) -> FilePart: ...
+    def hold(self, key: str, ref_path: str) -> None: ...
+    def deletes_table(self, ref: MetaRef, where: str | None = None) -> pa.Table: ...
+    def object_tombstones(self, ref: MetaRef, where: str | None = None) -> frozenset[str]: ...
+    def delete_records(self, ref: MetaRef, where: str) -> list[tuple[str, TombstoneRecord]]: ...
+    def tombstones(self, key: str) -> list[TombstoneRecord]: ...
+
 
 # Paths in a files object are keys relative to the root, already normal
 # (FORMAT.md §3.2): checked for a whole object at once.
@@ -103,8 +118,8 @@ class FilePart:
 class VersionState:
     """The files and tombstones of one version (metadata objects read on first need, cached by the log)."""
 
-    def __init__(self, log: TableLog, manifest: Manifest) -> None:
-        self._log = log
+    def __init__(self, meta: MetadataSource, manifest: Manifest) -> None:
+        self._meta = meta
         self.manifest = manifest
         self._inline: FilePart | None = None
         self._inline_entries: list[DataFile] | None = None
@@ -114,9 +129,13 @@ class VersionState:
         self._refs: frozenset[str] | None = None  # paths of the files objects
         self._lock = threading.Lock()
 
-    def _where(self) -> str:
+    def part(self, ref: MetaRef) -> FilePart:
+        """The entries of files object ``ref`` of this version (read once, cached by the table's metadata)."""
+        return self._meta.part(ref, self.manifest)
+
+    def where(self) -> str:
         """The manifest's URI and the version, as errors name them."""
-        return self._log.where(self.manifest.version)
+        return self._meta.where(self.manifest.version)
 
     @property
     def inline(self) -> FilePart:
@@ -131,7 +150,7 @@ class VersionState:
         """The inline entries, paths turned into table keys (all of a version-1 manifest's files)."""
         with self._lock:
             if self._inline_entries is None:
-                self._inline_entries = inline_entries(self.manifest, self._log.storage.root, self._where())
+                self._inline_entries = inline_entries(self.manifest, self._meta.storage.root, self.where())
             return self._inline_entries
 
     @property
@@ -144,10 +163,10 @@ class VersionState:
     def _objects(self) -> list[FilePart]:
         m = self.manifest
         refs = list(m.file_objects)
-        if len(refs) > 1 and not all(self._log.has_part(r, m) for r in refs):
+        if len(refs) > 1 and not all(self._meta.has_part(r, m) for r in refs):
             with ThreadPoolExecutor(max_workers=min(16, len(refs))) as pool:
-                return list(pool.map(lambda r: self._log.part(r, m), refs))
-        return [self._log.part(r, m) for r in refs]
+                return list(pool.map(lambda r: self._meta.part(r, m), refs))
+        return [self._meta.part(r, m) for r in refs]
 
     def unique_objects(self) -> list[FilePart]:
         """The parts of the files objects, checked (with the inline entries) to
@@ -157,14 +176,14 @@ class VersionState:
         nothing more here."""
         objects = self._objects()
         if objects and not self._unique:
-            check_unique([*objects, self.inline], self._where())
+            check_unique([*objects, self.inline], self.where())
         self._unique = True
         return objects
 
     def parts_holding(self, key: str) -> list[FilePart]:
         """The parts that may hold ``key`` (objects whose path bounds exclude it are not read)."""
         m = self.manifest
-        return [*(self._log.part(ref, m) for ref in m.file_objects if may_hold(ref, key)), self.inline]
+        return [*(self._meta.part(ref, m) for ref in m.file_objects if may_hold(ref, key)), self.inline]
 
     @property
     def file_count(self) -> int:
@@ -193,12 +212,12 @@ class VersionState:
         m = self.manifest
         # Files objects never change: the one that listed ``key`` for another
         # version lists it for this one too, if this one references it.
-        held = self._log.holders.get(key)
+        held = self._meta.holders.get(key)
         if held is not None and held in self._ref_paths():
             return True
         for ref in m.file_objects:
-            if may_hold(ref, key) and key in self._log.part(ref, m).key_set:
-                self._log.hold(key, ref.path)
+            if may_hold(ref, key) and key in self._meta.part(ref, m).key_set:
+                self._meta.hold(key, ref.path)
                 return True
         return False
 
@@ -216,7 +235,7 @@ class VersionState:
 
     def lookup_key(self, name: str, where: str) -> str:
         """The key of the data file a tombstone's ``file`` field names (base name or path)."""
-        root = self._log.storage.root
+        root = self._meta.storage.root
         if "/" in name:
             key = to_table_key(name, root, what=f"{where}: tombstone file")
             if self.contains(key):
@@ -248,7 +267,7 @@ class VersionState:
         if inline is not None or not self.manifest.file_objects:
             return self._inline_keys()[key]
         m = self.manifest
-        for p in (self._log.part(ref, m) for ref in m.file_objects if may_hold(ref, key)):
+        for p in (self._meta.part(ref, m) for ref in m.file_objects if may_hold(ref, key)):
             if key in p.key_set:
                 return p.entry(key)
         raise KeyError(key)
@@ -258,8 +277,8 @@ class VersionState:
         m = self.manifest
         out: dict[str, None] = {}
         for ref in m.delete_objects:
-            out.update(dict.fromkeys(self._log.deletes_table(ref).column("tombstone").to_pylist()))
-        root = self._log.storage.root
+            out.update(dict.fromkeys(self._meta.deletes_table(ref).column("tombstone").to_pylist()))
+        root = self._meta.storage.root
         out.update(dict.fromkeys(to_table_key(t, root, what="tombstone") for t in m.tombstones))
         return list(out)
 
@@ -269,20 +288,20 @@ class VersionState:
         count ``totals.tombstones`` (reads every deletes object: cached by key)."""
         m = self.manifest
         objects: frozenset[str] = frozenset().union(
-            *(self._log.object_tombstones(r, self._where()) for r in m.delete_objects)
+            *(self._meta.object_tombstones(r, self.where()) for r in m.delete_objects)
         )
-        inline = frozenset(to_table_key(t, self._log.storage.root, what="tombstone") for t in m.tombstones)
-        check_tombstones(m, objects, inline, self._where())
+        inline = frozenset(to_table_key(t, self._meta.storage.root, what="tombstone") for t in m.tombstones)
+        check_tombstones(m, objects, inline, self.where())
         return objects, inline
 
     def records(self) -> Iterator[tuple[str, TombstoneRecord]]:
         """Every tombstone record in force, with the tombstone file it came from."""
         m = self.manifest
         for ref in m.delete_objects:
-            yield from self._log.delete_records(ref, self._where())
+            yield from self._meta.delete_records(ref, self.where())
         for t in m.tombstones:
-            key = to_table_key(t, self._log.storage.root, what="tombstone")
-            for r in self._log.tombstones(key):
+            key = to_table_key(t, self._meta.storage.root, what="tombstone")
+            for r in self._meta.tombstones(key):
                 yield key, r
 
 
@@ -346,12 +365,12 @@ def check_object_paths(table: pa.Table, uri: str, where: str) -> None:
         raise FormatError(f"{where}: metadata object {uri} lists {first!r}, which is not a plain key inside the table")
 
 
-def read_part(log: TableLog, ref: MetaRef, m: Manifest, where: str) -> FilePart:
-    table = read_files_object(log.storage, ref, m.schema, where)
-    check_object_paths(table, log.storage.uri(ref.path), where)
+def read_part(storage: Storage, ref: MetaRef, m: Manifest, where: str) -> FilePart:
+    table = read_files_object(storage, ref, m.schema, where)
+    check_object_paths(table, storage.uri(ref.path), where)
     return FilePart(ref, table)
 
 
-def read_records(log: TableLog, ref: MetaRef, where: str) -> list[tuple[str, TombstoneRecord]]:
-    table = read_deletes_object(log.storage, ref, where)
-    return deletes_from_arrow(table, f"{where}: {log.storage.uri(ref.path)}")
+def read_records(storage: Storage, ref: MetaRef, where: str) -> list[tuple[str, TombstoneRecord]]:
+    table = read_deletes_object(storage, ref, where)
+    return deletes_from_arrow(table, f"{where}: {storage.uri(ref.path)}")

@@ -26,7 +26,6 @@ import sys
 import time
 import traceback
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 import duckdb
@@ -37,44 +36,17 @@ from castsql.errors import CastSQLError, QueryError
 from castsql.shell.catalog import Catalog
 from castsql.shell.errors import MAX_READ_DEPTH, Reported, ShellError
 from castsql.shell.pipe import arrow_relation, write_text
-from castsql.shell.render import GRID_MODES, MODES, RenderOptions, printable, terminal_text, write_result
+from castsql.shell.render import GRID_MODES, RenderOptions, printable, terminal_text, write_result
 from castsql.shell.runner import Cancelled, Runner
+from castsql.shell.settings import Settings
+from castsql.shell.special import run_meta_command
 from castsql.shell.statements import QUIT_WORDS, Command, iter_commands
-from castsql.shell.text_modes import TextOptions, normal_mode
 from castsql.storage.base import allow_waits, cancel_waits
 
 if TYPE_CHECKING:
     from castsql.engine import Session
 
 __all__ = ["MAX_READ_DEPTH", "Reported", "Settings", "Shell", "ShellError", "one_line"]
-
-
-@dataclass
-class Settings:
-    """What meta-commands and DuckDB's CLI flags change: output mode, timer,
-    row limit, column types, and the text modes' separator, null text and header
-    (``.separator``, ``.nullvalue``, ``.headers``); ``echo`` prints each
-    command before it runs, ``bail`` stops a script at its first error."""
-
-    mode: str = "box"
-    timer: bool = False
-    maxrows: int = 40
-    types: bool = False
-    separator: str | None = None
-    null: str = "NULL"
-    header: bool = True
-    maxwidth: int = 0  # box and table width; 0: the terminal's
-    echo: bool = False
-    bail: bool = False
-
-    def __post_init__(self) -> None:
-        self.mode = normal_mode(self.mode)
-        if self.mode not in MODES:
-            raise ShellError(f"unknown mode {self.mode!r} (modes: {', '.join(MODES)})")
-
-    @property
-    def text(self) -> TextOptions:
-        return TextOptions(separator=self.separator, null=self.null, header=self.header)
 
 
 def _isatty(f: TextIO) -> bool:
@@ -278,8 +250,6 @@ class Shell:
             raise QueryError(self.session.error_message(e)) from None
 
     def run_meta(self, line: str) -> None:
-        from castsql.shell.special import run_meta_command
-
         started = time.monotonic()
         run_meta_command(self, line)
         if self.settings.timer and not self.exit_requested:

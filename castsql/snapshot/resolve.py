@@ -219,11 +219,11 @@ class Snapshot:
             return self if len(kept) == len(self.files) else self._sub(kept)
         m = self.manifest
         refs = prune_refs(m.file_objects, preds, types)
-        tables = [self._state._log.part(ref, m).table for ref in refs] + [self._state.inline.table]
+        tables = [self._state.part(ref).table for ref in refs] + [self._state.inline.table]
         table = pa.concat_tables(tables)
         table = table.filter(prune_mask(table, preds, types))
         if pc.count_distinct(table.column("path")).as_py() != table.num_rows:
-            check_unique([p for p in self._state.parts if p.table.num_rows], self._state._log.where(self.version))
+            check_unique([p for p in self._state.parts if p.table.num_rows], self._state.where())
         if self.gone:
             table = table.filter(pc.invert(pc.is_in(table.column("path"), pa.array(sorted(self.gone)))))
         if table.num_rows == self.file_count:
@@ -248,7 +248,7 @@ class Snapshot:
         cached by key: versions sharing them read them once."""
         if self._state is not None:
             for ref in self.manifest.file_objects:
-                self._state._log.part(ref, self.manifest)
+                self._state.part(ref)
 
     def file_diff(self, prev: Snapshot) -> tuple[set[str], set[str]]:
         """Keys of the data files this version has and ``prev`` lacks, and the
@@ -286,7 +286,7 @@ def _listed_apart(a: Snapshot, b: Snapshot) -> set[str]:
     keys = {f.path for f in st.inline_entries()}
     for ref in a.manifest.file_objects:
         if ref.path not in shared:
-            keys |= st._log.part(ref, a.manifest).key_set
+            keys |= st.part(ref).key_set
     return keys
 
 

@@ -554,7 +554,7 @@ def commit_files(
 ) -> Any:
     """The driver's commit: one version with exactly the files named in ``messages``
     (an overwrite also removes every file and tombstone of the version it replaces)."""
-    from castsql.format import Change, DataFile
+    from castsql.format import DataFile
 
     storage = plan.ref.storage()
     files = tuple(
@@ -587,9 +587,10 @@ def commit_files(
     if not plan.overwrite:
         if not files and not summary.get("stream_query"):
             return log.latest()
-        return log.commit(
-            Change("APPEND", add_files=files, schema=plan.ref.schema, new_schema=plan.new_schema, summary=summary)
-        )
+        from castsql.write import pipeline
+
+        return pipeline.append(log, storage.root, files, schema=plan.ref.schema, new_schema=plan.new_schema,
+                               summary=summary)  # fmt: skip
     from castsql.write.commit import commit_overwrite
 
     return commit_overwrite(log, files, schema=plan.ref.schema, new_schema=plan.new_schema, summary=summary)

@@ -28,24 +28,20 @@ import json
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from castsql.errors import CommitConflict, SchemaMismatch, TableNotFound
 from castsql.format import DataFile, Manifest, Schema, TableLog
-from castsql.format.change import Change
 from castsql.format.evolution import check_names, fits, merged, refusal
 from castsql.format.layout import to_table_key
-from castsql.format.manifest import json_stat
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
-from castsql.snapshot import resolve
 from castsql.spark.errors import job_errors
 from castsql.spark.native_write import why_not as why_not_native
 from castsql.spark.native_write import write_native
 from castsql.spark.tasks import TableRef, write_task
 from castsql.spark.types import schema_from_spark
 from castsql.storage import S3Config, open_storage
-from castsql.write.commit import with_retries
-from castsql.write.keys import DuplicateKey, check_input_keys, existing_keys, refuse_existing
+from castsql.write import pipeline
+from castsql.write.keys import DuplicateKey
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -144,18 +140,11 @@ def append(
             raise SchemaMismatch(f"{storage.root}: the table's primary key is {current.primary_key!r}")
     if not files:
         return current
-    summary = {
-        "added_files": len(files),
-        "added_rows": sum(f.total_rows for f in files),
-        "added_bytes": sum(f.size_bytes for f in files),
-    }
     pk = current.primary_key
     if pk is None or allow_duplicate_keys:
-        return log.commit(
-            Change("APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary)
-        )
+        return pipeline.append(log, storage.root, files, schema=schema, new_schema=new_schema)
     try:
-        return commit_unique(log, files, schema, new_schema, summary, pk)
+        return commit_unique(log, files, schema, new_schema, {}, pk)
     except (DuplicateKey, CommitConflict):
         discard_files(log, files)  # never committed: nobody can reference them
         raise
@@ -164,29 +153,15 @@ def append(
 def commit_unique(
     log: TableLog, files: list[DataFile], schema: Schema, new_schema: Schema | None, summary: dict, pk: str
 ) -> Manifest:
-    """Commit ``files`` unless their keys are NULL, repeated or already live
-    (:mod:`castsql.write.keys`, the embedded writer's rule and messages). The
-    keys are read back from the files just written (the key column only, on
-    the driver), so the check sees exactly the rows that would be committed;
-    only table files whose key statistics overlap them are read."""
-    table = log.storage.root
+    """Commit ``files`` through the one append sequence
+    (:func:`castsql.write.pipeline.append`: keys unique, non-NULL, not live).
+    The keys are read back from the files just written (the key column only,
+    on the driver), so the check sees exactly the rows that would be
+    committed."""
     keys = written_keys(log, files, pk, schema)
-    check_input_keys(table, pk, keys)
-    mm = pc.min_max(keys)
-    span = (pk, json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py()))
-
-    def run(_: int) -> Manifest:
-        snap = resolve(log)
-        found = existing_keys(log.storage, snap, pk, keys)
-        if found:
-            raise refuse_existing(table, pk, found, snap.version)
-        change = Change(
-            "APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary,
-            read_version=snap.version, key_span=span,
-        )  # fmt: skip
-        return log.commit(change)
-
-    return with_retries(f"table {table}: append", ATTEMPTS, run)
+    return pipeline.append(
+        log, log.storage.root, files, schema=schema, new_schema=new_schema, keys=keys, summary=summary
+    )
 
 
 def written_keys(log: TableLog, files: list[DataFile], pk: str, schema: Schema) -> pa.Array:

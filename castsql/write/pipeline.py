@@ -1,4 +1,4 @@
-"""The one write sequence of delete, update and merge, whichever engine runs it.
+"""The one write sequence of append, delete, update and merge, whichever engine runs it.
 
 ::
 
@@ -42,16 +42,17 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from castsql.errors import MergeError, WriteError
-from castsql.format import DataFile, Manifest, Schema, TableLog, TombstoneRecord
+from castsql.format import Change, DataFile, Manifest, Schema, TableLog, TombstoneRecord
 from castsql.format.evolution import fits, merged, rebase, refusal, widens
 from castsql.format.manifest import json_stat
 from castsql.format.schema import normalize_type, type_from_name, type_name
 from castsql.format.tombstone import serialize_tombstones
 from castsql.snapshot import Snapshot, resolve
 from castsql.write.commit import commit_dml, with_retries
-from castsql.write.keys import check_input_keys, check_written_keys
+from castsql.write.keys import check_input_keys, check_written_keys, existing_keys, refuse_existing
 from castsql.write.merge import MergeMetrics, MergeSpec, inserts_unmatched, moves_keys, validate
 
 ATTEMPTS = 5  # plans made before a conflicting operation gives up (FORMAT.md §7)
@@ -302,6 +303,74 @@ def update(
             found.close()
 
     return with_retries(f"table {table}: {op}", attempts, attempt)
+
+
+# ---------------------------------------------------------------------- append
+
+
+def added(files: Sequence[DataFile]) -> dict[str, int]:
+    """The summary counts of a commit that adds ``files``."""
+    return {
+        "added_files": len(files),
+        "added_rows": sum(f.total_rows for f in files),
+        "added_bytes": sum(f.size_bytes for f in files),
+    }
+
+
+def append(
+    log: TableLog,
+    table: str,
+    files: Sequence[DataFile],
+    *,
+    schema: Schema,
+    new_schema: Schema | None = None,
+    keys: pa.Array | pa.ChunkedArray | None = None,
+    summary: Mapping[str, Any] | None = None,
+    base: Manifest | None = None,
+    keys_checked: bool = False,
+    attempts: int = ATTEMPTS,
+) -> Manifest:
+    """Commit written ``files`` as new rows, one ``APPEND`` version, whichever
+    engine wrote them.
+
+    ``keys``: the primary-key values of exactly those rows (None: the table
+    has no primary key, or the caller allows duplicates). They are refused if
+    NULL, repeated, or already live in the table; the commit then conflicts
+    with any commit since its check that touched the keys' span, and checks
+    again from the new head (up to ``attempts`` times). ``base``: the version
+    the input was fitted to, checked on the first attempt instead of reading
+    the pointer again (an append's S3 requests, issue 36).
+    ``keys_checked``: the caller already refused NULL and repeated keys
+    within the input, before writing a file (the embedded engine knows its
+    keys first; Spark reads them back from what it wrote). Nothing is
+    committed when a check refuses; the caller removes its files.
+    """
+    summary = {**(summary or {}), **added(files)}
+    if keys is None:
+        return log.commit(
+            Change("APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary)
+        )
+    pk = (base or log.latest()).primary_key
+    if pk is None:
+        raise WriteError(f"table {table}: append: keys were given for a table without a primary key")
+    keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    if not keys_checked:
+        check_input_keys(table, pk, keys)
+    mm = pc.min_max(keys)
+    span = (pk, json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py()))
+
+    def attempt(i: int) -> Manifest:
+        snap = resolve(log, base.version) if i == 0 and base is not None else resolve(log)
+        found = existing_keys(log.storage, snap, pk, keys)
+        if found:
+            raise refuse_existing(table, pk, found, snap.version)
+        change = Change(
+            "APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary,
+            read_version=snap.version, key_span=span,
+        )  # fmt: skip
+        return log.commit(change)
+
+    return with_retries(f"table {table}: append", attempts, attempt)
 
 
 # ---------------------------------------------------------------------- merge

@@ -16,7 +16,7 @@ from castsql.shell.special.registry import COMMANDS, lookup, meta_command
 from castsql.shell.text_modes import normal_mode
 
 if TYPE_CHECKING:
-    from castsql.shell.core import Shell
+    from castsql.shell.special.host import Shell
 
 _ON = {"on", "true", "yes", "1"}
 _OFF = {"off", "false", "no", "0"}

@@ -19,7 +19,7 @@ import pyarrow as pa
 from castsql.shell.errors import ShellError
 
 if TYPE_CHECKING:
-    from castsql.shell.core import Shell
+    from castsql.shell.special.host import Shell
 
 Handler = Callable[["Shell", list[str]], "pa.Table | None"]
 

@@ -1,7 +1,8 @@
 """Garbage collection: drop old versions and the objects no kept version needs.
 
-Needs no Spark (this module never imports pyspark); it lists, reads manifests
-and deletes through :mod:`castsql.storage`.
+It needs no engine: it lists, reads manifests and deletes through
+:mod:`castsql.storage`. ``castsql gc``, :meth:`castsql.Table.gc` and
+:func:`castsql.spark.gc` all run this.
 
 Rules (docs/SPARK.md, "Garbage collection", says why each is safe while
 writers commit concurrently):
@@ -49,7 +50,7 @@ from castsql.format.layout import (
     manifest_version,
     to_table_key,
 )
-from castsql.format.log import parse_pointer
+from castsql.format.metadata import parse_pointer
 from castsql.storage import ObjectInfo, ObjectNotFound, S3Config, Storage, open_storage
 
 TMP_PREFIX = ".tmp-"  # the local backend's not-yet-linked temporary files
@@ -177,7 +178,7 @@ def _temp_files(storage: Storage) -> list[ObjectInfo]:
 
 
 def gc(
-    uri: str,
+    uri: str | Storage,
     *,
     keep_versions: int | None = None,
     older_than: timedelta | None = None,
@@ -186,7 +187,8 @@ def gc(
     s3: S3Config | None = None,
     now: datetime | None = None,
 ) -> GCReport:
-    """Remove the versions of the table at ``uri`` that are not kept and every
+    """Remove the versions of the table at ``uri`` (a URI, or its opened
+    storage) that are not kept and every
     object no kept version references (see the module docs for the rules).
 
     ``keep_versions``: keep the last N versions; ``older_than``: drop versions
@@ -209,7 +211,7 @@ def gc(
     if grace < timedelta(0):
         raise CastSQLError(f"grace must not be negative, got {grace}")
     now = (now or datetime.now(UTC)).astimezone(UTC)
-    storage = open_storage(uri, s3=s3)
+    storage = uri if isinstance(uri, Storage) else open_storage(uri, s3=s3)
     log = TableLog(storage)
     log.latest()  # TableNotFound before anything else, for a path that is no table
 

@@ -1,0 +1,361 @@
+"""A table's metadata, read and cached: the pointer, the manifests, and the
+metadata objects and tombstone files they name.
+
+Everything here is read-only. Manifests, metadata objects and tombstone files
+never change once written, so each is parsed once and kept (bounded); only
+the pointer is read afresh. The commit protocol builds on this in
+:mod:`castsql.format.log`; :mod:`castsql.format.change` and
+:mod:`castsql.format.fold` plan a commit from what this reads.
+
+Example::
+
+    >>> import pyarrow as pa, tempfile
+    >>> from castsql.storage import open_storage
+    >>> from castsql.format import TableLog, write_data_files
+    >>> st = open_storage(tempfile.mkdtemp())
+    >>> log = TableLog.create(st, pa.schema([("id", pa.int64())]), primary_key="id")
+    >>> _ = log.append(write_data_files(st, pa.table({"id": [1, 2, 3]}), log.latest().schema))
+    >>> meta = TableMetadata(st)
+    >>> meta.latest().version, meta.totals(meta.latest()).rows
+    (1, 3)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pyarrow as pa
+
+from castsql.errors import FormatError, TableNotFound, VersionNotFound
+from castsql.format.jsonio import load_json
+from castsql.format.layout import MANIFEST_DIR, POINTER_KEY, manifest_key, manifest_version, to_table_key
+from castsql.format.manifest import DataFile, Manifest, MetaRef, Totals, format_time, no_gc, parse_manifest
+from castsql.format.metafiles import files_from_arrow, read_deletes_object
+from castsql.format.schema import Schema
+from castsql.format.state import FilePart, VersionState, read_part, read_records
+from castsql.format.tombstone import TombstoneRecord, parse_tombstones
+from castsql.storage import ObjectNotFound, Storage
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries with full-jitter exponential backoff."""
+
+    max_attempts: int = 200
+    base_delay: float = 0.002
+    max_delay: float = 0.25
+
+    def sleep(self, attempt: int) -> None:
+        time.sleep(random.uniform(0, min(self.max_delay, self.base_delay * 2**attempt)))
+
+
+_PART_ROWS_CACHED = 4_000_000  # file entries of metadata objects kept parsed, per table
+_HOLDERS = 200_000  # data files whose files object a log remembers
+
+
+def parse_pointer(data: bytes, where: str) -> int:
+    obj = load_json(data, where, "pointer")
+    v = obj.get("version") if isinstance(obj, dict) else None
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise FormatError(f'{where}: pointer must be {{"version": <non-negative integer>}}, got {data[:80]!r}')
+    return v
+
+
+def _schema_key(m: Manifest) -> str:
+    return _schema_text(m.schema)
+
+
+_schema_texts: dict[int, tuple[Schema, str]] = {}
+
+
+def _schema_text(schema: Schema) -> str:
+    # Asked on every lookup of a files object (a stepped resolve makes
+    # hundreds a version): the JSON once per schema object, found by identity
+    # (hashing a schema costs as much as the JSON); the entry holds the
+    # schema, so its id is not reused while cached.
+    hit = _schema_texts.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    text = json.dumps(schema.to_json(), sort_keys=True)
+    if len(_schema_texts) >= 4096:
+        _schema_texts.clear()
+    _schema_texts[id(schema)] = (schema, text)
+    return text
+
+
+class TableMetadata:
+    """What the table rooted at ``storage`` has committed, read on demand and cached."""
+
+    def __init__(self, storage: Storage, *, retry: RetryPolicy | None = None) -> None:
+        self.storage = storage
+        self.retry = retry or RetryPolicy()
+        self._manifests: OrderedDict[int, Manifest] = OrderedDict()
+        self._tombstones: OrderedDict[str, list[TombstoneRecord]] = OrderedDict()
+        # Metadata objects never change: parsed ones are kept by key (bounded by rows held).
+        self._parts: OrderedDict[tuple[str, str], FilePart] = OrderedDict()
+        self._deletes: OrderedDict[str, pa.Table] = OrderedDict()
+        self._records: OrderedDict[str, list[tuple[str, TombstoneRecord]]] = OrderedDict()
+        self._object_tombs: OrderedDict[str, frozenset[str]] = OrderedDict()
+        # Data file key -> a files object found to list it (VersionState.contains).
+        self.holders: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.storage.root!r})"
+
+    @property
+    def uri(self) -> str:
+        return self.storage.root
+
+    # ------------------------------------------------------------------ read
+
+    def _read_manifest(self, version: int) -> Manifest:
+        """Manifest ``version`` or ObjectNotFound; cached (manifests never change)."""
+        with self._lock:
+            m = self._manifests.get(version)
+            if m is not None:
+                self._manifests.move_to_end(version)
+                return m
+        key = manifest_key(version)
+        data = self.storage.get(key)
+        with no_gc():  # a 100,000-file manifest is millions of small objects: see no_gc
+            m = parse_manifest(data, self.storage.uri(key), expected_version=version)
+        with self._lock:
+            self._manifests[version] = m
+            while len(self._manifests) > 64:
+                self._manifests.popitem(last=False)
+        return m
+
+    def where(self, version: int) -> str:
+        """``<manifest URI> (version N)``: how errors about a version's metadata name it."""
+        return f"{self.storage.uri(manifest_key(version))} (version {version})"
+
+    def manifest_raw(self, version: int) -> Manifest:
+        """Manifest ``version`` (cached), or ObjectNotFound: no listing, no pointer read."""
+        return self._read_manifest(version)
+
+    # ------------------------------------------------------------------ what a version holds
+
+    def state(self, m: Manifest) -> VersionState:
+        """The files and tombstones of version ``m`` (format version 1 or 2)."""
+        return VersionState(self, m)
+
+    def hold(self, key: str, ref_path: str) -> None:
+        """Remember that files object ``ref_path`` lists data file ``key`` (bounded)."""
+        if len(self.holders) >= _HOLDERS:
+            self.holders.clear()
+        self.holders[key] = ref_path
+
+    def has_part(self, ref: MetaRef, m: Manifest) -> bool:
+        with self._lock:
+            return (ref.path, _schema_key(m)) in self._parts
+
+    def part(self, ref: MetaRef, m: Manifest) -> FilePart:
+        """The entries of files object ``ref`` of version ``m`` (cached by key and schema)."""
+        ck = (ref.path, _schema_key(m))
+        with self._lock:
+            p = self._parts.get(ck)
+            if p is not None:
+                self._parts.move_to_end(ck)
+                return p
+        p = read_part(self.storage, ref, m, self.where(m.version))
+        with self._lock:
+            self._parts[ck] = p
+            held = sum(x.table.num_rows for x in self._parts.values())
+            while held > _PART_ROWS_CACHED and len(self._parts) > 1:
+                held -= self._parts.popitem(last=False)[1].table.num_rows
+        return p
+
+    def deletes_table(self, ref: MetaRef, where: str | None = None) -> pa.Table:
+        """The rows of deletes object ``ref`` (cached by key); ``where`` names the version in errors."""
+        with self._lock:
+            t = self._deletes.get(ref.path)
+            if t is not None:
+                self._deletes.move_to_end(ref.path)
+                return t
+        t = read_deletes_object(self.storage, ref, where or self.storage.root)
+        with self._lock:
+            self._deletes[ref.path] = t
+            while len(self._deletes) > 256:
+                self._deletes.popitem(last=False)
+        return t
+
+    def object_tombstones(self, ref: MetaRef, where: str | None = None) -> frozenset[str]:
+        """The keys of the tombstone files whose records deletes object ``ref`` holds (cached by key)."""
+        with self._lock:
+            keys = self._object_tombs.get(ref.path)
+            if keys is not None:
+                self._object_tombs.move_to_end(ref.path)
+                return keys
+        keys = frozenset(self.deletes_table(ref, where).column("tombstone").to_pylist())
+        with self._lock:
+            self._object_tombs[ref.path] = keys
+            while len(self._object_tombs) > 1024:
+                self._object_tombs.popitem(last=False)
+        return keys
+
+    def delete_records(self, ref: MetaRef, where: str) -> list[tuple[str, TombstoneRecord]]:
+        """The records of deletes object ``ref``, with the tombstone file of each (cached by key)."""
+        with self._lock:
+            recs = self._records.get(ref.path)
+            if recs is not None:
+                self._records.move_to_end(ref.path)
+                return recs
+        self.deletes_table(ref, where)  # read and checked once
+        recs = read_records(self.storage, ref, where)
+        with self._lock:
+            self._records[ref.path] = recs
+            while len(self._records) > 256:
+                self._records.popitem(last=False)
+        return recs
+
+    def entries_of(self, table: pa.Table) -> list[DataFile]:
+        return files_from_arrow(table)
+
+    def totals(self, m: Manifest) -> Totals:
+        """What ``m`` holds: its own totals (version 2), or counted from its lists (version 1)."""
+        if m.totals is not None:
+            return m.totals
+        return Totals(
+            files=len(m.data_files),
+            rows=sum(f.total_rows for f in m.data_files),
+            bytes=sum(f.size_bytes for f in m.data_files),
+            tombstones=len(m.tombstones),
+        )
+
+    def _read_pointer(self) -> tuple[int | None, str | None]:
+        try:
+            data, etag = self.storage.get_with_etag(POINTER_KEY)
+        except ObjectNotFound:
+            return None, None
+        return parse_pointer(data, self.storage.uri(POINTER_KEY)), etag
+
+    def _head(self) -> tuple[Manifest, int | None, str | None]:
+        """The latest committed manifest, with the pointer's version and ETag."""
+        pv, etag = self._read_pointer()
+        if pv is None:
+            # The creator may have died between manifest 0 and the pointer.
+            try:
+                m = self._read_manifest(0)
+            except ObjectNotFound:
+                raise TableNotFound(f"{self.storage.root}: no table here (no {POINTER_KEY})") from None
+        else:
+            for _ in range(self.retry.max_attempts):
+                try:
+                    m = self._read_manifest(pv)
+                    break
+                except ObjectNotFound:
+                    # GC may drop it between our pointer GET and this one, once
+                    # the pointer has moved on (FORMAT.md §8 keeps only versions
+                    # from the pointer's current one): read the pointer again.
+                    again, again_etag = self._read_pointer()
+                    if again is None or again == pv:
+                        raise FormatError(
+                            f"{self.storage.uri(POINTER_KEY)}: names version {pv}, "
+                            f"but {manifest_key(pv)} does not exist"
+                        ) from None
+                    pv, etag = again, again_etag
+            else:
+                raise FormatError(f"{self.storage.uri(POINTER_KEY)}: kept moving to garbage-collected versions")
+        while True:  # roll forward over versions committed after the pointer moved
+            try:
+                m = self._read_manifest(m.version + 1)
+            except ObjectNotFound:
+                return m, pv, etag
+
+    def latest(self) -> Manifest:
+        """The latest committed version (one pointer GET, then one manifest GET
+        per version past the pointer, plus one that finds none)."""
+        return self._head()[0]
+
+    def latest_version(self) -> int:
+        return self.latest().version
+
+    def manifest(self, version: int, *, probe: bool = False) -> Manifest:
+        """Manifest of a committed version; VersionNotFound if there is none.
+
+        Manifests are cached, as they never change, but GC may drop one: with
+        ``probe`` a cached manifest is returned only if it is still stored
+        (one existence check), so a collected version is refused.
+        """
+        if not isinstance(version, int) or version < 0:
+            raise VersionNotFound(f"{self.storage.root}: version {version!r} is not a version number")
+        try:
+            if probe and not self.storage.exists(manifest_key(version)):
+                with self._lock:
+                    self._manifests.pop(version, None)
+                raise ObjectNotFound(manifest_key(version))
+            return self._read_manifest(version)
+        except ObjectNotFound:
+            pass
+        # Listing, not the pointer: a version is told apart from a collected one
+        # even when the latest version is unreadable (audits of old versions
+        # must keep working exactly then).
+        kept = self.versions()
+        if not kept or version > kept[-1]:
+            latest = f" (latest is {kept[-1]})" if kept else ""
+            raise VersionNotFound(f"{self.storage.root}: version {version} does not exist{latest}") from None
+        raise VersionNotFound(
+            f"{self.storage.root}: version {version} was garbage-collected (oldest kept is {kept[0]})"
+        ) from None
+
+    def versions(self) -> list[int]:
+        """Committed versions whose manifests are still kept, ascending.
+
+        A manifest that exists is committed (the create-only put is the commit
+        point), so this is a listing of ``manifest/`` alone: it needs neither
+        the pointer nor the latest manifest to be readable.
+        """
+        return sorted(
+            v for info in self.storage.list(MANIFEST_DIR + "/") if (v := manifest_version(info.key)) is not None
+        )
+
+    def history(self) -> list[Manifest]:
+        """Every kept version's manifest, oldest first."""
+        return [self._read_manifest(v) for v in self.versions()]
+
+    def version_at(self, when: datetime) -> int:
+        """The latest version committed at or before ``when``."""
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        vs = self.versions()
+        lo, hi, found = 0, len(vs) - 1, None
+        # created_at never decreases along the chain (commit() enforces it).
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if self._read_manifest(vs[mid]).created_at <= when:
+                found, lo = vs[mid], mid + 1
+            else:
+                hi = mid - 1
+        if found is None:
+            first = self._read_manifest(vs[0]).created_at if vs else None
+            raise VersionNotFound(
+                f"{self.storage.root}: no version at or before {format_time(when)}"
+                + (f" (the oldest kept version was committed at {format_time(first)})" if first else "")
+            )
+        return found
+
+    def tombstones(self, key: str) -> list[TombstoneRecord]:
+        """Records of one tombstone file (cached; tombstones never change)."""
+        key = to_table_key(key, self.storage.root, what="tombstone")
+        with self._lock:
+            recs = self._tombstones.get(key)
+            if recs is not None:
+                self._tombstones.move_to_end(key)
+                return recs
+        try:
+            data = self.storage.get(key)
+        except ObjectNotFound:
+            raise FormatError(f"{self.storage.uri(key)}: tombstone file is missing") from None
+        recs = parse_tombstones(data, self.storage.uri(key))
+        with self._lock:
+            self._tombstones[key] = recs
+            while len(self._tombstones) > 4096:
+                self._tombstones.popitem(last=False)
+        return recs
