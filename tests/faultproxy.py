@@ -114,7 +114,10 @@ class FaultProxy:
                 for k, v in resp.getheaders():
                     if k.lower() not in ("content-length", "transfer-encoding", "connection"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # A HEAD's body is empty, but its Content-Length is the object's size: pass it on
+                # (a HEAD answered with 0 made DuckDB read whole objects without ranges).
+                size = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", size if size is not None else str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

@@ -259,3 +259,38 @@ def test_a_retried_commit_with_the_same_id_commits_once(storage, log):
     again = TableLog(storage).append(files, commit_id="c-123")
     assert again.version == first.version == 1
     assert TableLog(storage).latest_version() == 2
+
+
+class _CountingGets:
+    """The log's storage, counting reads of the pointer."""
+
+    def __init__(self, inner):
+        self._inner, self.pointer_reads = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def get_with_etag(self, key):
+        self.pointer_reads += key == POINTER_KEY
+        return self._inner.get_with_etag(key)
+
+
+def test_a_commit_planned_on_the_head_just_read_does_not_read_the_pointer_again(storage, log):
+    counting = _CountingGets(storage)
+    mine = TableLog(counting)
+    files = write_data_files(storage, rows(0, 3), log.latest().schema)
+    head = mine.latest()
+    assert counting.pointer_reads == 1
+    m = mine.commit(Change("APPEND", add_files=tuple(files)), base=head)
+    assert (m.version, counting.pointer_reads) == (1, 1)  # issue 36: an append's two requests fewer on S3
+
+
+def test_a_commit_planned_on_a_stale_head_still_lands_after_the_commit_that_beat_it(storage, log):
+    mine = TableLog(storage)
+    stale = mine.latest()  # version 0, remembered with the pointer's ETag
+    log.append(write_data_files(storage, rows(0, 3), log.latest().schema))  # another writer: version 1
+    files = write_data_files(storage, rows(10, 2), stale.schema)
+    m = mine.commit(Change("APPEND", add_files=tuple(files)), base=stale)
+    assert m.version == 2 and m.previous == 1
+    assert mine.latest().version == 2 and json.loads(storage.get(POINTER_KEY))["version"] == 2
+    assert sorted(f.total_rows for f in mine.state(m).entries()) == [2, 3]  # neither commit lost

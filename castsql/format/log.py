@@ -133,7 +133,7 @@ class TableLog(TableMetadata):
 
     # ------------------------------------------------------------------ commit
 
-    def commit(self, change: Change, *, commit_id: str | None = None) -> Manifest:
+    def commit(self, change: Change, *, commit_id: str | None = None, base: Manifest | None = None) -> Manifest:
         """Commit ``change`` as the next version, rebasing it on whatever won
         any race meanwhile. Raises CommitConflict if it cannot be applied or
         every attempt lost.
@@ -143,12 +143,20 @@ class TableLog(TableMetadata):
         have landed) calls again with the same id, and gets the version that
         call committed instead of committing twice. The last
         ``IDEMPOTENCY_WINDOW`` versions are searched for it.
+
+        ``base``: the head the caller planned ``change`` on. If it is the last
+        head this log read, the first attempt starts from it instead of
+        reading the pointer again (two requests fewer on S3); a commit that
+        landed since makes the create-only put of the next manifest fail, and
+        the next attempt reads the head afresh, as without it.
         """
         explicit = commit_id is not None
         commit_id = commit_id or uuid.uuid4().hex
         checked: int | None = None
+        # An explicit id searches back from the head for an earlier landing: only a fresh head will do.
+        first = self.seen_head(base) if base is not None and not explicit else None
         for attempt in range(self.retry.max_attempts):
-            base, pv, etag = self._head()
+            base, pv, etag = first if attempt == 0 and first is not None else self._head()
             if explicit or checked is not None:
                 low = base.version - IDEMPOTENCY_WINDOW if checked is None else checked
                 for v in range(base.version, max(low, -1), -1):
@@ -236,7 +244,7 @@ class TableLog(TableMetadata):
         head = self.latest()
         if all(head.properties.get(k) == v for k, v in props.items()):
             return None
-        return self.commit(Change("SET PROPERTIES", properties=props))
+        return self.commit(Change("SET PROPERTIES", properties=props), base=head)
 
     def alter(
         self,
@@ -258,7 +266,7 @@ class TableLog(TableMetadata):
         new = evolution.altered(head.schema, add=add, widen=widen, where=where, primary_key=head.primary_key)
         if new == head.schema:
             return None
-        return self.commit(Change("ALTER", new_schema=new))
+        return self.commit(Change("ALTER", new_schema=new), base=head)
 
     def append(
         self,
@@ -311,7 +319,8 @@ class TableLog(TableMetadata):
                 tombstone_targets=frozenset(targets),
                 read_version=base.version,
                 summary=summary,
-            )
+            ),
+            base=base,
         )
 
     def write_tombstone(self, records: Sequence[TombstoneRecord]) -> str:
@@ -372,7 +381,7 @@ class TableLog(TableMetadata):
                     raise FormatError(f"{where}: {key} is gone (garbage-collected?); nothing was committed")
                 checked.add(key)
             try:
-                return self.commit(change)
+                return self.commit(change, base=base)
             except RestoreRaced:
                 continue
         raise CommitConflict(f"{where}: new versions kept landing while it was planned; nothing was committed")

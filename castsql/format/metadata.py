@@ -104,6 +104,9 @@ class TableMetadata:
         self._object_tombs: OrderedDict[str, frozenset[str]] = OrderedDict()
         # Data file key -> a files object found to list it (VersionState.contains).
         self.holders: dict[str, str] = {}
+        # The last head read, with the pointer's version and ETag: a commit
+        # planned on it starts from there instead of reading the pointer again.
+        self._seen: tuple[Manifest, int | None, str | None] | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -267,7 +270,15 @@ class TableMetadata:
             try:
                 m = self._read_manifest(m.version + 1)
             except ObjectNotFound:
+                self._seen = (m, pv, etag)
                 return m, pv, etag
+
+    def seen_head(self, m: Manifest) -> tuple[Manifest, int | None, str | None] | None:
+        """``m`` with the pointer version and ETag it was read with, if ``m`` is
+        the last head this object read; else None. Possibly stale: a commit
+        planned on it still loses cleanly (the next manifest exists already)."""
+        seen = self._seen
+        return seen if seen is not None and seen[0].version == m.version else None
 
     def latest(self) -> Manifest:
         """The latest committed version (one pointer GET, then one manifest GET

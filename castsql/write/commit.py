@@ -89,7 +89,7 @@ def commit_dml(
         read_version=read_version,
         summary=full,
     )
-    return log.commit(change)
+    return log.commit(change, base=log.manifest(read_version))
 
 
 def commit_overwrite(
@@ -129,7 +129,7 @@ def commit_overwrite(
             summary={**(summary or {}), "removed_files": len(old)},
         )
         try:
-            return log.commit(change)
+            return log.commit(change, base=head)
         except DmlConflict as e:
             last = e
         except CommitConflict as e:

@@ -347,9 +347,8 @@ def append(
     """
     summary = {**(summary or {}), **added(files)}
     if keys is None:
-        return log.commit(
-            Change("APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary)
-        )
+        change = Change("APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary)
+        return log.commit(change, base=base)
     pk = (base or log.latest()).primary_key
     if pk is None:
         raise WriteError(f"table {table}: append: keys were given for a table without a primary key")
@@ -368,7 +367,7 @@ def append(
             "APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary,
             read_version=snap.version, key_span=span,
         )  # fmt: skip
-        return log.commit(change)
+        return log.commit(change, base=snap.manifest)
 
     return with_retries(f"table {table}: append", attempts, attempt)
 
