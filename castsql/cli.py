@@ -13,6 +13,7 @@ castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
 castsql restore URI (--version N | --timestamp T)   commit an older version's content as the newest
 castsql upgrade URI                       make a format version 1 table version 2
 castsql alter URI [--add-column NAME TYPE]... [--widen NAME TYPE]...   schema evolution, no Spark
+castsql export URI --delta [--version N]  mirror versions as a Delta log other engines read
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import os
 import sys
 
 # In the order ``castsql --help`` lists them.
-WRITER_COMMANDS = ("append", "delete", "update", "merge", "compact", "gc", "restore", "upgrade", "alter")
+WRITER_COMMANDS = ("append", "delete", "update", "merge", "compact", "gc", "restore", "upgrade", "alter", "export")
 
 
 def main(argv: list[str] | None = None) -> int:

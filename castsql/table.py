@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from castsql.embedded.writer import Writer
     from castsql.engine import Session
     from castsql.format import Manifest
+    from castsql.mirror.delta import DeltaExport
     from castsql.write.garbage import GCReport
     from castsql.write.merge import MergeBuilder, MergeMetrics, MergeSpec
 
@@ -498,6 +499,22 @@ class Table:
             grace=grace,
             dry_run=dry_run,
         )
+
+    def export_delta(self, version: int | None = None) -> DeltaExport:
+        """Mirror this table's versions as a Delta log next to it (``_delta_log/``,
+        Delta version N = CastSQL version N) up to ``version`` (default: the
+        newest), over the table's own Parquet files: deletes become deletion
+        vectors, nothing is copied. Only versions not mirrored yet are written.
+        DuckDB's ``delta_scan``, deltalake and polars then read the table
+        (docs/OTHER_ENGINES.md).
+
+        >>> events.export_delta().latest                                  # doctest: +SKIP
+        12
+        """
+        from castsql.mirror.delta import export_delta
+
+        log = self._session.log(self.name)
+        return export_delta(log, self.version if version is None and self._pinned else version)
 
     def delete(self, where: str) -> Manifest | None:
         """Delete the rows where the SQL condition ``where`` holds: one

@@ -88,7 +88,7 @@ def parse_age(text: str) -> timedelta:
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{self.prog}: {message}")
+        raise UsageError(message)  # printed after "castsql COMMAND: error:"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -192,6 +192,16 @@ def _parser() -> argparse.ArgumentParser:
     al.add_argument("uri")
     al.add_argument("--add-column", nargs=2, action="append", default=[], metavar=("NAME", "TYPE"))
     al.add_argument("--widen", nargs=2, action="append", default=[], metavar=("NAME", "TYPE"))
+    ex = sub.add_parser(
+        "export",
+        help="mirror versions as a Delta log next to the table (_delta_log/), over its own data files",
+        description="Write the table's versions as a Delta log (Delta version N = CastSQL version N) that other "
+        "engines read: DuckDB's delta_scan, deltalake, polars, Spark's and Trino's Delta connectors. Only "
+        "versions not mirrored yet are written; no data file is copied. See docs/OTHER_ENGINES.md.",
+    )
+    ex.add_argument("uri")
+    ex.add_argument("--delta", action="store_true", required=True, help="a Delta log (the one mirror so far)")
+    ex.add_argument("--version", type=int, metavar="N", help="mirror up to version N (default: the latest)")
     return p
 
 
@@ -272,6 +282,18 @@ def _run(args: Any) -> str:
         if m is None:
             return f"restore: version {log.latest().version} already equals version {version}; nothing committed"
         return _summary(f"restore to version {version}", m)
+    if args.command == "export":
+        from castsql.mirror.delta import export_delta
+
+        log = TableLog(open_storage(args.uri))
+        r = export_delta(log, args.version)
+        if not r.written:
+            return f"export: the Delta log of {log.uri} already holds version {r.latest}; nothing written"
+        span = f"{r.written[0]}-{r.written[-1]}" if len(r.written) > 1 else str(r.written[0])
+        return (
+            f"export: Delta log of {log.uri} now at version {r.latest} (wrote version(s) {span}: "
+            f"{len(r.written)} commit(s), {r.vectors} deletion vector(s), {format_bytes(r.bytes_written)})"
+        )
     if args.command == "gc":
         from castsql.write.garbage import gc
 

@@ -1,0 +1,420 @@
+"""A Delta log of a CastSQL table, next to it, over its own Parquet files.
+
+``export_delta(log)`` writes ``_delta_log/<version>.json`` for every CastSQL
+version not yet mirrored, up to the one asked for: Delta version N is CastSQL
+version N, so time travel in another engine names the same versions. No data
+file is copied or rewritten: each ``add`` names the table's own file
+(``data/...``, relative to the table root), and the rows CastSQL's tombstones
+drop (row positions, whole row groups, key ranges) become that file's
+deletion vector (:mod:`castsql.mirror.deletion_vectors`), written to
+``_delta_dv/`` once per mirrored version. A file whose deletes change is
+removed and added again with its new vector, as Delta writers do.
+
+The mirror is never a second source of truth: CastSQL's pointer stays the
+commit point, and a mirror version is written only from a committed CastSQL
+version. Each commit file is a create-only put, so two exporters racing on
+one version cannot both write it (the loser is told to run again).
+
+Example::
+
+    >>> import pyarrow as pa, tempfile, castsql
+    >>> root = tempfile.mkdtemp() + "/t"
+    >>> _ = castsql.write_table(root, pa.table({"id": [1, 2, 3]}), primary_key="id")
+    >>> castsql.open(root).delete("id = 2").version
+    2
+    >>> from castsql.format import TableLog
+    >>> from castsql.storage import open_storage
+    >>> export_delta(TableLog(open_storage(root))).written
+    [0, 1, 2]
+    >>> import deltalake                                      # doctest: +SKIP
+    >>> deltalake.DeltaTable(root).to_pyarrow_table().column("id").to_pylist()   # doctest: +SKIP
+    [1, 3]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyroaring import BitMap
+
+from castsql.errors import CommitConflict, FormatError, VersionNotFound
+from castsql.format import Manifest, Schema, TableLog
+from castsql.format.schema import type_from_name
+from castsql.format.tombstone import key_bound
+from castsql.mirror.deletion_vectors import VectorFile
+from castsql.snapshot import ResolvedFile, Snapshot, resolve
+from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
+from castsql.storage.ranged import open_ranged
+
+LOG_DIR = "_delta_log"
+DV_DIR = "_delta_dv"
+
+
+class MirrorError(FormatError):
+    """A table (or one of its versions) that the mirror cannot express."""
+
+
+@dataclass
+class DeltaExport:
+    """What one :func:`export_delta` call wrote."""
+
+    table: str
+    written: list[int] = field(default_factory=list)  # versions mirrored by this call
+    latest: int = -1  # the newest mirrored version after it
+    vectors: int = 0  # deletion vectors written
+    bytes_written: int = 0
+
+
+def commit_key(version: int) -> str:
+    return f"{LOG_DIR}/{version:020d}.json"
+
+
+def mirrored_versions(storage: Storage) -> list[int]:
+    """The versions whose Delta commit file exists, ascending."""
+    out = []
+    for info in storage.list(LOG_DIR + "/"):
+        name = info.key.rsplit("/", 1)[-1]
+        if name.endswith(".json") and len(name) == 25 and name[:20].isdigit():
+            out.append(int(name[:20]))
+    return sorted(out)
+
+
+# ---------------------------------------------------------------------- schema
+
+
+def delta_type(t: pa.DataType, where: str) -> Any:
+    """The Delta schema type of an Arrow type (PROTOCOL.md, "Schema Serialization Format")."""
+    simple = {
+        pa.bool_(): "boolean",
+        pa.int8(): "byte",
+        pa.int16(): "short",
+        pa.int32(): "integer",
+        pa.int64(): "long",
+        pa.float32(): "float",
+        pa.float64(): "double",
+        pa.string(): "string",
+        pa.large_string(): "string",
+        pa.binary(): "binary",
+        pa.large_binary(): "binary",
+        pa.date32(): "date",
+    }
+    if t in simple:
+        return simple[t]
+    if pa.types.is_decimal(t):
+        if t.precision > 38:
+            raise MirrorError(f"{where}: {t} is wider than Delta's decimal(38)")
+        return f"decimal({t.precision},{t.scale})"
+    if pa.types.is_timestamp(t):
+        if t.unit == "ns":
+            raise MirrorError(f"{where}: nanosecond timestamps have no Delta type (Delta stores microseconds)")
+        return "timestamp" if t.tz is not None else "timestamp_ntz"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return {"type": "array", "elementType": delta_type(t.value_type, where), "containsNull": True}
+    if pa.types.is_struct(t):
+        return {"type": "struct", "fields": [_field(t.field(i), where) for i in range(t.num_fields)]}
+    if pa.types.is_map(t):
+        return {
+            "type": "map",
+            "keyType": delta_type(t.key_type, where),
+            "valueType": delta_type(t.item_type, where),
+            "valueContainsNull": True,
+        }
+    raise MirrorError(f"{where}: type {t} has no Delta equivalent")
+
+
+def _field(f: pa.Field, where: str) -> dict[str, Any]:
+    return {"name": f.name, "type": delta_type(f.type, f"{where}: column {f.name}"), "nullable": True, "metadata": {}}
+
+
+def schema_string(schema: Schema, where: str) -> str:
+    arrow = schema.to_arrow()
+    return json.dumps({"type": "struct", "fields": [_field(f, where) for f in arrow]}, separators=(",", ":"))
+
+
+def _needs_ntz(t: pa.DataType) -> bool:
+    if pa.types.is_timestamp(t):
+        return t.tz is None
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _needs_ntz(t.value_type)
+    if pa.types.is_struct(t):
+        return any(_needs_ntz(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _needs_ntz(t.key_type) or _needs_ntz(t.item_type)
+    return False
+
+
+def protocol(schema: Schema) -> dict[str, Any]:
+    features = ["deletionVectors"]
+    if any(_needs_ntz(f.type) for f in schema.to_arrow()):
+        features.append("timestampNtz")
+    return {"minReaderVersion": 3, "minWriterVersion": 7, "readerFeatures": features, "writerFeatures": features}
+
+
+def _table_id(log: TableLog, first: Manifest) -> str:
+    # Stable for the table: the same id whoever mirrors it, from the first kept version's commit.
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"castsql:{first.commit_id or log.storage.root}"))
+
+
+def _ms(m: Manifest) -> int:
+    return int(m.created_at.timestamp() * 1000)
+
+
+# ---------------------------------------------------------------------- rows each file drops
+
+
+def dropped(storage: Storage, snap: Snapshot, f: ResolvedFile) -> BitMap:
+    """Every position of ``f`` that ``snap``'s tombstones drop: its positions
+    and row groups, and the rows whose key falls in one of its key ranges
+    (found by reading the file's key column)."""
+    out = BitMap(f.deleted)
+    if f.key_ranges:
+        pk = snap.primary_key
+        col = snap.schema.column(pk) if pk else None
+        if col is None:
+            raise MirrorError(f"{storage.root}: version {snap.version}: key-range deletes on a table with no key")
+        want = type_from_name(col.type)
+        keys = pq.ParquetFile(open_ranged(storage, f.key, f.entry.size_bytes, 1 << 20)).read(columns=[pk]).column(0)
+        if keys.type != want:
+            keys = keys.cast(want)
+        hit = None
+        for lo, hi in f.key_ranges:
+            lo_s, hi_s = pa.scalar(key_bound(lo, want), want), pa.scalar(key_bound(hi, want), want)
+            inside = pc.and_(pc.greater_equal(keys, lo_s), pc.less_equal(keys, hi_s))
+            hit = inside if hit is None else pc.or_(hit, inside)
+        idx = pc.indices_nonzero(pc.fill_null(hit, False)) if hit is not None else pa.array([], pa.uint64())
+        out.update(idx.to_numpy().astype("uint32"))
+    return out
+
+
+# ---------------------------------------------------------------------- actions
+
+
+def _add(f: ResolvedFile, m: Manifest, dv: dict[str, Any] | None) -> dict[str, Any]:
+    add: dict[str, Any] = {
+        "path": quote(f.key, safe="/"),
+        "partitionValues": {},
+        "size": f.entry.size_bytes,
+        "modificationTime": _ms(m),
+        "dataChange": True,
+        "stats": json.dumps({"numRecords": f.total_rows}, separators=(",", ":")),
+    }
+    if dv is not None:
+        add["deletionVector"] = dv
+    return add
+
+
+def _remove(add: dict[str, Any], m: Manifest) -> dict[str, Any]:
+    rm = {
+        "path": add["path"],
+        "deletionTimestamp": _ms(m),
+        "dataChange": True,
+        "extendedFileMetadata": True,
+        "partitionValues": {},
+        "size": add["size"],
+    }
+    if "deletionVector" in add:
+        rm["deletionVector"] = add["deletionVector"]
+    return rm
+
+
+@dataclass
+class _State:
+    """The mirror at one version: each live file's ``add`` action, by table key; the schema and protocol."""
+
+    version: int
+    adds: dict[str, dict[str, Any]]
+    schema: str | None
+    protocol: dict[str, Any] | None
+    digest: str = ""  # of the commit file of ``version``
+
+
+_STATES: dict[str, _State] = {}  # table root -> the mirror state this process last wrote or read
+_STATES_LOCK = threading.Lock()
+
+
+def _replay(storage: Storage, versions: list[int]) -> _State:
+    """The mirror's state after its last commit: the one this process holds,
+    brought forward over commit files written since, or rebuilt from them all."""
+    with _STATES_LOCK:
+        held = _STATES.pop(storage.root, None)
+    start, adds, schema, proto = -1, {}, None, None
+    # Held, and its last commit file is still the one it wrote (a mirror
+    # deleted and written again by someone else has other vectors).
+    if held is not None and held.version in versions and _digest(storage.get(commit_key(held.version))) == held.digest:
+        start, adds, schema, proto = held.version, held.adds, held.schema, held.protocol
+        versions = [v for v in versions if v > start]
+    for v in versions:
+        key = commit_key(v)
+        for line in storage.get(key).decode().splitlines():
+            if not line.strip():
+                continue
+            action = json.loads(line)
+            if "add" in action:
+                adds[unquote(action["add"]["path"])] = action["add"]
+            elif "remove" in action:
+                adds.pop(unquote(action["remove"]["path"]), None)
+            elif "metaData" in action:
+                schema = action["metaData"]["schemaString"]
+            elif "protocol" in action:
+                proto = action["protocol"]
+    state = _State(versions[-1] if versions else start, adds, schema, proto)
+    if versions:
+        state.digest = _digest(storage.get(commit_key(state.version)))
+    elif held is not None and start >= 0:
+        state.digest = held.digest
+    return state
+
+
+def _digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def _keep(storage: Storage, state: _State) -> None:
+    with _STATES_LOCK:
+        _STATES[storage.root] = state
+        while len(_STATES) > 16:
+            _STATES.pop(next(iter(_STATES)))
+
+
+def _actions(
+    log: TableLog, m: Manifest, snap: Snapshot, prev: Snapshot | None, state: _State, first: Manifest
+) -> tuple[list[dict[str, Any]], VectorFile]:
+    """The actions of mirror version ``m.version`` and the vectors they name."""
+    storage = log.storage
+    where = f"{storage.root}: Delta mirror of version {m.version}"
+    vectors = VectorFile(prefix=DV_DIR)
+    actions: list[dict[str, Any]] = [
+        {
+            "commitInfo": {
+                "timestamp": _ms(m),
+                "operation": m.operation,
+                "operationParameters": {},
+                "engineInfo": "castsql",
+                "castsql": {"version": m.version, "commitId": m.commit_id},
+            }
+        }
+    ]
+    schema = schema_string(snap.schema, where)
+    proto = protocol(snap.schema)
+    if proto != state.protocol:
+        actions.append({"protocol": proto})
+    if schema != state.schema:
+        meta = {
+            "id": _table_id(log, first),
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": schema,
+            "partitionColumns": [],
+            "configuration": {"delta.enableDeletionVectors": "true"},
+            "createdTime": _ms(first),
+        }
+        actions.append({"metaData": meta})
+    # Only the files whose rows may differ from the previous version: a
+    # commit's mirror costs its change, not the table.
+    touched = snap.touched_since(prev) if prev is not None else None
+    if touched is None:
+        before = {f.key: f for f in prev.files} if prev is not None else {}
+        now = {f.key: f for f in snap.files}
+        gone = state.adds.keys() - now.keys()
+    else:
+        before = {f.key: f for f in prev.resolved(sorted(touched))} if prev is not None else {}
+        now = {f.key: f for f in snap.resolved(sorted(touched))}
+        gone = {k for k in touched if k in state.adds and k not in now}
+    for key in sorted(gone):
+        actions.append({"remove": _remove(state.adds.pop(key), m)})
+    for key in sorted(now):
+        f = now[key]
+        old = before.get(key)
+        same = old is not None and old.deleted == f.deleted and old.key_ranges == f.key_ranges
+        if key in state.adds and same:
+            continue
+        rows = dropped(storage, snap, f) if f.has_deletes else BitMap()
+        if key in state.adds:
+            # New tombstones that drop no row of the file (a key range or row
+            # group already gone) change nothing here; and a remove and an add
+            # of one file with no vector would name one file twice in one
+            # version, which readers resolve as a removal.
+            was = dropped(storage, prev, old) if old is not None and prev is not None and old.has_deletes else BitMap()
+            if rows == was:
+                continue
+            actions.append({"remove": _remove(state.adds[key], m)})
+        dv = vectors.add(rows) if rows else None
+        add = _add(f, m, dv)
+        state.adds[key] = add
+        actions.append({"add": add})
+    state.schema, state.protocol, state.version = schema, proto, m.version
+    return actions, vectors
+
+
+def _versions(first: int, last: int) -> Iterator[int]:
+    return iter(range(first, last + 1))
+
+
+def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
+    """Mirror the table's versions as a Delta log, up to ``version`` (default:
+    the latest), writing only the versions not mirrored yet.
+
+    Refused with MirrorError when the table holds something Delta cannot
+    express (a type without a Delta equivalent), with VersionNotFound when a
+    version to mirror was garbage-collected, and with CommitConflict when
+    another exporter wrote the same version first (run it again). Nothing of
+    a refused version is written: its vectors land before its commit file,
+    and a vector file no commit names is inert.
+    """
+    storage = log.storage
+    target = log.latest().version if version is None else log.manifest(version).version
+    done = mirrored_versions(storage)
+    if done and done != list(range(done[0], done[-1] + 1)):
+        raise MirrorError(f"{storage.root}: {LOG_DIR} has gaps in its versions ({done[0]}..{done[-1]})")
+    out = DeltaExport(storage.root, latest=done[-1] if done else -1)
+    if done and done[-1] >= target:
+        return out
+    if not done and log.versions()[:1] != [0]:
+        raise VersionNotFound(
+            f"{storage.root}: version 0 was garbage-collected, and a Delta log starts at version 0 "
+            "(mirroring from a checkpoint is not supported yet)"
+        )
+    state = _replay(storage, done)
+    first = log.manifest(0)
+    prev = resolve(log, state.version) if state.version >= 0 else None
+    for v in _versions(state.version + 1, target):
+        m = log.manifest(v)
+        snap = resolve(log, v)
+        actions, vectors = _actions(log, m, snap, prev, state, first)
+        if not vectors.empty:
+            data = vectors.content()
+            storage.put_new(vectors.path, data)
+            out.vectors += sum(1 for a in actions if "deletionVector" in a.get("add", {}))
+            out.bytes_written += len(data)
+        body = ("\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n").encode()
+        try:
+            storage.put_if_absent(commit_key(v), body)
+        except PreconditionFailed:
+            raise CommitConflict(
+                f"{storage.root}: another exporter wrote Delta version {v} first; run the export again"
+            ) from None
+        out.bytes_written += len(body)
+        state.digest = _digest(body)
+        out.written.append(v)
+        out.latest = v
+        prev = snap
+    _keep(storage, state)  # only a state that matches what is stored (a failed put above drops it)
+    return out
+
+
+def read_commit(storage: Storage, version: int) -> list[dict[str, Any]]:
+    """The actions of mirrored version ``version`` (for tests and audits)."""
+    try:
+        data = storage.get(commit_key(version))
+    except ObjectNotFound:
+        raise VersionNotFound(f"{storage.root}: Delta version {version} is not mirrored") from None
+    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
