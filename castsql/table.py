@@ -382,6 +382,9 @@ class Table:
     def _moved(self, version: int | None) -> None:
         if version is not None:
             self.version = version  # like deltalake's DeltaTable: the object reads what it wrote
+            from castsql.mirror.delta import keep_in_step
+
+            keep_in_step(self._session.log(self.name), version)  # castsql.mirror.delta
 
     def append(self, data: Any, *, merge_schema: bool = False, allow_duplicate_keys: bool = False) -> Manifest | None:
         """Append Arrow, pandas or polars ``data`` (the table's columns; input

@@ -274,3 +274,39 @@ def test_an_exporter_continues_a_mirror_another_process_rewrote(tmp_path):
     [add2] = [a["add"] for a in read_commit(open_storage(uri), 2) if "add" in a]
     assert rm["deletionVector"] == add2["deletionVector"]
     Readers(uri).check(castsql.open(uri), [2, 3])
+
+
+def test_with_the_property_every_in_process_commit_keeps_the_mirror_in_step(tmp_path):
+    uri = str(tmp_path / "t")
+    data = pa.table({"id": pa.array(range(30), pa.int64()), "v": ["a"] * 30})
+    castsql.write_table(uri, data, primary_key="id", properties={"castsql.mirror.delta": "true"})
+    st = open_storage(uri)
+    t = castsql.open(uri)
+    assert mirrored_versions(st) == [0, 1]
+    steps = [
+        lambda: t.delete("id < 5"),
+        lambda: t.update(set={"v": "'b'"}, where="id % 2 = 0"),
+        lambda: (
+            t.merge(pa.table({"id": pa.array([6, 99], pa.int64()), "v": ["m", "n"]}), on="id")
+            .when_matched_update_all()
+            .when_not_matched_insert_all()
+            .execute()
+        ),
+        lambda: t.add_columns({"note": "string"}),
+        lambda: t.compact(),
+    ]
+    for step in steps:
+        step()
+        assert mirrored_versions(st)[-1] == t.version  # the write's own call wrote it
+    Readers(uri).check(t, range(t.version + 1))
+
+
+def test_a_mirror_that_cannot_be_written_never_fails_the_write(tmp_path, caplog):
+    uri = str(tmp_path / "t")
+    data = pa.table({"id": pa.array([1, 2], pa.int64()), "n": pa.array([1, 2], pa.uint64())})
+    castsql.write_table(uri, data, primary_key="id", properties={"castsql.mirror.delta": "true"})
+    t = castsql.open(uri)
+    assert t.delete("id = 1").version == 2  # committed; the mirror is not
+    assert t.to_arrow().column("id").to_pylist() == [2]
+    assert "Delta mirror of version 2 not written" in caplog.text and "uint64 has no Delta equivalent" in caplog.text
+    assert list(open_storage(uri).list("_delta_log/")) == []

@@ -14,6 +14,8 @@ CastSQL's own:
 ``castsql.autoCompact.maxFileSize`` 16 MiB   a data file whose live data is under this is small;
                                              small files are packed into files of this size
 ``castsql.compact.sortBy``          (none)   the column compactions order rows by (event time)
+``castsql.mirror.delta``            false     ``true``: writers in this process write the Delta
+                                             mirror of each version they commit (FORMAT.md §10)
 =================================  ========  ===============================================
 
 Example::
@@ -35,6 +37,7 @@ AUTO_COMPACT = "castsql.autoCompact"
 MIN_FILES = "castsql.autoCompact.minNumFiles"
 MAX_FILE_SIZE = "castsql.autoCompact.maxFileSize"
 SORT_BY = "castsql.compact.sortBy"
+MIRROR_DELTA = "castsql.mirror.delta"  # every in-process commit also writes its Delta mirror version
 _DEFAULT_MIN_FILES = 50
 _DEFAULT_MAX_FILE_SIZE = 16 * 1024 * 1024
 
@@ -52,7 +55,12 @@ def _positive(v: str) -> int:
     return n
 
 
-_KNOWN = {AUTO_COMPACT: _bool, MIN_FILES: _positive, MAX_FILE_SIZE: _positive, SORT_BY: str}
+_KNOWN = {AUTO_COMPACT: _bool, MIN_FILES: _positive, MAX_FILE_SIZE: _positive, SORT_BY: str, MIRROR_DELTA: _bool}
+
+
+def mirrors_delta(props: Mapping[str, str]) -> bool:
+    """Whether ``castsql.mirror.delta`` asks writers to keep a Delta mirror in step."""
+    return _bool(props.get(MIRROR_DELTA, "false"))
 
 
 def check(props: Mapping[str, str | None], where: str) -> dict[str, str | None]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -47,7 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyroaring import BitMap
 
-from castsql.errors import CommitConflict, FormatError, VersionNotFound
+from castsql.errors import CastSQLError, CommitConflict, FormatError, VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
 from castsql.format.schema import type_from_name
 from castsql.format.tombstone import key_bound
@@ -55,6 +56,8 @@ from castsql.mirror.deletion_vectors import VectorFile
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
 from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
 from castsql.storage.ranged import open_ranged
+
+_log = logging.getLogger(__name__)
 
 LOG_DIR = "_delta_log"
 DV_DIR = "_delta_dv"
@@ -242,7 +245,23 @@ _STATES: dict[str, _State] = {}  # table root -> the mirror state this process l
 _STATES_LOCK = threading.Lock()
 
 
-def _replay(storage: Storage, versions: list[int]) -> _State:
+def _known_versions(storage: Storage) -> tuple[list[int], bool]:
+    """The mirrored versions, and whether the state this process holds is
+    still what is stored. With a held state that is, two requests (its last
+    commit file, and the next one's absence) instead of listing the log."""
+    with _STATES_LOCK:
+        held = _STATES.get(storage.root)
+    if held is not None and held.version >= 0:
+        try:
+            same = _digest(storage.get(commit_key(held.version))) == held.digest
+        except ObjectNotFound:
+            same = False
+        if same and not storage.exists(commit_key(held.version + 1)):
+            return list(range(held.version + 1)), True
+    return mirrored_versions(storage), False
+
+
+def _replay(storage: Storage, versions: list[int], verified: bool = False) -> _State:
     """The mirror's state after its last commit: the one this process holds,
     brought forward over commit files written since, or rebuilt from them all."""
     with _STATES_LOCK:
@@ -250,7 +269,11 @@ def _replay(storage: Storage, versions: list[int]) -> _State:
     start, adds, schema, proto = -1, {}, None, None
     # Held, and its last commit file is still the one it wrote (a mirror
     # deleted and written again by someone else has other vectors).
-    if held is not None and held.version in versions and _digest(storage.get(commit_key(held.version))) == held.digest:
+    if (
+        held is not None
+        and held.version in versions
+        and (verified or _digest(storage.get(commit_key(held.version))) == held.digest)
+    ):
         start, adds, schema, proto = held.version, held.adds, held.schema, held.protocol
         versions = [v for v in versions if v > start]
     for v in versions:
@@ -372,7 +395,7 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
     """
     storage = log.storage
     target = log.latest().version if version is None else log.manifest(version).version
-    done = mirrored_versions(storage)
+    done, verified = _known_versions(storage)
     if done and done != list(range(done[0], done[-1] + 1)):
         raise MirrorError(f"{storage.root}: {LOG_DIR} has gaps in its versions ({done[0]}..{done[-1]})")
     out = DeltaExport(storage.root, latest=done[-1] if done else -1)
@@ -383,7 +406,7 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
             f"{storage.root}: version 0 was garbage-collected, and a Delta log starts at version 0 "
             "(mirroring from a checkpoint is not supported yet)"
         )
-    state = _replay(storage, done)
+    state = _replay(storage, done, verified)
     first = log.manifest(0)
     prev = resolve(log, state.version) if state.version >= 0 else None
     for v in _versions(state.version + 1, target):
@@ -409,6 +432,25 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
         prev = snap
     _keep(storage, state)  # only a state that matches what is stored (a failed put above drops it)
     return out
+
+
+def keep_in_step(log: TableLog, version: int) -> DeltaExport | None:
+    """What a writer runs after committing ``version``: when the table's
+    ``castsql.mirror.delta`` property is true, mirror every version up to it.
+    The write has committed whatever happens here: a mirror that cannot be
+    written (a racing exporter, a type Delta lacks, a store error) is logged
+    and left to the next write or ``castsql export``, which write every
+    version still missing. None when the property is not set."""
+    from castsql.format.properties import mirrors_delta
+
+    m = log.manifest(version)  # just committed: from the log's cache
+    if not mirrors_delta(m.properties):
+        return None
+    try:
+        return export_delta(log, version)
+    except CastSQLError as e:
+        _log.warning("table %s: Delta mirror of version %d not written: %s", log.storage.root, version, e)
+        return None
 
 
 def read_commit(storage: Storage, version: int) -> list[dict[str, Any]]:
