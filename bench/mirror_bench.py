@@ -1,5 +1,5 @@
-"""What keeping a Delta mirror in step costs per commit, against the commit
-itself (issue 37), on a table of many files.
+"""What keeping the Delta and Iceberg mirrors in step costs per commit,
+against the commit itself (issue 37), on a table of many files.
 
     .venv/bin/python bench/mirror_bench.py [--files 100000] [--commits 15]
 
@@ -7,10 +7,11 @@ A local table whose version 1 lists ``--files`` data files (entries only: a
 commit and its mirror read metadata, never the data, for appends and
 position deletes), mirrored once up to there. Then, alternately, a one-row
 delete (a position tombstone on one file) and a one-file append are
-committed; after each, ``export_delta`` writes its mirror version. Per kind:
-the median time and the bytes the commit wrote (manifest, tombstone,
-metadata objects) and the mirror wrote (commit file, deletion vectors), and
-their ratio. Goal: the mirror adds at most 1x the commit's own metadata
+committed; after each, ``export_delta`` and ``export_iceberg`` write their
+mirror versions. Per kind and mirror: the median time and the bytes the
+commit wrote (manifest, tombstone, metadata objects) and the mirror wrote
+(Delta: commit file, deletion vectors; Iceberg: manifests, manifest list,
+position delete file, metadata file), and their ratios. Goal: the mirror adds at most 1x the commit's own metadata
 bytes and time.
 """
 
@@ -62,6 +63,7 @@ def main() -> int:
 
     from castsql.format import PositionDelete, TableLog
     from castsql.mirror.delta import export_delta
+    from castsql.mirror.iceberg import export_iceberg
     from castsql.storage import open_storage
 
     print(machine())
@@ -71,11 +73,14 @@ def main() -> int:
     t0 = time.perf_counter()
     log.append([_entry(i) for i in range(args.files)])
     built = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    first = export_delta(log)
-    full = time.perf_counter() - t0
-    print(f"table: {args.files:,} files (built in {built:.1f} s); first mirror of versions 0-1: {full:.2f} s, "
-          f"{first.bytes_written / 1e6:.1f} MB")  # fmt: skip
+    print(f"table: {args.files:,} files (built in {built:.1f} s)")
+    mirrors = {"Delta": export_delta, "Iceberg": export_iceberg}
+    for name, export in mirrors.items():
+        t0 = time.perf_counter()
+        first = export(log)
+        print(
+            f"first {name} mirror of versions 0-1: {time.perf_counter() - t0:.2f} s, {first.bytes_written / 1e6:.1f} MB"
+        )
 
     rng = random.Random(1)
     names = [_entry(i).name for i in range(args.files)]
@@ -90,25 +95,26 @@ def main() -> int:
             log.append([_entry(args.files + i)])
         commit_s = time.perf_counter() - t0
         after = _written(root)
-        t0 = time.perf_counter()
-        r = export_delta(log)
-        mirror_s = time.perf_counter() - t0
-        assert r.written == [log.latest().version]
         commit_b = sum(v for k, v in after.items() if k not in before)
-        k = kinds.setdefault(kind, {"commit_s": [], "mirror_s": [], "commit_b": [], "mirror_b": []})
-        k["commit_s"].append(commit_s)
-        k["mirror_s"].append(mirror_s)
-        k["commit_b"].append(commit_b)
-        k["mirror_b"].append(r.bytes_written)
+        for name, export in mirrors.items():
+            t0 = time.perf_counter()
+            r = export(log)
+            mirror_s = time.perf_counter() - t0
+            assert r.written == [log.latest().version]
+            k = kinds.setdefault(f"{kind}, {name}", {"commit_s": [], "mirror_s": [], "commit_b": [], "mirror_b": []})
+            k["commit_s"].append(commit_s)
+            k["mirror_s"].append(mirror_s)
+            k["commit_b"].append(commit_b)
+            k["mirror_b"].append(r.bytes_written)
 
-    head = f"{'commit kind':<17}{'commit ms':>10}{'mirror ms':>10}{'ratio':>7}"
+    head = f"{'commit kind, mirror':<26}{'commit ms':>10}{'mirror ms':>10}{'ratio':>7}"
     print(f"\n{head}{'commit B':>10}{'mirror B':>10}{'ratio':>7}")
     over = False
     for kind, k in kinds.items():
         cs, ms = statistics.median(k["commit_s"]) * 1000, statistics.median(k["mirror_s"]) * 1000
         cb, mb = statistics.median(k["commit_b"]), statistics.median(k["mirror_b"])
         over |= ms / cs > 1 or mb / cb > 1
-        print(f"{kind:<17}{cs:>10.1f}{ms:>10.1f}{ms / cs:>7.2f}{cb:>10.0f}{mb:>10.0f}{mb / cb:>7.2f}")
+        print(f"{kind:<26}{cs:>10.1f}{ms:>10.1f}{ms / cs:>7.2f}{cb:>10.0f}{mb:>10.0f}{mb / cb:>7.2f}")
     print(
         "\nmedians of", args.commits, "commits of each kind; goal: both ratios <= 1.0", "(MISSED)" if over else "(met)"
     )

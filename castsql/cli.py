@@ -13,7 +13,7 @@ castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
 castsql restore URI (--version N | --timestamp T)   commit an older version's content as the newest
 castsql upgrade URI                       make a format version 1 table version 2
 castsql alter URI [--add-column NAME TYPE]... [--widen NAME TYPE]...   schema evolution, no Spark
-castsql export URI --delta [--version N]  mirror versions as a Delta log other engines read
+castsql export URI [--delta] [--iceberg] [--version N]   mirror versions for other engines (Delta, Iceberg)
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from castsql.engine import Session
     from castsql.format import Manifest
     from castsql.mirror.delta import DeltaExport
+    from castsql.mirror.iceberg import IcebergExport
     from castsql.write.garbage import GCReport
     from castsql.write.merge import MergeBuilder, MergeMetrics, MergeSpec
 
@@ -382,9 +383,9 @@ class Table:
     def _moved(self, version: int | None) -> None:
         if version is not None:
             self.version = version  # like deltalake's DeltaTable: the object reads what it wrote
-            from castsql.mirror.delta import keep_in_step
+            from castsql.mirror import keep_in_step
 
-            keep_in_step(self._session.log(self.name), version)  # castsql.mirror.delta
+            keep_in_step(self._session.log(self.name), version)  # castsql.mirror.delta / .iceberg
 
     def append(self, data: Any, *, merge_schema: bool = False, allow_duplicate_keys: bool = False) -> Manifest | None:
         """Append Arrow, pandas or polars ``data`` (the table's columns; input
@@ -518,6 +519,22 @@ class Table:
 
         log = self._session.log(self.name)
         return export_delta(log, self.version if version is None and self._pinned else version)
+
+    def export_iceberg(self, version: int | None = None) -> IcebergExport:
+        """Mirror this table's versions as Iceberg metadata next to it
+        (``_iceberg/metadata/``, snapshot id N = CastSQL version N) up to
+        ``version`` (default: the newest), over the table's own Parquet files:
+        deletes become position delete files. Needs ``castsql[iceberg]``
+        (PyIceberg). DuckDB's ``iceberg_scan`` and PyIceberg's ``StaticTable``
+        then read it (docs/OTHER_ENGINES.md).
+
+        >>> events.export_iceberg().latest                                # doctest: +SKIP
+        12
+        """
+        from castsql.mirror.iceberg import export_iceberg
+
+        log = self._session.log(self.name)
+        return export_iceberg(log, self.version if version is None and self._pinned else version)
 
     def delete(self, where: str) -> Manifest | None:
         """Delete the rows where the SQL condition ``where`` holds: one

@@ -194,13 +194,17 @@ def _parser() -> argparse.ArgumentParser:
     al.add_argument("--widen", nargs=2, action="append", default=[], metavar=("NAME", "TYPE"))
     ex = sub.add_parser(
         "export",
-        help="mirror versions as a Delta log next to the table (_delta_log/), over its own data files",
-        description="Write the table's versions as a Delta log (Delta version N = CastSQL version N) that other "
-        "engines read: DuckDB's delta_scan, deltalake, polars, Spark's and Trino's Delta connectors. Only "
-        "versions not mirrored yet are written; no data file is copied. See docs/OTHER_ENGINES.md.",
+        help="mirror versions as a Delta log and/or Iceberg metadata next to the table, over its own data files",
+        description="Write the table's versions as a Delta log (Delta version N = CastSQL version N) and/or "
+        "Iceberg metadata (snapshot id N = CastSQL version N) that other engines read: DuckDB's delta_scan and "
+        "iceberg_scan, deltalake, PyIceberg, polars, Spark's and Trino's connectors. Only versions not mirrored "
+        "yet are written; no data file is copied. See docs/OTHER_ENGINES.md.",
     )
     ex.add_argument("uri")
-    ex.add_argument("--delta", action="store_true", required=True, help="a Delta log (the one mirror so far)")
+    ex.add_argument("--delta", action="store_true", help="a Delta log: _delta_log/, deletion vectors in _delta_dv/")
+    ex.add_argument(
+        "--iceberg", action="store_true", help="Iceberg metadata: _iceberg/metadata/ (version 2, position deletes)"
+    )
     ex.add_argument("--version", type=int, metavar="N", help="mirror up to version N (default: the latest)")
     return p
 
@@ -283,17 +287,28 @@ def _run(args: Any) -> str:
             return f"restore: version {log.latest().version} already equals version {version}; nothing committed"
         return _summary(f"restore to version {version}", m)
     if args.command == "export":
-        from castsql.mirror.delta import export_delta
-
+        if not args.delta and not args.iceberg:
+            raise UsageError("give --delta, --iceberg or both")
         log = TableLog(open_storage(args.uri))
-        r = export_delta(log, args.version)
-        if not r.written:
-            return f"export: the Delta log of {log.uri} already holds version {r.latest}; nothing written"
-        span = f"{r.written[0]}-{r.written[-1]}" if len(r.written) > 1 else str(r.written[0])
-        return (
-            f"export: Delta log of {log.uri} now at version {r.latest} (wrote version(s) {span}: "
-            f"{len(r.written)} commit(s), {r.vectors} deletion vector(s), {format_bytes(r.bytes_written)})"
-        )
+        lines = []
+        for flag, name in (("delta", "Delta log"), ("iceberg", "Iceberg metadata")):
+            if not getattr(args, flag):
+                continue
+            if flag == "delta":
+                from castsql.mirror.delta import export_delta as export
+            else:
+                from castsql.mirror.iceberg import export_iceberg as export
+            r = export(log, args.version)
+            if not r.written:
+                lines.append(f"export: the {name} of {log.uri} already holds version {r.latest}; nothing written")
+                continue
+            span = f"{r.written[0]}-{r.written[-1]}" if len(r.written) > 1 else str(r.written[0])
+            deletes = f"{r.vectors} deletion vector(s)" if flag == "delta" else f"{r.delete_files} delete file(s)"
+            lines.append(
+                f"export: {name} of {log.uri} now at version {r.latest} (wrote version(s) {span}: "
+                f"{len(r.written)} version(s), {deletes}, {format_bytes(r.bytes_written)})"
+            )
+        return "\n".join(lines)
     if args.command == "gc":
         from castsql.write.garbage import gc
 

@@ -10,7 +10,6 @@ vectors ("not yet supported by the deltalake reader"), whoever wrote it.
 
 from __future__ import annotations
 
-import random
 import subprocess
 import sys
 import threading
@@ -19,17 +18,14 @@ from datetime import timedelta
 import duckdb
 import pyarrow as pa
 import pytest
+from mirror_history import random_history, sorted_rows
 
 import castsql
 from castsql.engine.duck import configure_s3, load_extension
 from castsql.errors import CommitConflict, VersionNotFound
-from castsql.format import KeyRangeDelete, RowGroupDelete, TableLog, write_data_files
+from castsql.format import KeyRangeDelete, TableLog
 from castsql.mirror.delta import DV_DIR, MirrorError, export_delta, mirrored_versions, read_commit
 from castsql.storage import open_storage
-
-
-def _sorted(rows: list[dict]) -> list[dict]:
-    return sorted(rows, key=lambda r: (r["id"] is None, r["id"]))
 
 
 class Readers:
@@ -51,7 +47,7 @@ class Readers:
             }
 
     def duckdb(self, v: int) -> list[dict]:
-        return _sorted(
+        return sorted_rows(
             self.con.execute(f"SELECT * FROM delta_scan('{self.uri}', version => {v})").arrow().read_all().to_pylist()
         )
 
@@ -60,17 +56,18 @@ class Readers:
 
         dt = deltalake.DeltaTable(self.uri, version=v, storage_options=self.options or None)
         got = deltalake.QueryBuilder().register("t", dt).execute("SELECT * FROM t").read_all()
-        return _sorted(pa.table(got).to_pylist())
+        return sorted_rows(pa.table(got).to_pylist())
 
     def polars(self, v: int) -> list[dict]:
         import polars as pl
 
-        return _sorted(pl.scan_delta(self.uri, version=v, storage_options=self.options or None).collect().to_dicts())
+        lazy = pl.scan_delta(self.uri, version=v, storage_options=self.options or None)
+        return sorted_rows(lazy.collect().to_dicts())
 
     def check(self, table: castsql.Table, versions) -> int:
         checked = 0
         for v in versions:
-            want = _sorted(table.at(v).to_arrow().to_pylist())
+            want = sorted_rows(table.at(v).to_arrow().to_pylist())
             for name in ("duckdb", "deltalake", "polars"):
                 got = getattr(self, name)(v)
                 assert got == want, f"{name} at version {v}: {len(got)} rows, CastSQL has {len(want)}"
@@ -78,67 +75,10 @@ class Readers:
         return checked
 
 
-def _random_history(uri: str, seed: int, steps: int, s3=None) -> tuple[castsql.Table, list[int]]:
-    """A table, written by CastSQL through every kind of change; the versions
-    at which the mirror was brought up to date on the way (so the incremental
-    path runs too)."""
-    rng = random.Random(seed)
-    castsql.write_table(uri, pa.table({"id": pa.array(range(40), pa.int64()), "v": [f"v{i}" for i in range(40)]}),
-                        primary_key="id", s3=s3)  # fmt: skip
-    t = castsql.open(uri, s3=s3)
-    log = TableLog(open_storage(uri, s3=s3))
-    next_id, exported, added = 1000, [], False
-    for _ in range(steps):
-        op = rng.choice(["append", "append_rg", "delete", "update", "merge", "key_range", "row_group", "compact",
-                         "add_column", "export"])  # fmt: skip
-        live = [r["id"] for r in t.to_arrow(columns=["id"]).to_pylist()]
-        if op == "append":
-            n = rng.randint(1, 30)
-            cols = {"id": pa.array(range(next_id, next_id + n), pa.int64()), "v": [f"a{i}" for i in range(n)]}
-            t.append(pa.table(cols))
-            next_id += n
-        elif op == "append_rg":  # a file of several row groups, for whole-row-group tombstones
-            head = log.latest()
-            n = 40
-            data = pa.table({"id": pa.array(range(next_id, next_id + n), pa.int64()), "v": ["g"] * n})
-            data = data.append_column("note", pa.nulls(n, pa.string())) if added else data
-            log.append(write_data_files(log.storage, data, head.schema, row_group_size=10))
-            next_id += n
-        elif op == "delete" and live:
-            t.delete(f"id = {rng.choice(live)} OR id % {rng.randint(5, 13)} = 0")
-        elif op == "update" and live:
-            t.update(set={"v": "v || 'u'"}, where=f"id < {rng.choice(live)}")
-        elif op == "merge" and live:
-            keys = [*rng.sample(live, min(len(live), 3)), next_id]
-            next_id += 1
-            src = pa.table({"id": pa.array(keys, pa.int64()), "v": ["m"] * len(keys)})
-            src = src.append_column("note", pa.array(["n"] * len(keys))) if added else src
-            t.merge(src, on="id").when_matched_update_all().when_not_matched_insert_all().execute()
-        elif op in ("key_range", "row_group"):
-            head = log.latest()
-            entries = [f for f in log.state(head).entries() if f.row_group_count > (1 if op == "row_group" else 0)]
-            if entries:
-                f = rng.choice(entries)
-                if op == "row_group":
-                    log.delete([RowGroupDelete(f.name, rng.randrange(f.row_group_count))])
-                else:
-                    lo = rng.choice(live) if live else 0
-                    log.delete([KeyRangeDelete(f.name, lo, lo + rng.randint(0, 20))])
-        elif op == "compact":
-            t.compact(sort_by="id")
-        elif op == "add_column" and not added:
-            t.add_columns({"note": "string"})
-            added = True
-        elif op == "export":
-            exported.append(export_delta(log).latest)
-        t = castsql.open(uri, s3=s3)
-    return t, exported
-
-
 @pytest.mark.parametrize("seed", range(1, 7))
 def test_every_version_reads_the_same_in_every_delta_reader(tmp_path, seed):
     uri = str(tmp_path / "t")
-    t, exported = _random_history(uri, seed, 16)
+    t, exported = random_history(uri, seed, 16, export=export_delta)
     r = export_delta(TableLog(open_storage(uri)))
     latest = t.history().column("version").to_pylist()[-1]
     assert r.latest == latest and mirrored_versions(open_storage(uri)) == list(range(latest + 1))
@@ -147,7 +87,7 @@ def test_every_version_reads_the_same_in_every_delta_reader(tmp_path, seed):
 
 
 def test_the_mirror_on_s3_reads_the_same(s3_server, s3_root):
-    t, _ = _random_history(s3_root, 7, 8, s3=s3_server.config)
+    t, _ = random_history(s3_root, 7, 8, s3=s3_server.config, export=export_delta)
     export_delta(TableLog(open_storage(s3_root, s3=s3_server.config)))
     latest = t.history().column("version").to_pylist()[-1]
     Readers(s3_root, s3_server.config).check(t, range(latest + 1))
@@ -239,9 +179,9 @@ def test_the_command_line_exports_once_then_says_nothing_is_left(tmp_path):
     cmd = [sys.executable, "-m", "castsql.cli", "export", uri, "--delta"]
     out = subprocess.run([*cmd, "--version", "1"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "now at version 1 (wrote version(s) 0-1: 2 commit(s), 0 deletion vector(s)" in out.stdout
+    assert "now at version 1 (wrote version(s) 0-1: 2 version(s), 0 deletion vector(s)" in out.stdout
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    assert "now at version 2 (wrote version(s) 2: 1 commit(s), 1 deletion vector(s)" in out.stdout
+    assert "now at version 2 (wrote version(s) 2: 1 version(s), 1 deletion vector(s)" in out.stdout
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "already holds version 2; nothing written" in out.stdout
     out = subprocess.run([*cmd, "--version", "9"], capture_output=True, text=True, timeout=120)

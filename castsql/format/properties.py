@@ -16,6 +16,7 @@ CastSQL's own:
 ``castsql.compact.sortBy``          (none)   the column compactions order rows by (event time)
 ``castsql.mirror.delta``            false     ``true``: writers in this process write the Delta
                                              mirror of each version they commit (FORMAT.md §10)
+``castsql.mirror.iceberg``          false     the same for the Iceberg mirror
 =================================  ========  ===============================================
 
 Example::
@@ -38,6 +39,7 @@ MIN_FILES = "castsql.autoCompact.minNumFiles"
 MAX_FILE_SIZE = "castsql.autoCompact.maxFileSize"
 SORT_BY = "castsql.compact.sortBy"
 MIRROR_DELTA = "castsql.mirror.delta"  # every in-process commit also writes its Delta mirror version
+MIRROR_ICEBERG = "castsql.mirror.iceberg"  # ... and its Iceberg one
 _DEFAULT_MIN_FILES = 50
 _DEFAULT_MAX_FILE_SIZE = 16 * 1024 * 1024
 
@@ -55,12 +57,21 @@ def _positive(v: str) -> int:
     return n
 
 
-_KNOWN = {AUTO_COMPACT: _bool, MIN_FILES: _positive, MAX_FILE_SIZE: _positive, SORT_BY: str, MIRROR_DELTA: _bool}
+_KNOWN = {
+    AUTO_COMPACT: _bool,
+    MIN_FILES: _positive,
+    MAX_FILE_SIZE: _positive,
+    SORT_BY: str,
+    MIRROR_DELTA: _bool,
+    MIRROR_ICEBERG: _bool,
+}
 
 
-def mirrors_delta(props: Mapping[str, str]) -> bool:
-    """Whether ``castsql.mirror.delta`` asks writers to keep a Delta mirror in step."""
-    return _bool(props.get(MIRROR_DELTA, "false"))
+def mirrors(props: Mapping[str, str]) -> list[str]:
+    """The mirrors (``delta``, ``iceberg``) the table's properties ask writers to keep in step."""
+    return [
+        name for name, key in (("delta", MIRROR_DELTA), ("iceberg", MIRROR_ICEBERG)) if _bool(props.get(key, "false"))
+    ]
 
 
 def check(props: Mapping[str, str | None], where: str) -> dict[str, str | None]:

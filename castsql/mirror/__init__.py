@@ -1,1 +1,42 @@
-"""Mirrors of a CastSQL table in other formats, over its own data files: a Delta log (:mod:`castsql.mirror.delta`)."""
+"""Mirrors of a CastSQL table in other formats, over its own data files: a
+Delta log (:mod:`castsql.mirror.delta`) and Iceberg metadata
+(:mod:`castsql.mirror.iceberg`), written on demand or after every commit
+(:func:`keep_in_step`)."""
+
+from __future__ import annotations
+
+import logging
+
+from castsql.errors import CastSQLError
+from castsql.format import TableLog
+
+_log = logging.getLogger(__name__)
+
+
+def keep_in_step(log: TableLog, version: int) -> list[str]:
+    """What a writer runs after committing ``version``: each mirror the
+    table's properties ask for (``castsql.mirror.delta``,
+    ``castsql.mirror.iceberg``) is written up to it. The write has committed
+    whatever happens here: a mirror that cannot be written (a racing
+    exporter, a type the format lacks, a store error, PyIceberg missing) is
+    logged and left to the next write or ``castsql export``, which write
+    every version still missing. Returns the mirrors brought up to date."""
+    from castsql.format.properties import mirrors
+
+    m = log.manifest(version)  # just committed: from the log's cache
+    done = []
+    for name in mirrors(m.properties):
+        try:
+            if name == "delta":
+                from castsql.mirror.delta import export_delta
+
+                export_delta(log, version)
+            else:
+                from castsql.mirror.iceberg import export_iceberg
+
+                export_iceberg(log, version)
+            done.append(name)
+        except CastSQLError as e:
+            title = {"delta": "Delta", "iceberg": "Iceberg"}[name]
+            _log.warning("table %s: %s mirror of version %d not written: %s", log.storage.root, title, version, e)
+    return done

@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyroaring import BitMap
 
-from castsql.errors import CastSQLError, CommitConflict, FormatError, VersionNotFound
+from castsql.errors import CommitConflict, FormatError, VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
 from castsql.format.schema import type_from_name
 from castsql.format.tombstone import key_bound
@@ -432,25 +432,6 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
         prev = snap
     _keep(storage, state)  # only a state that matches what is stored (a failed put above drops it)
     return out
-
-
-def keep_in_step(log: TableLog, version: int) -> DeltaExport | None:
-    """What a writer runs after committing ``version``: when the table's
-    ``castsql.mirror.delta`` property is true, mirror every version up to it.
-    The write has committed whatever happens here: a mirror that cannot be
-    written (a racing exporter, a type Delta lacks, a store error) is logged
-    and left to the next write or ``castsql export``, which write every
-    version still missing. None when the property is not set."""
-    from castsql.format.properties import mirrors_delta
-
-    m = log.manifest(version)  # just committed: from the log's cache
-    if not mirrors_delta(m.properties):
-        return None
-    try:
-        return export_delta(log, version)
-    except CastSQLError as e:
-        _log.warning("table %s: Delta mirror of version %d not written: %s", log.storage.root, version, e)
-        return None
 
 
 def read_commit(storage: Storage, version: int) -> list[dict[str, Any]]:

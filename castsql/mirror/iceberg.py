@@ -1,0 +1,519 @@
+"""An Iceberg (format version 2) mirror of a CastSQL table, next to it, over
+its own Parquet files.
+
+``export_iceberg(log)`` writes ``_iceberg/metadata/v<N>.metadata.json`` for
+every CastSQL version N not yet mirrored, up to the one asked for, and
+``_iceberg/metadata/version-hint.text`` naming the newest (the layout of
+Iceberg's Hadoop tables, which DuckDB's ``iceberg_scan`` and PyIceberg's
+``StaticTable`` open). Snapshot id N is CastSQL version N (version 0, the
+empty ``CREATE``, has no snapshot, as a new Iceberg table has none).
+
+* Data files are the table's own: an Avro manifest per version lists the
+  files it added; a version that removes files (compaction, overwrite)
+  writes one manifest of every live file instead. Columns are matched to
+  the files by name (``schema.name-mapping.default``), as Iceberg does for
+  files written without field ids.
+* Deletes of every kind become **position delete files** (Parquet of
+  ``file_path``, ``pos``): each version writes one holding the positions it
+  newly drops; a version after which a file drops fewer rows than before (a
+  restore) writes one file of every dropped position and replaces the
+  older ones. Version 2 position deletes, not version 3 deletion vectors:
+  DuckDB 1.5.5 and PyIceberg 0.12 read them; Puffin deletion vectors are
+  the next step (FORMAT.md §10).
+
+Writing uses PyIceberg's Avro manifest writers (``pip install
+castsql[iceberg]``); every object goes through CastSQL's storage layer with
+a create-only put, and the metadata file of a version is the last object
+written for it.
+
+Example::
+
+    >>> import pyarrow as pa, tempfile, castsql
+    >>> from castsql.format import TableLog
+    >>> from castsql.storage import open_storage
+    >>> root = tempfile.mkdtemp() + "/t"
+    >>> _ = castsql.write_table(root, pa.table({"id": [1, 2, 3]}), primary_key="id")
+    >>> _ = castsql.open(root).delete("id = 2")
+    >>> export_iceberg(TableLog(open_storage(root))).written
+    [0, 1, 2]
+    >>> from pyiceberg.table import StaticTable
+    >>> t = StaticTable.from_metadata(root + "/_iceberg/metadata/v2.metadata.json")
+    >>> sorted(t.scan().to_arrow().column("id").to_pylist())
+    [1, 3]
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyroaring import BitMap
+
+from castsql.errors import CommitConflict, MissingExtra, VersionNotFound
+from castsql.format import Manifest, Schema, TableLog
+from castsql.format.layout import to_table_key
+from castsql.mirror.delta import MirrorError, dropped
+from castsql.snapshot import ResolvedFile, Snapshot, resolve
+from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
+
+META_DIR = "_iceberg/metadata"
+HINT_KEY = f"{META_DIR}/version-hint.text"
+_POS_FILE_PATH_ID, _POS_POS_ID = 2147483546, 2147483545  # Iceberg's reserved ids of a position delete file
+
+
+def metadata_key(version: int) -> str:
+    return f"{META_DIR}/v{version}.metadata.json"
+
+
+@dataclass
+class IcebergExport:
+    """What one :func:`export_iceberg` call wrote."""
+
+    table: str
+    written: list[int] = field(default_factory=list)
+    latest: int = -1
+    delete_files: int = 0
+    bytes_written: int = 0
+
+
+# ---------------------------------------------------------------------- PyIceberg over CastSQL's storage
+
+
+def _pyiceberg() -> Any:
+    try:
+        import pyiceberg.manifest as manifest
+    except ImportError:
+        raise MissingExtra("the Iceberg mirror needs PyIceberg: pip install 'castsql[iceberg]'") from None
+    return manifest
+
+
+class _Files:
+    """A PyIceberg FileIO over the table's storage: reads by key, writes create-only."""
+
+    def __init__(self, storage: Storage) -> None:
+        written: list[int] = []
+        self.written = written  # sizes of the objects written
+        from pyiceberg.io import FileIO, InputFile, OutputFile
+
+        st = storage
+
+        class In(InputFile):
+            def __len__(self) -> int:
+                return len(self._data())
+
+            def _data(self) -> bytes:
+                if not hasattr(self, "_bytes"):
+                    self._bytes = st.get(to_table_key(self.location, st.root, what="Iceberg metadata"))
+                return self._bytes
+
+            def exists(self) -> bool:
+                return st.exists(to_table_key(self.location, st.root, what="Iceberg metadata"))
+
+            def open(self, seekable: bool = True) -> Any:
+                return io.BytesIO(self._data())
+
+        class _Stream(io.BytesIO):
+            def __init__(self, out: Out) -> None:
+                super().__init__()
+                self._out = out
+
+            def close(self) -> None:
+                if not self.closed:
+                    data = self.getvalue()
+                    st.put_new(to_table_key(self._out.location, st.root, what="Iceberg metadata"), data)
+                    self._out.size = len(data)
+                    written.append(len(data))
+                super().close()
+
+        class Out(OutputFile):
+            size = 0
+
+            def __len__(self) -> int:
+                return self.size
+
+            def exists(self) -> bool:
+                return st.exists(to_table_key(self.location, st.root, what="Iceberg metadata"))
+
+            def to_input_file(self) -> InputFile:
+                return In(self.location)
+
+            def create(self, overwrite: bool = False) -> Any:
+                return _Stream(self)
+
+        class StorageIO(FileIO):
+            def new_input(self, location: str) -> InputFile:
+                return In(location)
+
+            def new_output(self, location: str) -> OutputFile:
+                return Out(location)
+
+            def delete(self, location: Any) -> None:
+                raise NotImplementedError("the mirror never deletes")
+
+        self.io = StorageIO()
+
+
+# ---------------------------------------------------------------------- schema
+
+
+def _iceberg_type(t: pa.DataType, where: str) -> str:
+    simple = {
+        pa.bool_(): "boolean",
+        pa.int8(): "int",
+        pa.int16(): "int",
+        pa.int32(): "int",
+        pa.int64(): "long",
+        pa.float32(): "float",
+        pa.float64(): "double",
+        pa.string(): "string",
+        pa.large_string(): "string",
+        pa.binary(): "binary",
+        pa.large_binary(): "binary",
+        pa.date32(): "date",
+    }
+    if t in simple:
+        return simple[t]
+    if pa.types.is_decimal(t) and t.precision <= 38:
+        return f"decimal({t.precision}, {t.scale})"
+    if pa.types.is_timestamp(t) and t.unit == "us":
+        return "timestamptz" if t.tz is not None else "timestamp"
+    raise MirrorError(f"{where}: type {t} has no Iceberg equivalent the mirror writes (nested types come later)")
+
+
+# ---------------------------------------------------------------------- state
+
+
+@dataclass
+class _State:
+    version: int = -1
+    field_ids: dict[str, int] = field(default_factory=dict)
+    schemas: list[dict[str, Any]] = field(default_factory=list)
+    snapshots: list[dict[str, Any]] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)  # table key -> live ManifestEntry
+    data_manifests: list[Any] = field(default_factory=list)
+    delete_manifests: list[Any] = field(default_factory=list)
+    metadata_log: list[dict[str, Any]] = field(default_factory=list)
+    table_uuid: str = ""
+
+
+_STATES: dict[str, _State] = {}
+_STATES_LOCK = threading.Lock()
+
+
+def mirrored_versions(storage: Storage) -> list[int]:
+    out = []
+    for info in storage.list(META_DIR + "/"):
+        name = info.key.rsplit("/", 1)[-1]
+        if name.startswith("v") and name.endswith(".metadata.json") and name[1:-14].isdigit():
+            out.append(int(name[1:-14]))
+    return sorted(out)
+
+
+def _read_state(storage: Storage, version: int, files: _Files) -> _State:
+    """The state of mirrored ``version``, read back from its metadata and manifests."""
+    manifest = _pyiceberg()
+    meta = json.loads(storage.get(metadata_key(version)))
+    st = _State(version=version, table_uuid=meta["table-uuid"], schemas=meta["schemas"],
+                snapshots=meta.get("snapshots", []), metadata_log=meta.get("metadata-log", []))  # fmt: skip
+    st.field_ids = {f["name"]: f["id"] for s in meta["schemas"] for f in s["fields"]}
+    current = meta.get("current-snapshot-id")
+    if current is not None and current >= 0:
+        snap = next(s for s in st.snapshots if s["snapshot-id"] == current)
+        for mf in manifest.read_manifest_list(files.io.new_input(snap["manifest-list"])):
+            if mf.content == manifest.ManifestContent.DELETES:
+                st.delete_manifests.append(mf)
+                continue
+            st.data_manifests.append(mf)
+            for e in mf.fetch_manifest_entry(files.io, discard_deleted=True):
+                st.data[to_table_key(e.data_file.file_path, storage.root, what="data file")] = e
+    return st
+
+
+def _load(storage: Storage, version: int, files: _Files) -> _State:
+    """:func:`_read_state`, or MirrorError naming a metadata file it cannot follow."""
+    try:
+        return _read_state(storage, version, files)
+    except (KeyError, ValueError, TypeError, StopIteration) as e:
+        raise MirrorError(
+            f"{storage.uri(metadata_key(version))}: not Iceberg metadata this mirror can continue from "
+            f"({type(e).__name__}: {e}); delete {META_DIR}/ to write the mirror again"
+        ) from None
+
+
+# ---------------------------------------------------------------------- writing one version
+
+
+def _schema_json(schema: Schema, state: _State, where: str) -> dict[str, Any]:
+    fields = []
+    for f in schema.to_arrow():
+        if f.name not in state.field_ids:
+            state.field_ids[f.name] = max(state.field_ids.values(), default=0) + 1
+        fields.append({"id": state.field_ids[f.name], "name": f.name, "required": False,
+                       "type": _iceberg_type(f.type, f"{where}: column {f.name}")})  # fmt: skip
+    return {"type": "struct", "fields": fields}
+
+
+def _position_deletes(storage: Storage, rows: dict[str, BitMap], key: str) -> tuple[bytes, int]:
+    paths, positions = [], []
+    for k in sorted(rows):
+        uri = storage.uri(k)
+        for p in rows[k]:
+            paths.append(uri)
+            positions.append(p)
+    schema = pa.schema(
+        [
+            pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": str(_POS_FILE_PATH_ID).encode()}),
+            pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": str(_POS_POS_ID).encode()}),
+        ]
+    )
+    buf = io.BytesIO()
+    pq.write_table(pa.table([pa.array(paths, pa.string()), pa.array(positions, pa.int64())], schema=schema), buf)
+    return buf.getvalue(), len(positions)
+
+
+def _write_version(
+    log: TableLog, m: Manifest, snap: Snapshot, prev: Snapshot | None, state: _State, files: _Files
+) -> int:
+    """Write mirror version ``m.version``; returns the delete files written."""
+    manifest = _pyiceberg()
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEntry
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
+    from pyiceberg.schema import Schema as IceSchema
+    from pyiceberg.typedef import Record
+
+    storage = log.storage
+    where = f"{storage.root}: Iceberg mirror of version {m.version}"
+    v = m.version
+    schema = _schema_json(snap.schema, state, where)
+    if not state.schemas or state.schemas[-1]["fields"] != schema["fields"]:
+        state.schemas.append({**schema, "schema-id": len(state.schemas)})
+    schema_id = len(state.schemas) - 1
+    ice_schema = IceSchema.model_validate(state.schemas[-1])
+    tag = uuid.uuid4().hex
+    written = 0
+
+    def data_file(f: ResolvedFile) -> Any:
+        return DataFile.from_args(content=DataFileContent.DATA, file_path=storage.uri(f.key),
+                                  file_format=FileFormat.PARQUET, partition=Record(), record_count=f.total_rows,
+                                  file_size_in_bytes=f.entry.size_bytes)  # fmt: skip
+
+    touched = snap.touched_since(prev) if prev is not None else None
+    if touched is None:
+        now = {f.key: f for f in snap.files}
+        gone = state.data.keys() - now.keys()
+        before = {f.key: f for f in prev.files} if prev is not None else {}
+    else:
+        now = {f.key: f for f in snap.resolved(sorted(touched))}
+        gone = {k for k in touched if k in state.data and k not in now}
+        before = {f.key: f for f in prev.resolved(sorted(touched))} if prev is not None else {}
+    added = [k for k in sorted(now) if k not in state.data]
+
+    def new_manifest(name: str, deletes: bool = False) -> Any:
+        out = files.io.new_output(storage.uri(f"{META_DIR}/{tag}-{name}.avro"))
+        if deletes:
+            return _delete_manifest_writer()(UNPARTITIONED_PARTITION_SPEC, ice_schema, out, v, "deflate")
+        return manifest.write_manifest(2, UNPARTITIONED_PARTITION_SPEC, ice_schema, out, v, "deflate")
+
+    if gone:  # files removed: one manifest of every live file replaces the data manifests
+        entries = [(k, e) for k, e in state.data.items() if k not in gone]
+        w = new_manifest("m0")
+        with w:
+            for _, e in entries:
+                w.existing(e)
+            for k in sorted(gone):
+                w.delete(state.data[k])
+            for k in added:
+                w.add(ManifestEntry.from_args(status=manifest.ManifestEntryStatus.ADDED, data_file=data_file(now[k])))
+        state.data_manifests = [w.to_manifest_file()]
+        for k in gone:
+            del state.data[k]
+        # entries of this manifest, with the sequence number the commit assigns to those it adds
+        for e in manifest.ManifestFile.fetch_manifest_entry(state.data_manifests[0], files.io, discard_deleted=True):
+            state.data[to_table_key(e.data_file.file_path, storage.root, what="data file")] = _inherit(e, v)
+    elif added:
+        w = new_manifest("m0")
+        with w:
+            for k in added:
+                w.add(ManifestEntry.from_args(status=manifest.ManifestEntryStatus.ADDED, data_file=data_file(now[k])))
+        state.data_manifests.append(w.to_manifest_file())
+        for e in manifest.ManifestFile.fetch_manifest_entry(state.data_manifests[-1], files.io, discard_deleted=True):
+            state.data[to_table_key(e.data_file.file_path, storage.root, what="data file")] = _inherit(e, v)
+
+    # Deletes: the positions newly dropped, or all of them again when some came back.
+    new_rows: dict[str, BitMap] = {}
+    reset = False
+    for k, f in now.items():
+        rows = dropped(storage, snap, f) if f.has_deletes else BitMap()
+        old = before.get(k)
+        was = dropped(storage, prev, old) if old is not None and prev is not None and old.has_deletes else BitMap()
+        if k in added:
+            was = BitMap()
+        if not was.issubset(rows):
+            reset = True
+        if rows - was:
+            new_rows[k] = rows - was
+    if reset:
+        new_rows = {f.key: r for f in snap.files if f.has_deletes and (r := dropped(storage, snap, f))}
+        state.delete_manifests = []
+    if new_rows:
+        key = f"{META_DIR}/{tag}-deletes.parquet"
+        data, count = _position_deletes(storage, new_rows, key)
+        storage.put_new(key, data)
+        files.written.append(len(data))
+        delete_file = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=storage.uri(key),
+                                         file_format=FileFormat.PARQUET, partition=Record(), record_count=count,
+                                         file_size_in_bytes=len(data))  # fmt: skip
+        w = new_manifest("d0", deletes=True)
+        with w:
+            w.add(ManifestEntry.from_args(status=manifest.ManifestEntryStatus.ADDED, data_file=delete_file))
+        state.delete_manifests.append(w.to_manifest_file())
+        written += 1
+
+    parent = state.snapshots[-1]["snapshot-id"] if state.snapshots else None
+    list_out = files.io.new_output(storage.uri(f"{META_DIR}/snap-{v}-{tag}.avro"))
+    with manifest.write_manifest_list(2, list_out, v, parent, v, "deflate") as lw:
+        lw.add_manifests([*state.data_manifests, *state.delete_manifests])
+    ms = int(m.created_at.timestamp() * 1000)
+    state.snapshots.append({
+        "snapshot-id": v, "parent-snapshot-id": parent, "sequence-number": v, "timestamp-ms": ms,
+        "manifest-list": list_out.location, "schema-id": schema_id,
+        "summary": {"operation": "overwrite", "castsql-operation": m.operation, "castsql-version": str(v),
+                    "castsql-commit-id": m.commit_id or ""},
+    })  # fmt: skip
+    return written
+
+
+def _delete_manifest_writer() -> Any:
+    """PyIceberg writes data manifests only; a delete manifest is the same
+    Avro layout whose content (in the manifest list and its own metadata)
+    says ``deletes``."""
+    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> ManifestContent:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, "content": "deletes"}
+
+    return DeleteManifestWriter
+
+
+def _inherit(e: Any, v: int) -> Any:
+    """A manifest entry read back from the manifest that added it: its
+    sequence numbers are the snapshot's (a reader inherits them from the
+    manifest list); kept explicit for the manifests that carry it on."""
+    # Read back before the manifest list assigned them: None, or PyIceberg's UNASSIGNED_SEQ (-1).
+    if e.sequence_number is None or e.sequence_number < 0:
+        e.sequence_number = v
+    if e.file_sequence_number is None or e.file_sequence_number < 0:
+        e.file_sequence_number = v
+    return e
+
+
+def _metadata(log: TableLog, m: Manifest, state: _State, first: Manifest) -> dict[str, Any]:
+    storage = log.storage
+    mapping = [{"field-id": i, "names": [n]} for n, i in sorted(state.field_ids.items(), key=lambda kv: kv[1])]
+    current = state.snapshots[-1]["snapshot-id"] if state.snapshots else None
+    meta: dict[str, Any] = {
+        "format-version": 2,
+        "table-uuid": state.table_uuid,
+        "location": storage.root,
+        "last-sequence-number": m.version,
+        "last-updated-ms": int(m.created_at.timestamp() * 1000),
+        "last-column-id": max(state.field_ids.values(), default=0),
+        "schemas": state.schemas,
+        "current-schema-id": len(state.schemas) - 1,
+        "partition-specs": [{"spec-id": 0, "fields": []}],
+        "default-spec-id": 0,
+        "last-partition-id": 999,
+        "properties": {
+            "schema.name-mapping.default": json.dumps(mapping, separators=(",", ":")),
+            "castsql.version": str(m.version),
+            **({"castsql.primary-key": first.primary_key} if m.primary_key else {}),
+        },
+        "snapshots": state.snapshots,
+        "snapshot-log": [{"snapshot-id": s["snapshot-id"], "timestamp-ms": s["timestamp-ms"]} for s in state.snapshots],
+        "metadata-log": state.metadata_log,
+        "sort-orders": [{"order-id": 0, "fields": []}],
+        "default-sort-order-id": 0,
+        "refs": {"main": {"snapshot-id": current, "type": "branch"}} if current is not None else {},
+    }
+    if current is not None:
+        meta["current-snapshot-id"] = current
+    return meta
+
+
+def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
+    """Mirror the table's versions as Iceberg metadata, up to ``version``
+    (default: the latest), writing only the versions not mirrored yet.
+
+    Refused with MirrorError for a type the mirror cannot write, with
+    VersionNotFound when a version to mirror was garbage-collected, and with
+    CommitConflict when another exporter wrote the same version first (run
+    it again). A version's metadata file is written last and create-only:
+    until it exists, nothing of that version is visible to any reader.
+    """
+    storage = log.storage
+    target = log.latest().version if version is None else log.manifest(version).version
+    done = mirrored_versions(storage)
+    out = IcebergExport(storage.root, latest=done[-1] if done else -1)
+    if done and done[-1] >= target:
+        return out
+    if done and done != list(range(done[0], done[-1] + 1)):
+        raise MirrorError(f"{storage.root}: {META_DIR} has gaps in its versions")
+    if not done and log.versions()[:1] != [0]:
+        raise VersionNotFound(
+            f"{storage.root}: version 0 was garbage-collected; the Iceberg mirror starts at version 0"
+        )
+    files = _Files(storage)
+    first = log.manifest(0)
+    with _STATES_LOCK:
+        held = _STATES.pop(storage.root, None)
+    if done:
+        state = held if held is not None and held.version == done[-1] else _load(storage, done[-1], files)
+    else:
+        state = _State(table_uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"castsql:{first.commit_id or storage.root}")))
+    prev = resolve(log, state.version) if state.version >= 0 else None
+    for v in range(state.version + 1, target + 1):
+        m = log.manifest(v)
+        snap = resolve(log, v)
+        if v == 0:
+            where = f"{storage.root}: Iceberg mirror of version 0"
+            state.schemas.append({**_schema_json(snap.schema, state, where), "schema-id": 0})
+        else:
+            out.delete_files += _write_version(log, m, snap, prev, state, files)
+        body = json.dumps(_metadata(log, m, state, first), separators=(",", ":")).encode()
+        try:
+            storage.put_if_absent(metadata_key(v), body)
+        except PreconditionFailed:
+            raise CommitConflict(
+                f"{storage.root}: another exporter wrote Iceberg version {v} first; run it again"
+            ) from None
+        state.metadata_log.append(
+            {"metadata-file": storage.uri(metadata_key(v)), "timestamp-ms": int(m.created_at.timestamp() * 1000)}
+        )
+        state.version = v
+        out.bytes_written += len(body)
+        out.written.append(v)
+        out.latest = v
+        prev = snap
+    out.bytes_written += sum(files.written)
+    storage.put(HINT_KEY, str(out.latest).encode())  # a hint, like Iceberg's Hadoop tables: readers may list instead
+    with _STATES_LOCK:
+        _STATES[storage.root] = state
+    return out
+
+
+def read_metadata(storage: Storage, version: int) -> dict[str, Any]:
+    try:
+        return json.loads(storage.get(metadata_key(version)))
+    except ObjectNotFound:
+        raise VersionNotFound(f"{storage.root}: Iceberg version {version} is not mirrored") from None

@@ -1,0 +1,209 @@
+"""The Iceberg mirror (issue 37): every version of a table, read through
+other engines' own Iceberg readers, holds exactly CastSQL's rows.
+
+Readers: DuckDB's ``iceberg_scan`` (its 1.5.5 pip package, with the avro
+one), PyIceberg's ``StaticTable`` (its own planner: manifests, sequence
+numbers, position deletes) and polars' ``scan_iceberg`` over it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import duckdb
+import pyarrow as pa
+import pytest
+from mirror_history import random_history, sorted_rows
+
+import castsql
+from castsql.engine.duck import configure_s3, load_extension
+from castsql.errors import CommitConflict
+from castsql.format import TableLog
+from castsql.mirror.delta import MirrorError
+from castsql.mirror.iceberg import HINT_KEY, export_iceberg, metadata_key, mirrored_versions, read_metadata
+from castsql.storage import open_storage
+
+
+class Readers:
+    def __init__(self, uri: str, s3=None) -> None:
+        self.uri = uri
+        self.con = duckdb.connect()
+        load_extension(self.con, "avro")
+        load_extension(self.con, "iceberg")
+        self.props: dict[str, str] = {}
+        self.options: dict[str, str] | None = None
+        if s3 is not None:
+            self.options = {
+                "aws_endpoint_url": s3.endpoint_url,
+                "aws_access_key_id": s3.key,
+                "aws_secret_access_key": s3.secret,
+                "aws_region": s3.region,
+                "aws_allow_http": "true",
+            }
+            configure_s3(self.con, s3)
+            self.props = {
+                "s3.endpoint": s3.endpoint_url,
+                "s3.access-key-id": s3.key,
+                "s3.secret-access-key": s3.secret,
+                "s3.region": s3.region,
+            }
+
+    def _meta(self, v: int) -> str:
+        return f"{self.uri}/{metadata_key(v)}"
+
+    def duckdb(self, v: int) -> list[dict]:
+        return sorted_rows(
+            self.con.execute(f"SELECT * FROM iceberg_scan('{self._meta(v)}')").arrow().read_all().to_pylist()
+        )
+
+    def pyiceberg(self, v: int) -> list[dict]:
+        from pyiceberg.table import StaticTable
+
+        return sorted_rows(
+            StaticTable.from_metadata(self._meta(v), properties=self.props).scan().to_arrow().to_pylist()
+        )
+
+    def polars(self, v: int) -> list[dict]:
+        import polars as pl
+        from pyiceberg.table import StaticTable
+
+        table = StaticTable.from_metadata(self._meta(v), properties=self.props)
+        return sorted_rows(pl.scan_iceberg(table, storage_options=self.options).collect().to_dicts())
+
+    def check(self, table: castsql.Table, versions) -> int:
+        checked = 0
+        for v in versions:
+            want = sorted_rows(table.at(v).to_arrow().to_pylist())
+            for name in ("duckdb", "pyiceberg", "polars"):
+                got = getattr(self, name)(v)
+                assert got == want, f"{name} at version {v}: {len(got)} rows, CastSQL has {len(want)}"
+                checked += 1
+        return checked
+
+
+@pytest.mark.parametrize("seed", range(1, 5))
+def test_every_version_reads_the_same_in_every_iceberg_reader(tmp_path, seed):
+    uri = str(tmp_path / "t")
+    t, exported = random_history(uri, seed, 16, export=export_iceberg)
+    r = export_iceberg(TableLog(open_storage(uri)))
+    latest = t.history().column("version").to_pylist()[-1]
+    assert r.latest == latest and mirrored_versions(open_storage(uri)) == list(range(latest + 1))
+    assert r.written == list(range((exported[-1] + 1) if exported else 0, latest + 1))
+    # Version 0 is the empty CREATE: like a new Iceberg table, no snapshot.
+    assert "current-snapshot-id" not in read_metadata(open_storage(uri), 0)
+    assert Readers(uri).check(t, range(1, latest + 1)) == 3 * latest
+
+
+def test_the_iceberg_mirror_on_s3_reads_the_same(s3_server, s3_root):
+    t, _ = random_history(s3_root, 5, 8, s3=s3_server.config, export=export_iceberg)
+    export_iceberg(TableLog(open_storage(s3_root, s3=s3_server.config)))
+    latest = t.history().column("version").to_pylist()[-1]
+    Readers(s3_root, s3_server.config).check(t, range(1, latest + 1))
+
+
+def test_a_restore_that_brings_rows_back_is_mirrored(tmp_path):
+    """Position deletes only accumulate; rows a restore brings back need the
+    delete files replaced (one file of every dropped position)."""
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(20), pa.int64())}), primary_key="id")
+    t = castsql.open(uri)
+    t.delete("id < 5")
+    t.delete("id = 10")
+    log = TableLog(open_storage(uri))
+    log.restore(2)  # id 10 comes back
+    export_iceberg(log)
+    t = castsql.open(uri)
+    assert t.version == 4 and len(t.to_arrow()) == 15
+    Readers(uri).check(t, range(1, 5))
+
+
+def test_the_snapshot_ids_are_the_versions_and_a_hint_names_the_newest(tmp_path):
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(5), pa.int64())}), primary_key="id")
+    castsql.open(uri).delete("id = 1")
+    st = open_storage(uri)
+    export_iceberg(TableLog(st))
+    meta = read_metadata(st, 2)
+    assert meta["current-snapshot-id"] == 2 and [s["snapshot-id"] for s in meta["snapshots"]] == [1, 2]
+    assert meta["snapshots"][-1]["summary"]["castsql-operation"] == "DELETE"
+    assert st.get(HINT_KEY) == b"2"
+    assert meta["properties"]["castsql.primary-key"] == "id"
+
+
+def test_a_type_the_mirror_lacks_is_refused_and_nothing_is_written(tmp_path):
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array([1], pa.int64()), "n": pa.array([1], pa.uint32())}))
+    st = open_storage(uri)
+    with pytest.raises(MirrorError, match=r"column n: type uint32 has no Iceberg equivalent"):
+        export_iceberg(TableLog(st))
+    assert list(st.list("_iceberg/")) == []
+
+
+def test_racing_exporters_never_both_write_a_version(tmp_path):
+    import threading
+
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(100), pa.int64())}), primary_key="id")
+    t = castsql.open(uri)
+    for i in range(8):
+        t.delete(f"id = {i * 7}")
+    outcomes: list[str] = []
+
+    def run() -> None:
+        try:
+            export_iceberg(TableLog(open_storage(uri)))
+            outcomes.append("done")
+        except CommitConflict as e:
+            assert "another exporter wrote Iceberg version" in str(e)
+            outcomes.append("lost")
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(outcomes) == 3
+    export_iceberg(TableLog(open_storage(uri)))
+    assert mirrored_versions(open_storage(uri)) == list(range(10))
+    Readers(uri).check(castsql.open(uri), [9, 4])
+
+
+def test_metadata_it_cannot_continue_from_is_refused_naming_the_file(tmp_path):
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(5), pa.int64())}), primary_key="id")
+    st = open_storage(uri)
+    st.put_if_absent(metadata_key(0), b"{}")  # not written by the mirror
+    with pytest.raises(MirrorError, match=r"v0.metadata.json: not Iceberg metadata this mirror can continue from"):
+        export_iceberg(TableLog(st))
+    assert mirrored_versions(st) == [0]
+
+
+def test_the_property_keeps_both_mirrors_in_step(tmp_path):
+    uri = str(tmp_path / "t")
+    props = {"castsql.mirror.iceberg": "true", "castsql.mirror.delta": "true"}
+    castsql.write_table(uri, pa.table({"id": pa.array(range(10), pa.int64())}), primary_key="id", properties=props)
+    t = castsql.open(uri)
+    t.delete("id > 6")
+    t.append(pa.table({"id": pa.array([50], pa.int64())}))
+    st = open_storage(uri)
+    assert mirrored_versions(st) == [0, 1, 2, 3]
+    from castsql.mirror.delta import mirrored_versions as delta_versions
+
+    assert delta_versions(st) == [0, 1, 2, 3]
+    Readers(uri).check(t, range(1, 4))
+
+
+def test_the_command_line_writes_both_mirrors(tmp_path):
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(5), pa.int64())}), primary_key="id")
+    castsql.open(uri).delete("id = 4")
+    cmd = [sys.executable, "-m", "castsql.cli", "export", uri]
+    out = subprocess.run([*cmd, "--iceberg", "--delta"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"export: Delta log of {uri} now at version 2")
+    assert lines[1].startswith(f"export: Iceberg metadata of {uri} now at version 2 (wrote version(s) 0-2")
+    assert "1 delete file(s)" in lines[1]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "give --delta, --iceberg or both" in out.stderr
