@@ -250,3 +250,95 @@ def test_a_mirror_that_cannot_be_written_never_fails_the_write(tmp_path, caplog)
     assert t.to_arrow().column("id").to_pylist() == [2]
     assert "Delta mirror of version 2 not written" in caplog.text and "uint64 has no Delta equivalent" in caplog.text
     assert list(open_storage(uri).list("_delta_log/")) == []
+
+
+def test_after_gc_the_mirror_continues_from_its_own_last_version(tmp_path):
+    """Found by a red-team pass: the mirror read version 0 on every export,
+    so once gc dropped it no later version was ever mirrored."""
+    from castsql.write.garbage import gc
+
+    uri = str(tmp_path / "t")
+    data = pa.table({"id": pa.array(range(10), pa.int64())})
+    castsql.write_table(uri, data, primary_key="id", properties={"castsql.mirror.delta": "true"})
+    t = castsql.open(uri)
+    t.delete("id = 1")
+    t.add_columns({"note": "string"})  # a metaData action that must keep the table's id
+    gc(uri, keep_versions=1, grace=timedelta(0))
+    t = castsql.open(uri)
+    t.delete("id = 5")
+    st = open_storage(uri)
+    assert mirrored_versions(st) == [0, 1, 2, 3, 4]
+    ids = {a["metaData"]["id"] for v in range(5) for a in read_commit(st, v) if "metaData" in a}
+    assert len(ids) == 1
+    Readers(uri).check(t, [4])
+
+
+@pytest.mark.parametrize(
+    ("keys", "lo", "hi"),
+    [
+        # a naive timestamp key, bounds with an offset: those instants in UTC (FORMAT.md §4)
+        ("ts", "2024-01-01T10:00:00+05:00", "2024-01-01T12:00:00+05:00"),
+        ("int", 2.5, 7.5),  # fractional bounds of an integer key: 3..7, not 2..7
+        ("int", -1e300, 5),  # a bound past the key type's range
+    ],
+)
+def test_key_range_bounds_drop_the_rows_castsql_drops(tmp_path, keys, lo, hi):
+    import datetime as dt
+
+    uri = str(tmp_path / "t")
+    if keys == "ts":
+        base = dt.datetime(2024, 1, 1)
+        k = pa.array([base + dt.timedelta(hours=i) for i in range(24)], pa.timestamp("us"))
+    else:
+        k = pa.array(range(24), pa.int64())
+    castsql.write_table(uri, pa.table({"id": k, "v": list(range(24))}), primary_key="id")
+    log = TableLog(open_storage(uri))
+    [f] = log.state(log.latest()).entries()
+    log.delete([KeyRangeDelete(f.name, lo, hi)])
+    t = castsql.open(uri)
+    assert 0 < len(t.to_arrow()) < 24
+    export_delta(log)
+    Readers(uri).check(t, [2])
+
+
+def test_a_store_failure_while_mirroring_never_fails_the_committed_write(tmp_path, caplog):
+    uri = str(tmp_path / "t")
+    data = pa.table({"id": pa.array(range(20), pa.int64())})
+    castsql.write_table(uri, data, primary_key="id", properties={"castsql.mirror.delta": "true"})
+    (tmp_path / "t" / DV_DIR).mkdir(exist_ok=True)
+    (tmp_path / "t" / DV_DIR).rmdir()
+    (tmp_path / "t" / DV_DIR).write_text("a file where the vectors' directory goes")
+    assert castsql.open(uri).delete("id = 3").version == 2  # committed, whatever the mirror met
+    assert "Delta mirror of version 2 not written" in caplog.text
+    assert mirrored_versions(open_storage(uri)) == [0, 1]
+
+
+def test_a_commit_file_it_cannot_parse_is_refused_in_one_line(tmp_path):
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(5), pa.int64())}), primary_key="id")
+    export_delta(TableLog(open_storage(uri)))
+    castsql.open(uri).delete("id = 1")
+    path = tmp_path / "t" / "_delta_log" / f"{1:020d}.json"
+    path.write_text(path.read_text()[:40])
+    out = subprocess.run(
+        [sys.executable, "-m", "castsql.cli", "export", uri, "--delta"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "00000000000000000001.json: not a Delta commit this mirror can continue from" in out.stderr
+
+
+def test_the_engine_reads_an_offset_bound_of_a_naive_key_as_that_instant(tmp_path):
+    """Found by the red-team pass on the mirror: the engine compared the bound
+    as text DuckDB cast to TIMESTAMP (dropping the offset: 10:00-12:00),
+    while the key check and the Spark reader took the instant (05:00-07:00)."""
+    import datetime as dt
+
+    uri = str(tmp_path / "t")
+    base = dt.datetime(2024, 1, 1)
+    k = pa.array([base + dt.timedelta(hours=i) for i in range(24)], pa.timestamp("us"))
+    castsql.write_table(uri, pa.table({"id": k, "v": list(range(24))}), primary_key="id")
+    log = TableLog(open_storage(uri))
+    [f] = log.state(log.latest()).entries()
+    log.delete([KeyRangeDelete(f.name, "2024-01-01T10:00:00+05:00", "2024-01-01T12:00:00+05:00")])
+    gone = set(range(24)) - set(castsql.open(uri).to_arrow().column("v").to_pylist())
+    assert gone == {5, 6, 7}

@@ -207,3 +207,19 @@ def test_the_command_line_writes_both_mirrors(tmp_path):
     assert "1 delete file(s)" in lines[1]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "give --delta, --iceberg or both" in out.stderr
+
+
+def test_after_gc_the_iceberg_mirror_continues(tmp_path):
+    from datetime import timedelta
+
+    from castsql.write.garbage import gc
+
+    uri = str(tmp_path / "t")
+    data = pa.table({"id": pa.array(range(10), pa.int64())})
+    castsql.write_table(uri, data, primary_key="id", properties={"castsql.mirror.iceberg": "true"})
+    castsql.open(uri).delete("id = 1")
+    gc(uri, keep_versions=1, grace=timedelta(0))
+    t = castsql.open(uri)
+    t.delete("id = 5")
+    assert mirrored_versions(open_storage(uri)) == [0, 1, 2, 3]
+    Readers(uri).check(t, [3])

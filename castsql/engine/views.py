@@ -37,6 +37,8 @@ from castsql.engine import names, native
 from castsql.engine.physical import Group, Signatures, duck_type, projection
 from castsql.engine.quoting import ident, sql_str, sql_value
 from castsql.errors import SchemaMismatch
+from castsql.format.schema import type_from_name
+from castsql.format.tombstone import key_bound
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot, prune_files
 
 if TYPE_CHECKING:
@@ -96,7 +98,14 @@ class Views:
             self._range_cache.move_to_end(ck)
         else:
             pk = ident(snap.primary_key or "")
-            cond = " OR ".join(f"{pk} BETWEEN {sql_value(lo)} AND {sql_value(hi)}" for lo, hi in f.key_ranges)
+            col = snap.schema.column(snap.primary_key or "")
+            t = type_from_name(col.type) if col is not None else pa.null()
+            # Bounds as the key's own values (FORMAT.md §4: times as instants, a
+            # naive key's in UTC), not as text DuckDB would cast its own way.
+            cond = " OR ".join(
+                f"{pk} BETWEEN {sql_value(key_bound(lo, t))} AND {sql_value(key_bound(hi, t))}"
+                for lo, hi in f.key_ranges
+            )
             sql = f"SELECT CAST(file_row_number AS UINTEGER) AS p FROM read_parquet({sql_str(f.uri)}) WHERE {cond}"
             rows = self.con.execute(sql).to_arrow_table()
             col = rows.column("p").combine_chunks()  # UINTEGER, no NULLs: its data buffer is the positions

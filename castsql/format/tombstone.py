@@ -177,10 +177,25 @@ def key_bound(v: Any, t: pa.DataType) -> Any:
 
     if pa.types.is_timestamp(t) and isinstance(v, str):
         when = parse_time(v)
-        return when if t.tz else when.replace(tzinfo=None)
+        # A column without zone holds UTC times: a bound with an offset is that instant in UTC (FORMAT.md §4).
+        return when if t.tz else when.astimezone(UTC).replace(tzinfo=None)
     if pa.types.is_date(t) and isinstance(v, str):
         return date.fromisoformat(v)
     return v
+
+
+def key_bound_scalar(v: Any, t: pa.DataType) -> pa.Scalar:
+    """A key-range bound as a scalar that compares with a ``t`` column as SQL
+    compares them: a fractional bound of an integer key stays a double (2.5
+    is not 2), any other as the column's type (:func:`key_bound`).
+
+        >>> import pyarrow.compute as pc
+        >>> pc.greater_equal(pa.array([2, 3], pa.int64()), key_bound_scalar(2.5, pa.int64())).to_pylist()
+        [False, True]
+    """
+    if isinstance(v, float) and pa.types.is_integer(t):
+        return pa.scalar(v, pa.float64())
+    return pa.scalar(key_bound(v, t), type=t)
 
 
 def _order(v: Any, t: pa.DataType) -> Any:

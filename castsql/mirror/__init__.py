@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 
-from castsql.errors import CastSQLError
 from castsql.format import TableLog
 
 _log = logging.getLogger(__name__)
@@ -36,7 +35,7 @@ def keep_in_step(log: TableLog, version: int) -> list[str]:
 
                 export_iceberg(log, version)
             done.append(name)
-        except CastSQLError as e:
+        except Exception as e:
             title = {"delta": "Delta", "iceberg": "Iceberg"}[name]
             _log.warning("table %s: %s mirror of version %d not written: %s", log.storage.root, title, version, e)
     return done

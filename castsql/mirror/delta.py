@@ -51,7 +51,7 @@ from pyroaring import BitMap
 from castsql.errors import CommitConflict, FormatError, VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
 from castsql.format.schema import type_from_name
-from castsql.format.tombstone import key_bound
+from castsql.format.tombstone import key_bound_scalar
 from castsql.mirror.deletion_vectors import VectorFile
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
 from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
@@ -191,7 +191,7 @@ def dropped(storage: Storage, snap: Snapshot, f: ResolvedFile) -> BitMap:
             keys = keys.cast(want)
         hit = None
         for lo, hi in f.key_ranges:
-            lo_s, hi_s = pa.scalar(key_bound(lo, want), want), pa.scalar(key_bound(hi, want), want)
+            lo_s, hi_s = key_bound_scalar(lo, want), key_bound_scalar(hi, want)
             inside = pc.and_(pc.greater_equal(keys, lo_s), pc.less_equal(keys, hi_s))
             hit = inside if hit is None else pc.or_(hit, inside)
         idx = pc.indices_nonzero(pc.fill_null(hit, False)) if hit is not None else pa.array([], pa.uint64())
@@ -239,6 +239,7 @@ class _State:
     schema: str | None
     protocol: dict[str, Any] | None
     digest: str = ""  # of the commit file of ``version``
+    meta: dict[str, Any] | None = None  # the last metaData action: its id and creation time carry on
 
 
 _STATES: dict[str, _State] = {}  # table root -> the mirror state this process last wrote or read
@@ -266,7 +267,7 @@ def _replay(storage: Storage, versions: list[int], verified: bool = False) -> _S
     brought forward over commit files written since, or rebuilt from them all."""
     with _STATES_LOCK:
         held = _STATES.pop(storage.root, None)
-    start, adds, schema, proto = -1, {}, None, None
+    start, adds, schema, proto, meta = -1, {}, None, None, None
     # Held, and its last commit file is still the one it wrote (a mirror
     # deleted and written again by someone else has other vectors).
     if (
@@ -274,23 +275,30 @@ def _replay(storage: Storage, versions: list[int], verified: bool = False) -> _S
         and held.version in versions
         and (verified or _digest(storage.get(commit_key(held.version))) == held.digest)
     ):
-        start, adds, schema, proto = held.version, held.adds, held.schema, held.protocol
+        start, adds, schema, proto, meta = held.version, held.adds, held.schema, held.protocol, held.meta
         versions = [v for v in versions if v > start]
     for v in versions:
         key = commit_key(v)
-        for line in storage.get(key).decode().splitlines():
+        for line in storage.get(key).decode(errors="replace").splitlines():
             if not line.strip():
                 continue
-            action = json.loads(line)
+            try:
+                action = json.loads(line)
+            except ValueError as e:
+                raise MirrorError(
+                    f"{storage.uri(key)}: not a Delta commit this mirror can continue from ({e}); "
+                    f"delete {LOG_DIR}/ and {DV_DIR}/ to write the mirror again"
+                ) from None
             if "add" in action:
                 adds[unquote(action["add"]["path"])] = action["add"]
             elif "remove" in action:
                 adds.pop(unquote(action["remove"]["path"]), None)
             elif "metaData" in action:
-                schema = action["metaData"]["schemaString"]
+                meta = action["metaData"]
+                schema = meta["schemaString"]
             elif "protocol" in action:
                 proto = action["protocol"]
-    state = _State(versions[-1] if versions else start, adds, schema, proto)
+    state = _State(versions[-1] if versions else start, adds, schema, proto, meta=meta)
     if versions:
         state.digest = _digest(storage.get(commit_key(state.version)))
     elif held is not None and start >= 0:
@@ -310,7 +318,7 @@ def _keep(storage: Storage, state: _State) -> None:
 
 
 def _actions(
-    log: TableLog, m: Manifest, snap: Snapshot, prev: Snapshot | None, state: _State, first: Manifest
+    log: TableLog, m: Manifest, snap: Snapshot, prev: Snapshot | None, state: _State
 ) -> tuple[list[dict[str, Any]], VectorFile]:
     """The actions of mirror version ``m.version`` and the vectors they name."""
     storage = log.storage
@@ -332,15 +340,18 @@ def _actions(
     if proto != state.protocol:
         actions.append({"protocol": proto})
     if schema != state.schema:
-        meta = {
-            "id": _table_id(log, first),
-            "format": {"provider": "parquet", "options": {}},
-            "schemaString": schema,
-            "partitionColumns": [],
-            "configuration": {"delta.enableDeletionVectors": "true"},
-            "createdTime": _ms(first),
-        }
-        actions.append({"metaData": meta})
+        if state.meta is None:  # the mirror's first version: the table's id and creation time
+            first = log.manifest(0)
+            state.meta = {
+                "id": _table_id(log, first),
+                "format": {"provider": "parquet", "options": {}},
+                "schemaString": schema,
+                "partitionColumns": [],
+                "configuration": {"delta.enableDeletionVectors": "true"},
+                "createdTime": _ms(first),
+            }
+        state.meta = {**state.meta, "schemaString": schema}
+        actions.append({"metaData": state.meta})
     # Only the files whose rows may differ from the previous version: a
     # commit's mirror costs its change, not the table.
     touched = snap.touched_since(prev) if prev is not None else None
@@ -407,12 +418,11 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
             "(mirroring from a checkpoint is not supported yet)"
         )
     state = _replay(storage, done, verified)
-    first = log.manifest(0)
     prev = resolve(log, state.version) if state.version >= 0 else None
     for v in _versions(state.version + 1, target):
         m = log.manifest(v)
         snap = resolve(log, v)
-        actions, vectors = _actions(log, m, snap, prev, state, first)
+        actions, vectors = _actions(log, m, snap, prev, state)
         if not vectors.empty:
             data = vectors.content()
             storage.put_new(vectors.path, data)

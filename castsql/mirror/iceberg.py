@@ -333,17 +333,16 @@ def _write_version(
         state.data_manifests = [w.to_manifest_file()]
         for k in gone:
             del state.data[k]
-        # entries of this manifest, with the sequence number the commit assigns to those it adds
-        for e in manifest.ManifestFile.fetch_manifest_entry(state.data_manifests[0], files.io, discard_deleted=True):
-            state.data[to_table_key(e.data_file.file_path, storage.root, what="data file")] = _inherit(e, v)
+        for k in added:
+            state.data[k] = _entry(v, data_file(now[k]))
     elif added:
         w = new_manifest("m0")
         with w:
             for k in added:
                 w.add(ManifestEntry.from_args(status=manifest.ManifestEntryStatus.ADDED, data_file=data_file(now[k])))
         state.data_manifests.append(w.to_manifest_file())
-        for e in manifest.ManifestFile.fetch_manifest_entry(state.data_manifests[-1], files.io, discard_deleted=True):
-            state.data[to_table_key(e.data_file.file_path, storage.root, what="data file")] = _inherit(e, v)
+        for k in added:
+            state.data[k] = _entry(v, data_file(now[k]))
 
     # Deletes: the positions newly dropped, or all of them again when some came back.
     new_rows: dict[str, BitMap] = {}
@@ -406,19 +405,16 @@ def _delete_manifest_writer() -> Any:
     return DeleteManifestWriter
 
 
-def _inherit(e: Any, v: int) -> Any:
-    """A manifest entry read back from the manifest that added it: its
-    sequence numbers are the snapshot's (a reader inherits them from the
-    manifest list); kept explicit for the manifests that carry it on."""
-    # Read back before the manifest list assigned them: None, or PyIceberg's UNASSIGNED_SEQ (-1).
-    if e.sequence_number is None or e.sequence_number < 0:
-        e.sequence_number = v
-    if e.file_sequence_number is None or e.file_sequence_number < 0:
-        e.file_sequence_number = v
-    return e
+def _entry(v: int, data_file: Any) -> Any:
+    """The live entry of a data file version ``v`` added, as a later manifest
+    carries it on (``EXISTING``, with the sequence numbers its snapshot gave it)."""
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
+
+    return ManifestEntry.from_args(status=ManifestEntryStatus.EXISTING, snapshot_id=v, sequence_number=v,
+                                   file_sequence_number=v, data_file=data_file)  # fmt: skip
 
 
-def _metadata(log: TableLog, m: Manifest, state: _State, first: Manifest) -> dict[str, Any]:
+def _metadata(log: TableLog, m: Manifest, state: _State) -> dict[str, Any]:
     storage = log.storage
     mapping = [{"field-id": i, "names": [n]} for n, i in sorted(state.field_ids.items(), key=lambda kv: kv[1])]
     current = state.snapshots[-1]["snapshot-id"] if state.snapshots else None
@@ -437,7 +433,7 @@ def _metadata(log: TableLog, m: Manifest, state: _State, first: Manifest) -> dic
         "properties": {
             "schema.name-mapping.default": json.dumps(mapping, separators=(",", ":")),
             "castsql.version": str(m.version),
-            **({"castsql.primary-key": first.primary_key} if m.primary_key else {}),
+            **({"castsql.primary-key": m.primary_key} if m.primary_key else {}),
         },
         "snapshots": state.snapshots,
         "snapshot-log": [{"snapshot-id": s["snapshot-id"], "timestamp-ms": s["timestamp-ms"]} for s in state.snapshots],
@@ -474,12 +470,12 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
             f"{storage.root}: version 0 was garbage-collected; the Iceberg mirror starts at version 0"
         )
     files = _Files(storage)
-    first = log.manifest(0)
     with _STATES_LOCK:
         held = _STATES.pop(storage.root, None)
     if done:
         state = held if held is not None and held.version == done[-1] else _load(storage, done[-1], files)
     else:
+        first = log.manifest(0)  # the mirror's first version: the table's id
         state = _State(table_uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"castsql:{first.commit_id or storage.root}")))
     prev = resolve(log, state.version) if state.version >= 0 else None
     for v in range(state.version + 1, target + 1):
@@ -490,7 +486,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
             state.schemas.append({**_schema_json(snap.schema, state, where), "schema-id": 0})
         else:
             out.delete_files += _write_version(log, m, snap, prev, state, files)
-        body = json.dumps(_metadata(log, m, state, first), separators=(",", ":")).encode()
+        body = json.dumps(_metadata(log, m, state), separators=(",", ":")).encode()
         try:
             storage.put_if_absent(metadata_key(v), body)
         except PreconditionFailed:

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from castsql.errors import DuplicateKey, NullKey
-from castsql.format.tombstone import key_bound
+from castsql.format.tombstone import key_bound_scalar
 
 if TYPE_CHECKING:
     from castsql.snapshot import ResolvedFile, Snapshot
@@ -266,8 +266,8 @@ def _file_hits(
 
 
 def _bound(v: Any, t: pa.DataType) -> pa.Scalar:
-    """A key-range bound as a scalar of type ``t``."""
-    return pa.scalar(key_bound(v, t), type=t)
+    """A key-range bound as a scalar that compares with a ``t`` column as SQL does."""
+    return key_bound_scalar(v, t)
 
 
 def check_written_keys(
