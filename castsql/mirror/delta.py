@@ -62,6 +62,8 @@ _log = logging.getLogger(__name__)
 LOG_DIR = "_delta_log"
 DV_DIR = "_delta_dv"
 
+_LOOKUPS = 2048  # touched files looked up one by one; more: one pass over the versions
+
 
 class MirrorError(FormatError):
     """A table (or one of its versions) that the mirror cannot express."""
@@ -355,7 +357,9 @@ def _actions(
     # Only the files whose rows may differ from the previous version: a
     # commit's mirror costs its change, not the table.
     touched = snap.touched_since(prev) if prev is not None else None
-    if touched is None:
+    # Looking files up one by one costs a search each: past a few thousand
+    # (a first mirror, a big compaction) one pass over both versions is faster.
+    if touched is None or len(touched) > _LOOKUPS:
         before = {f.key: f for f in prev.files} if prev is not None else {}
         now = {f.key: f for f in snap.files}
         gone = state.adds.keys() - now.keys()
