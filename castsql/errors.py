@@ -33,6 +33,10 @@ class FormatError(CastSQLError):
     """A table object (pointer, manifest, tombstone) is malformed or inconsistent."""
 
 
+class MirrorError(FormatError):
+    """A table (or one of its versions) that a Delta or Iceberg mirror cannot express."""
+
+
 class TableNotFound(CastSQLError):
     """No table at that URI (or no table of that name)."""
 

@@ -22,9 +22,9 @@ from mirror_history import random_history, sorted_rows
 
 import castsql
 from castsql.engine.duck import configure_s3, load_extension
-from castsql.errors import CommitConflict, VersionNotFound
+from castsql.errors import CommitConflict, MirrorError, VersionNotFound
 from castsql.format import KeyRangeDelete, TableLog
-from castsql.mirror.delta import DV_DIR, MirrorError, export_delta, mirrored_versions, read_commit
+from castsql.mirror.delta import DV_DIR, export_delta, mirrored_versions, read_commit
 from castsql.storage import open_storage
 
 

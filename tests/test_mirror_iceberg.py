@@ -18,9 +18,8 @@ from mirror_history import random_history, sorted_rows
 
 import castsql
 from castsql.engine.duck import configure_s3, load_extension
-from castsql.errors import CommitConflict
+from castsql.errors import CommitConflict, MirrorError
 from castsql.format import TableLog
-from castsql.mirror.delta import MirrorError
 from castsql.mirror.iceberg import HINT_KEY, export_iceberg, metadata_key, mirrored_versions, read_metadata
 from castsql.storage import open_storage
 

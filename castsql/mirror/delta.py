@@ -44,18 +44,14 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyroaring import BitMap
 
-from castsql.errors import CommitConflict, FormatError, VersionNotFound
+from castsql.errors import CommitConflict, VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
-from castsql.format.schema import type_from_name
-from castsql.format.tombstone import key_bound_scalar
 from castsql.mirror.deletion_vectors import VectorFile
+from castsql.mirror.source import MirrorError, dropped, primitive_name
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
 from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
-from castsql.storage.ranged import open_ranged
 
 _log = logging.getLogger(__name__)
 
@@ -63,10 +59,6 @@ LOG_DIR = "_delta_log"
 DV_DIR = "_delta_dv"
 
 _LOOKUPS = 2048  # touched files looked up one by one; more: one pass over the versions
-
-
-class MirrorError(FormatError):
-    """A table (or one of its versions) that the mirror cannot express."""
 
 
 @dataclass
@@ -99,22 +91,9 @@ def mirrored_versions(storage: Storage) -> list[int]:
 
 def delta_type(t: pa.DataType, where: str) -> Any:
     """The Delta schema type of an Arrow type (PROTOCOL.md, "Schema Serialization Format")."""
-    simple = {
-        pa.bool_(): "boolean",
-        pa.int8(): "byte",
-        pa.int16(): "short",
-        pa.int32(): "integer",
-        pa.int64(): "long",
-        pa.float32(): "float",
-        pa.float64(): "double",
-        pa.string(): "string",
-        pa.large_string(): "string",
-        pa.binary(): "binary",
-        pa.large_binary(): "binary",
-        pa.date32(): "date",
-    }
-    if t in simple:
-        return simple[t]
+    simple = primitive_name(t, "delta")
+    if simple is not None:
+        return simple
     if pa.types.is_decimal(t):
         if t.precision > 38:
             raise MirrorError(f"{where}: {t} is wider than Delta's decimal(38)")
@@ -172,33 +151,6 @@ def _table_id(log: TableLog, first: Manifest) -> str:
 
 def _ms(m: Manifest) -> int:
     return int(m.created_at.timestamp() * 1000)
-
-
-# ---------------------------------------------------------------------- rows each file drops
-
-
-def dropped(storage: Storage, snap: Snapshot, f: ResolvedFile) -> BitMap:
-    """Every position of ``f`` that ``snap``'s tombstones drop: its positions
-    and row groups, and the rows whose key falls in one of its key ranges
-    (found by reading the file's key column)."""
-    out = BitMap(f.deleted)
-    if f.key_ranges:
-        pk = snap.primary_key
-        col = snap.schema.column(pk) if pk else None
-        if col is None:
-            raise MirrorError(f"{storage.root}: version {snap.version}: key-range deletes on a table with no key")
-        want = type_from_name(col.type)
-        keys = pq.ParquetFile(open_ranged(storage, f.key, f.entry.size_bytes, 1 << 20)).read(columns=[pk]).column(0)
-        if keys.type != want:
-            keys = keys.cast(want)
-        hit = None
-        for lo, hi in f.key_ranges:
-            lo_s, hi_s = key_bound_scalar(lo, want), key_bound_scalar(hi, want)
-            inside = pc.and_(pc.greater_equal(keys, lo_s), pc.less_equal(keys, hi_s))
-            hit = inside if hit is None else pc.or_(hit, inside)
-        idx = pc.indices_nonzero(pc.fill_null(hit, False)) if hit is not None else pa.array([], pa.uint64())
-        out.update(idx.to_numpy().astype("uint32"))
-    return out
 
 
 # ---------------------------------------------------------------------- actions

@@ -58,7 +58,7 @@ from pyroaring import BitMap
 from castsql.errors import CommitConflict, MissingExtra, VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
 from castsql.format.layout import to_table_key
-from castsql.mirror.delta import MirrorError, dropped
+from castsql.mirror.source import MirrorError, dropped, primitive_name
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
 from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
 
@@ -165,22 +165,9 @@ class _Files:
 
 
 def _iceberg_type(t: pa.DataType, where: str) -> str:
-    simple = {
-        pa.bool_(): "boolean",
-        pa.int8(): "int",
-        pa.int16(): "int",
-        pa.int32(): "int",
-        pa.int64(): "long",
-        pa.float32(): "float",
-        pa.float64(): "double",
-        pa.string(): "string",
-        pa.large_string(): "string",
-        pa.binary(): "binary",
-        pa.large_binary(): "binary",
-        pa.date32(): "date",
-    }
-    if t in simple:
-        return simple[t]
+    simple = primitive_name(t, "iceberg")
+    if simple is not None:
+        return simple
     if pa.types.is_decimal(t) and t.precision <= 38:
         return f"decimal({t.precision}, {t.scale})"
     if pa.types.is_timestamp(t) and t.unit == "us":
