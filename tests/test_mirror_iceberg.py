@@ -8,6 +8,7 @@ numbers, position deletes) and polars' ``scan_iceberg`` over it.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -22,6 +23,9 @@ from castsql.errors import CommitConflict, MirrorError
 from castsql.format import TableLog
 from castsql.mirror.iceberg import HINT_KEY, export_iceberg, metadata_key, mirrored_versions, read_metadata
 from castsql.storage import open_storage
+
+# polars plans Iceberg scans with PyIceberg without its optional plugin; say so instead of warning each time.
+os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")
 
 
 class Readers:
