@@ -38,13 +38,31 @@ def run(*cmd: str | Path, ok: bool = True) -> subprocess.CompletedProcess:
     return p
 
 
+def build_wheel(dest: Path) -> Path:
+    """The wheel, built from a private copy of what it is made of: setuptools
+    builds in the source tree (``build/``, ``castsql.egg-info``), and the
+    repository's tree is shared with every other test of the run (one CI run
+    failed with a file gone from under the build)."""
+    src = dest / "src"
+    for name in ("pyproject.toml", "README.md"):
+        src.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(
+        REPO / "castsql",
+        src / "castsql",
+        ignore=shutil.ignore_patterns("__pycache__", "*.duckdb_extension", "*.stamp", "*.jar", "include-*", ".tmp-*"),
+    )
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dest / "dist", src)
+    [wheel] = (dest / "dist").glob("castsql-*.whl")
+    return wheel
+
+
 @pytest.fixture(scope="module")
 def venv() -> Iterator[Path]:
     # Its own directory: pytest prunes old base temp directories when other
     # pytest runs start, which would remove the virtualenv under a long run.
     tmp = Path(tempfile.mkdtemp(prefix="castsql-install-"))
-    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", REPO)
-    [wheel] = (tmp / "dist").glob("castsql-*.whl")
+    wheel = build_wheel(tmp)
     env = tmp / "venv"
     run(sys.executable, "-m", "venv", env)
     run(env / "bin/python", "-m", "pip", "install", "-q", wheel)
@@ -109,8 +127,7 @@ def test_the_wheel_keeps_the_newer_pyarrow_and_pandas_a_user_has(table, tmp_path
     """A user's environment with pyarrow and pandas newer than constraints.txt's
     (the newest pip can get): installing the wheel downgrades nothing, and the
     shell works on them."""
-    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp_path / "dist", REPO)
-    [wheel] = (tmp_path / "dist").glob("castsql-*.whl")
+    wheel = build_wheel(tmp_path)
     env = tmp_path / "user"
     run(sys.executable, "-m", "venv", env)
     python = env / "bin/python"
