@@ -291,14 +291,12 @@ def _run(args: Any) -> str:
             raise UsageError("give --delta, --iceberg or both")
         log = TableLog(open_storage(args.uri))
         lines = []
-        for flag, name in (("delta", "Delta log"), ("iceberg", "Iceberg metadata")):
+        from castsql.mirror import MIRRORS, exporter
+
+        for flag, (_, name, _, _) in MIRRORS.items():
             if not getattr(args, flag):
                 continue
-            if flag == "delta":
-                from castsql.mirror.delta import export_delta as export
-            else:
-                from castsql.mirror.iceberg import export_iceberg as export
-            r = export(log, args.version)
+            r = exporter(flag)(log, args.version)
             if not r.written:
                 lines.append(f"export: the {name} of {log.uri} already holds version {r.latest}; nothing written")
                 continue

@@ -74,3 +74,51 @@ def random_history(
             exported.append(export(log).latest)
         t = castsql.open(uri, s3=s3)
     return t, exported
+
+
+def race_exporters(export: Callable, uri: str, threads: int = 3) -> list[str]:
+    """``export`` of the table at ``uri`` by ``threads`` exporters at once,
+    each on its own log: per exporter, "done" or the conflict it lost with.
+    Any other error is raised here (a thread's own would be lost)."""
+    import threading
+
+    from castsql.errors import CommitConflict
+
+    outcomes: list[str] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            export(TableLog(open_storage(uri)))
+            outcomes.append("done")
+        except CommitConflict as e:
+            outcomes.append(str(e))
+        except BaseException as e:
+            errors.append(e)
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+    return outcomes
+
+
+class MirrorReaders:
+    """A table's mirror read by other engines' readers: each name in
+    ``READERS`` is a method returning the rows at a version, sorted."""
+
+    READERS: tuple[str, ...] = ()
+
+    def check(self, table: castsql.Table, versions) -> int:
+        """Assert every reader returns CastSQL's rows at each of ``versions``; returns the reads checked."""
+        checked = 0
+        for v in versions:
+            want = sorted_rows(table.at(v).to_arrow().to_pylist())
+            for name in self.READERS:
+                got = getattr(self, name)(v)
+                assert got == want, f"{name} at version {v}: {len(got)} rows, CastSQL has {len(want)}"
+                checked += 1
+        return checked

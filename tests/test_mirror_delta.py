@@ -12,24 +12,25 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from datetime import timedelta
 
 import duckdb
 import pyarrow as pa
 import pytest
-from mirror_history import random_history, sorted_rows
+from mirror_history import MirrorReaders, race_exporters, random_history, sorted_rows
 
 import castsql
 from castsql.engine.duck import configure_s3, load_extension
-from castsql.errors import CommitConflict, MirrorError, VersionNotFound
+from castsql.errors import MirrorError, VersionNotFound
 from castsql.format import KeyRangeDelete, TableLog
 from castsql.mirror.delta import DV_DIR, export_delta, mirrored_versions, read_commit
 from castsql.storage import open_storage
 
 
-class Readers:
+class Readers(MirrorReaders):
     """The table at ``uri`` through each Delta reader, as sorted Python rows."""
+
+    READERS = ("duckdb", "deltalake", "polars")
 
     def __init__(self, uri: str, s3=None) -> None:
         self.uri = uri
@@ -63,16 +64,6 @@ class Readers:
 
         lazy = pl.scan_delta(self.uri, version=v, storage_options=self.options or None)
         return sorted_rows(lazy.collect().to_dicts())
-
-    def check(self, table: castsql.Table, versions) -> int:
-        checked = 0
-        for v in versions:
-            want = sorted_rows(table.at(v).to_arrow().to_pylist())
-            for name in ("duckdb", "deltalake", "polars"):
-                got = getattr(self, name)(v)
-                assert got == want, f"{name} at version {v}: {len(got)} rows, CastSQL has {len(want)}"
-                checked += 1
-        return checked
 
 
 @pytest.mark.parametrize("seed", range(1, 7))
@@ -151,22 +142,9 @@ def test_racing_exporters_never_both_write_a_version(tmp_path):
     t = castsql.open(uri)
     for i in range(12):
         t.delete(f"id = {i * 7}")
-    outcomes: list[str] = []
-
-    def run() -> None:
-        try:
-            export_delta(TableLog(open_storage(uri)))
-            outcomes.append("done")
-        except CommitConflict as e:
-            assert "run the export again" in str(e)
-            outcomes.append("lost")
-
-    threads = [threading.Thread(target=run) for _ in range(3)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert "done" in outcomes or "lost" in outcomes
+    outcomes = race_exporters(export_delta, uri)
+    assert len(outcomes) == 3
+    assert all(o == "done" or "run the export again" in o for o in outcomes), outcomes
     export_delta(TableLog(open_storage(uri)))  # whoever lost: once more, from what the others wrote
     assert mirrored_versions(open_storage(uri)) == list(range(14))
     Readers(uri).check(t, [13, 7])

@@ -15,11 +15,11 @@ import sys
 import duckdb
 import pyarrow as pa
 import pytest
-from mirror_history import random_history, sorted_rows
+from mirror_history import MirrorReaders, race_exporters, random_history, sorted_rows
 
 import castsql
 from castsql.engine.duck import configure_s3, load_extension
-from castsql.errors import CommitConflict, MirrorError
+from castsql.errors import MirrorError
 from castsql.format import TableLog
 from castsql.mirror.iceberg import HINT_KEY, export_iceberg, metadata_key, mirrored_versions, read_metadata
 from castsql.storage import open_storage
@@ -28,7 +28,9 @@ from castsql.storage import open_storage
 os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")
 
 
-class Readers:
+class Readers(MirrorReaders):
+    READERS = ("duckdb", "pyiceberg", "polars")
+
     def __init__(self, uri: str, s3=None) -> None:
         self.uri = uri
         self.con = duckdb.connect()
@@ -73,16 +75,6 @@ class Readers:
 
         table = StaticTable.from_metadata(self._meta(v), properties=self.props)
         return sorted_rows(pl.scan_iceberg(table, storage_options=self.options).collect().to_dicts())
-
-    def check(self, table: castsql.Table, versions) -> int:
-        checked = 0
-        for v in versions:
-            want = sorted_rows(table.at(v).to_arrow().to_pylist())
-            for name in ("duckdb", "pyiceberg", "polars"):
-                got = getattr(self, name)(v)
-                assert got == want, f"{name} at version {v}: {len(got)} rows, CastSQL has {len(want)}"
-                checked += 1
-        return checked
 
 
 @pytest.mark.parametrize("seed", range(1, 5))
@@ -144,29 +136,14 @@ def test_a_type_the_mirror_lacks_is_refused_and_nothing_is_written(tmp_path):
 
 
 def test_racing_exporters_never_both_write_a_version(tmp_path):
-    import threading
-
     uri = str(tmp_path / "t")
     castsql.write_table(uri, pa.table({"id": pa.array(range(100), pa.int64())}), primary_key="id")
     t = castsql.open(uri)
     for i in range(8):
         t.delete(f"id = {i * 7}")
-    outcomes: list[str] = []
-
-    def run() -> None:
-        try:
-            export_iceberg(TableLog(open_storage(uri)))
-            outcomes.append("done")
-        except CommitConflict as e:
-            assert "another exporter wrote Iceberg version" in str(e)
-            outcomes.append("lost")
-
-    threads = [threading.Thread(target=run) for _ in range(3)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    outcomes = race_exporters(export_iceberg, uri)
     assert len(outcomes) == 3
+    assert all(o == "done" or "another exporter wrote Iceberg version" in o for o in outcomes), outcomes
     export_iceberg(TableLog(open_storage(uri)))
     assert mirrored_versions(open_storage(uri)) == list(range(10))
     Readers(uri).check(castsql.open(uri), [9, 4])

@@ -60,7 +60,7 @@ from castsql.engine.views import ROW_FILE, ROW_POS, ident, sql_str
 from castsql.errors import SchemaMismatch, WriteError, one_line
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord, write_data_files
 from castsql.format.evolution import merged
-from castsql.format.manifest import json_stat
+from castsql.format.manifest import added_summary, json_stat
 from castsql.format.schema import Schema
 from castsql.format.tombstone import KeyRangeDelete, serialize_tombstones
 from castsql.format.writer import conform
@@ -184,7 +184,7 @@ class Writer:
             check_input_keys(self.table, pk, t.column(pk), "overwrite")
         files = write_data_files(self.log.storage, t, schema) if t.num_rows else []
         return commit_overwrite(
-            self.log, files, schema=schema, new_schema=new_schema, summary=pipeline.added(files), attempts=attempts
+            self.log, files, schema=schema, new_schema=new_schema, summary=added_summary(files), attempts=attempts
         )
 
     def existing_keys(self, snap: Snapshot, pk: str, keys: pa.Array, limit: int = 1000) -> list[Any]:

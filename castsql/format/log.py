@@ -37,7 +37,7 @@ from castsql.errors import CommitConflict, FormatError, SchemaMismatch, TableExi
 from castsql.format import evolution
 from castsql.format.change import Change, RestoreRaced
 from castsql.format.layout import POINTER_KEY, manifest_key, new_tombstone_key, to_table_key
-from castsql.format.manifest import DataFile, Manifest, Totals, format_time
+from castsql.format.manifest import DataFile, Manifest, Totals, added_summary, format_time
 from castsql.format.metadata import RetryPolicy, TableMetadata
 from castsql.format.properties import check
 from castsql.format.schema import Schema
@@ -279,13 +279,8 @@ class TableLog(TableMetadata):
         """Commit new data files (from :func:`write_data_files`) as one version."""
         if not files:
             raise ValueError("append needs at least one data file")
-        summary = {
-            "added_files": len(files),
-            "added_rows": sum(f.total_rows for f in files),
-            "added_bytes": sum(f.size_bytes for f in files),
-        }
         return self.commit(
-            Change(operation, add_files=tuple(files), schema=schema, summary=summary), commit_id=commit_id
+            Change(operation, add_files=tuple(files), schema=schema, summary=added_summary(files)), commit_id=commit_id
         )
 
     def delete(

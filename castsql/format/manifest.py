@@ -23,7 +23,7 @@ import contextlib
 import gc
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -583,6 +583,16 @@ def _check_totals(
             f"{where} (version {version}): totals say {said[0]} files, {said[1]} rows, {said[2]} bytes; "
             f"its files objects and inline entries hold {found[0]} files, {found[1]} rows, {found[2]} bytes"
         )
+
+
+def added_summary(files: Iterable[DataFile]) -> dict[str, int]:
+    """The summary counts of a commit that adds ``files``: ``added_files``, ``added_rows``, ``added_bytes``."""
+    files = list(files)
+    return {
+        "added_files": len(files),
+        "added_rows": sum(f.total_rows for f in files),
+        "added_bytes": sum(f.size_bytes for f in files),
+    }
 
 
 def json_stat(value: Any) -> Any:

@@ -5,11 +5,27 @@ Delta log (:mod:`castsql.mirror.delta`) and Iceberg metadata
 
 from __future__ import annotations
 
+import importlib
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from castsql.format import TableLog
 
 _log = logging.getLogger(__name__)
+
+# name -> (its format, what it writes, the function that writes it). Imported
+# on use: the Iceberg mirror needs PyIceberg, which a table without it never loads.
+MIRRORS = {
+    "delta": ("Delta", "Delta log", "castsql.mirror.delta", "export_delta"),
+    "iceberg": ("Iceberg", "Iceberg metadata", "castsql.mirror.iceberg", "export_iceberg"),
+}
+
+
+def exporter(name: str) -> Callable[[TableLog, int | None], Any]:
+    """The function that mirrors a table's versions as ``name`` (``delta`` or ``iceberg``)."""
+    _, _, module, function = MIRRORS[name]
+    return getattr(importlib.import_module(module), function)
 
 
 def keep_in_step(log: TableLog, version: int) -> list[str]:

@@ -36,9 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import threading
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote
@@ -46,19 +44,26 @@ from urllib.parse import quote, unquote
 import pyarrow as pa
 from pyroaring import BitMap
 
-from castsql.errors import CommitConflict, VersionNotFound
+from castsql.errors import VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
 from castsql.mirror.deletion_vectors import VectorFile
-from castsql.mirror.source import MirrorError, dropped, primitive_name
+from castsql.mirror.source import (
+    Held,
+    MirrorError,
+    changed_files,
+    dropped,
+    primitive_name,
+    put_version,
+    rows_before,
+    same_deletes,
+)
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
-from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
+from castsql.storage import ObjectNotFound, Storage
 
 _log = logging.getLogger(__name__)
 
 LOG_DIR = "_delta_log"
 DV_DIR = "_delta_dv"
-
-_LOOKUPS = 2048  # touched files looked up one by one; more: one pass over the versions
 
 
 @dataclass
@@ -196,16 +201,14 @@ class _State:
     meta: dict[str, Any] | None = None  # the last metaData action: its id and creation time carry on
 
 
-_STATES: dict[str, _State] = {}  # table root -> the mirror state this process last wrote or read
-_STATES_LOCK = threading.Lock()
+_HELD: Held[_State] = Held()
 
 
 def _known_versions(storage: Storage) -> tuple[list[int], bool]:
     """The mirrored versions, and whether the state this process holds is
     still what is stored. With a held state that is, two requests (its last
     commit file, and the next one's absence) instead of listing the log."""
-    with _STATES_LOCK:
-        held = _STATES.get(storage.root)
+    held = _HELD.peek(storage.root)
     if held is not None and held.version >= 0:
         try:
             same = _digest(storage.get(commit_key(held.version))) == held.digest
@@ -219,8 +222,7 @@ def _known_versions(storage: Storage) -> tuple[list[int], bool]:
 def _replay(storage: Storage, versions: list[int], verified: bool = False) -> _State:
     """The mirror's state after its last commit: the one this process holds,
     brought forward over commit files written since, or rebuilt from them all."""
-    with _STATES_LOCK:
-        held = _STATES.pop(storage.root, None)
+    held = _HELD.take(storage.root)
     start, adds, schema, proto, meta = -1, {}, None, None, None
     # Held, and its last commit file is still the one it wrote (a mirror
     # deleted and written again by someone else has other vectors).
@@ -264,13 +266,6 @@ def _digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def _keep(storage: Storage, state: _State) -> None:
-    with _STATES_LOCK:
-        _STATES[storage.root] = state
-        while len(_STATES) > 16:
-            _STATES.pop(next(iter(_STATES)))
-
-
 def _actions(
     log: TableLog, m: Manifest, snap: Snapshot, prev: Snapshot | None, state: _State
 ) -> tuple[list[dict[str, Any]], VectorFile]:
@@ -306,26 +301,13 @@ def _actions(
             }
         state.meta = {**state.meta, "schemaString": schema}
         actions.append({"metaData": state.meta})
-    # Only the files whose rows may differ from the previous version: a
-    # commit's mirror costs its change, not the table.
-    touched = snap.touched_since(prev) if prev is not None else None
-    # Looking files up one by one costs a search each: past a few thousand
-    # (a first mirror, a big compaction) one pass over both versions is faster.
-    if touched is None or len(touched) > _LOOKUPS:
-        before = {f.key: f for f in prev.files} if prev is not None else {}
-        now = {f.key: f for f in snap.files}
-        gone = state.adds.keys() - now.keys()
-    else:
-        before = {f.key: f for f in prev.resolved(sorted(touched))} if prev is not None else {}
-        now = {f.key: f for f in snap.resolved(sorted(touched))}
-        gone = {k for k in touched if k in state.adds and k not in now}
+    now, before, gone = changed_files(snap, prev, state.adds.keys())
     for key in sorted(gone):
         actions.append({"remove": _remove(state.adds.pop(key), m)})
     for key in sorted(now):
         f = now[key]
         old = before.get(key)
-        same = old is not None and old.deleted == f.deleted and old.key_ranges == f.key_ranges
-        if key in state.adds and same:
+        if key in state.adds and same_deletes(old, f):
             continue
         rows = dropped(storage, snap, f) if f.has_deletes else BitMap()
         if key in state.adds:
@@ -333,8 +315,7 @@ def _actions(
             # group already gone) change nothing here; and a remove and an add
             # of one file with no vector would name one file twice in one
             # version, which readers resolve as a removal.
-            was = dropped(storage, prev, old) if old is not None and prev is not None and old.has_deletes else BitMap()
-            if rows == was:
+            if rows == rows_before(storage, prev, old):
                 continue
             actions.append({"remove": _remove(state.adds[key], m)})
         dv = vectors.add(rows) if rows else None
@@ -343,10 +324,6 @@ def _actions(
         actions.append({"add": add})
     state.schema, state.protocol, state.version = schema, proto, m.version
     return actions, vectors
-
-
-def _versions(first: int, last: int) -> Iterator[int]:
-    return iter(range(first, last + 1))
 
 
 def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
@@ -375,7 +352,7 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
         )
     state = _replay(storage, done, verified)
     prev = resolve(log, state.version) if state.version >= 0 else None
-    for v in _versions(state.version + 1, target):
+    for v in range(state.version + 1, target + 1):
         m = log.manifest(v)
         snap = resolve(log, v)
         actions, vectors = _actions(log, m, snap, prev, state)
@@ -385,18 +362,13 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
             out.vectors += sum(1 for a in actions if "deletionVector" in a.get("add", {}))
             out.bytes_written += len(data)
         body = ("\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n").encode()
-        try:
-            storage.put_if_absent(commit_key(v), body)
-        except PreconditionFailed:
-            raise CommitConflict(
-                f"{storage.root}: another exporter wrote Delta version {v} first; run the export again"
-            ) from None
+        put_version(storage, commit_key(v), body, "Delta", v)
         out.bytes_written += len(body)
         state.digest = _digest(body)
         out.written.append(v)
         out.latest = v
         prev = snap
-    _keep(storage, state)  # only a state that matches what is stored (a failed put above drops it)
+    _HELD.put(storage.root, state)  # only a state that matches what is stored (a failed put above drops it)
     return out
 
 

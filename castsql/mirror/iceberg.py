@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,18 +54,25 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyroaring import BitMap
 
-from castsql.errors import CommitConflict, MissingExtra, VersionNotFound
+from castsql.errors import MissingExtra, VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
 from castsql.format.layout import to_table_key
-from castsql.mirror.source import MirrorError, dropped, primitive_name
+from castsql.mirror.source import (
+    Held,
+    MirrorError,
+    changed_files,
+    dropped,
+    primitive_name,
+    put_version,
+    rows_before,
+    same_deletes,
+)
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
-from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
+from castsql.storage import ObjectNotFound, Storage
 
 META_DIR = "_iceberg/metadata"
 HINT_KEY = f"{META_DIR}/version-hint.text"
 _POS_FILE_PATH_ID, _POS_POS_ID = 2147483546, 2147483545  # Iceberg's reserved ids of a position delete file
-
-_LOOKUPS = 2048  # as in castsql.mirror.delta
 
 
 def metadata_key(version: int) -> str:
@@ -191,8 +197,7 @@ class _State:
     table_uuid: str = ""
 
 
-_STATES: dict[str, _State] = {}
-_STATES_LOCK = threading.Lock()
+_HELD: Held[_State] = Held()
 
 
 def mirrored_versions(storage: Storage) -> list[int]:
@@ -248,7 +253,7 @@ def _schema_json(schema: Schema, state: _State, where: str) -> dict[str, Any]:
     return {"type": "struct", "fields": fields}
 
 
-def _position_deletes(storage: Storage, rows: dict[str, BitMap], key: str) -> tuple[bytes, int]:
+def _position_deletes(storage: Storage, rows: dict[str, BitMap]) -> tuple[bytes, int]:
     paths, positions = [], []
     for k in sorted(rows):
         uri = storage.uri(k)
@@ -292,17 +297,7 @@ def _write_version(
                                   file_format=FileFormat.PARQUET, partition=Record(), record_count=f.total_rows,
                                   file_size_in_bytes=f.entry.size_bytes)  # fmt: skip
 
-    touched = snap.touched_since(prev) if prev is not None else None
-    # Looking files up one by one costs a search each: past a few thousand
-    # (a first mirror, a big compaction) one pass over both versions is faster.
-    if touched is None or len(touched) > _LOOKUPS:
-        now = {f.key: f for f in snap.files}
-        gone = state.data.keys() - now.keys()
-        before = {f.key: f for f in prev.files} if prev is not None else {}
-    else:
-        now = {f.key: f for f in snap.resolved(sorted(touched))}
-        gone = {k for k in touched if k in state.data and k not in now}
-        before = {f.key: f for f in prev.resolved(sorted(touched))} if prev is not None else {}
+    now, before, gone = changed_files(snap, prev, state.data.keys())
     added = [k for k in sorted(now) if k not in state.data]
     is_added = set(added)
 
@@ -340,11 +335,11 @@ def _write_version(
     new_rows: dict[str, BitMap] = {}
     reset = False
     for k, f in now.items():
+        old = None if k in is_added else before.get(k)
+        if old is not None and same_deletes(old, f):
+            continue  # its delete files in force already drop exactly these rows
         rows = dropped(storage, snap, f) if f.has_deletes else BitMap()
-        old = before.get(k)
-        was = dropped(storage, prev, old) if old is not None and prev is not None and old.has_deletes else BitMap()
-        if k in is_added:
-            was = BitMap()
+        was = rows_before(storage, prev, old)
         if not was.issubset(rows):
             reset = True
         if rows - was:
@@ -354,7 +349,7 @@ def _write_version(
         state.delete_manifests = []
     if new_rows:
         key = f"{META_DIR}/{tag}-deletes.parquet"
-        data, count = _position_deletes(storage, new_rows, key)
+        data, count = _position_deletes(storage, new_rows)
         storage.put_new(key, data)
         files.written.append(len(data))
         delete_file = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=storage.uri(key),
@@ -462,8 +457,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
             f"{storage.root}: version 0 was garbage-collected; the Iceberg mirror starts at version 0"
         )
     files = _Files(storage)
-    with _STATES_LOCK:
-        held = _STATES.pop(storage.root, None)
+    held = _HELD.take(storage.root)
     if done:
         state = held if held is not None and held.version == done[-1] else _load(storage, done[-1], files)
     else:
@@ -479,12 +473,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
         else:
             out.delete_files += _write_version(log, m, snap, prev, state, files)
         body = json.dumps(_metadata(log, m, state), separators=(",", ":")).encode()
-        try:
-            storage.put_if_absent(metadata_key(v), body)
-        except PreconditionFailed:
-            raise CommitConflict(
-                f"{storage.root}: another exporter wrote Iceberg version {v} first; run it again"
-            ) from None
+        put_version(storage, metadata_key(v), body, "Iceberg", v)
         state.metadata_log.append(
             {"metadata-file": storage.uri(metadata_key(v)), "timestamp-ms": int(m.created_at.timestamp() * 1000)}
         )
@@ -495,8 +484,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
         prev = snap
     out.bytes_written += sum(files.written)
     storage.put(HINT_KEY, str(out.latest).encode())  # a hint, like Iceberg's Hadoop tables: readers may list instead
-    with _STATES_LOCK:
-        _STATES[storage.root] = state
+    _HELD.put(storage.root, state)
     return out
 
 

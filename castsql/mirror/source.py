@@ -1,6 +1,7 @@
-"""What a mirror reads of a CastSQL table, whatever format it writes: the
-rows each data file drops at a version, and the names other formats give
-Arrow's primitive types.
+"""What every mirror does the same, whatever format it writes: which files
+changed between two versions and the rows each drops, the names other
+formats give Arrow's primitive types, the create-only put of a mirror
+version, and the state an exporter keeps between calls.
 
 Example::
 
@@ -11,16 +12,20 @@ Example::
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Collection
+from typing import Generic, TypeVar
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyroaring import BitMap
 
-from castsql.errors import MirrorError
+from castsql.errors import CommitConflict, MirrorError
 from castsql.format.schema import type_from_name
 from castsql.format.tombstone import key_bound_scalar
 from castsql.snapshot import ResolvedFile, Snapshot
-from castsql.storage import Storage
+from castsql.storage import PreconditionFailed, Storage
 from castsql.storage.ranged import open_ranged
 
 # Arrow type -> (Delta's name, Iceberg's name). Iceberg has no 8- or 16-bit
@@ -70,3 +75,77 @@ def dropped(storage: Storage, snap: Snapshot, f: ResolvedFile) -> BitMap:
         idx = pc.indices_nonzero(pc.fill_null(hit, False)) if hit is not None else pa.array([], pa.uint64())
         out.update(idx.to_numpy().astype("uint32"))
     return out
+
+
+def rows_before(storage: Storage, prev: Snapshot | None, old: ResolvedFile | None) -> BitMap:
+    """What ``old`` (a file as the previous version had it) dropped then; nothing if it was not there."""
+    if old is None or prev is None or not old.has_deletes:
+        return BitMap()
+    return dropped(storage, prev, old)
+
+
+_LOOKUPS = 2048  # touched files looked up one by one; more: one pass over both versions
+
+
+def changed_files(
+    snap: Snapshot, prev: Snapshot | None, live: Collection[str]
+) -> tuple[dict[str, ResolvedFile], dict[str, ResolvedFile], set[str]]:
+    """The files of ``snap`` whose rows may differ from ``prev``'s (all of them
+    without ``prev``), the same files as ``prev`` had them, and the keys of
+    ``live`` (the files the mirror lists now) that ``snap`` no longer has. Only
+    the touched files are looked at, so a commit's mirror costs its change,
+    not the table."""
+    touched = snap.touched_since(prev) if prev is not None else None
+    # Looking files up one by one costs a search each: past a few thousand
+    # (a first mirror, a big compaction) one pass over both versions is faster.
+    if touched is None or len(touched) > _LOOKUPS:
+        now = {f.key: f for f in snap.files}
+        before = {f.key: f for f in prev.files} if prev is not None else {}
+        return now, before, set(live) - now.keys()
+    now = {f.key: f for f in snap.resolved(sorted(touched))}
+    before = {f.key: f for f in prev.resolved(sorted(touched))} if prev is not None else {}
+    return now, before, {k for k in touched if k in live and k not in now}
+
+
+def same_deletes(a: ResolvedFile | None, b: ResolvedFile) -> bool:
+    """Whether file ``a`` (None: absent) has exactly ``b``'s tombstones."""
+    return a is not None and a.deleted == b.deleted and a.key_ranges == b.key_ranges
+
+
+def put_version(storage: Storage, key: str, body: bytes, fmt: str, version: int) -> None:
+    """Write a mirror version's last object, create-only: the moment it is visible.
+    A racing exporter that wrote it first makes this one CommitConflict."""
+    try:
+        storage.put_if_absent(key, body)
+    except PreconditionFailed:
+        raise CommitConflict(
+            f"{storage.root}: another exporter wrote {fmt} version {version} first; run the export again"
+        ) from None
+
+
+S = TypeVar("S")
+
+
+class Held(Generic[S]):
+    """Each table's mirror state as this process last wrote or read it, by
+    table root (a few tables): an exporter takes it, and puts it back only once
+    what it holds matches what is stored."""
+
+    def __init__(self, tables: int = 16) -> None:
+        self._states: dict[str, S] = {}
+        self._tables = tables
+        self._lock = threading.Lock()
+
+    def peek(self, root: str) -> S | None:
+        with self._lock:
+            return self._states.get(root)
+
+    def take(self, root: str) -> S | None:
+        with self._lock:
+            return self._states.pop(root, None)
+
+    def put(self, root: str, state: S) -> None:
+        with self._lock:
+            self._states[root] = state
+            while len(self._states) > self._tables:
+                self._states.pop(next(iter(self._states)))

@@ -62,7 +62,7 @@ from pyspark.sql.types import StructType
 
 from castsql.errors import BadOption, CommitConflict
 from castsql.format import Schema, TableLog
-from castsql.format.manifest import json_stat, parse_time
+from castsql.format.manifest import added_summary, json_stat, parse_time
 from castsql.snapshot import Predicate, Snapshot, resolve
 from castsql.snapshot.prune import may_match
 from castsql.spark.tasks import TableRef, Unit, _for_spark, live_row_groups, open_parquet
@@ -565,11 +565,7 @@ def commit_files(
     )
     log = _open_or_create(storage, plan)
     summary = dict(summary or {})
-    summary.update(
-        added_files=len(files),
-        added_rows=sum(f.total_rows for f in files),
-        added_bytes=sum(f.size_bytes for f in files),
-    )
+    summary.update(added_summary(files))
     pk = log.latest().primary_key
     if pk is not None and files and not plan.allow_duplicate_keys:
         # The keys rule of every writer (castsql.write.keys), on the keys read

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from castsql.errors import CommitConflict
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord
 from castsql.format.change import Change
+from castsql.format.manifest import added_summary
 from castsql.format.schema import Schema
 
 log_ = logging.getLogger(__name__)
@@ -70,9 +71,7 @@ def commit_dml(
         targets = log.validate_tombstones(records, log.manifest(read_version), where=where)
         tombstones = (log.write_tombstone(records),)
     full = {
-        "added_files": len(files),
-        "added_rows": sum(f.total_rows for f in files),
-        "added_bytes": sum(f.size_bytes for f in files),
+        **added_summary(files),
         "added_tombstones": len(tombstones),
         "tombstone_records": len(records),
         **(summary or {}),

@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 from castsql.errors import MergeError, WriteError
 from castsql.format import Change, DataFile, Manifest, Schema, TableLog, TombstoneRecord
 from castsql.format.evolution import fits, merged, rebase, refusal, widens
-from castsql.format.manifest import json_stat
+from castsql.format.manifest import added_summary, json_stat
 from castsql.format.schema import normalize_type, type_from_name, type_name
 from castsql.format.tombstone import serialize_tombstones
 from castsql.snapshot import Snapshot, resolve
@@ -308,15 +308,6 @@ def update(
 # ---------------------------------------------------------------------- append
 
 
-def added(files: Sequence[DataFile]) -> dict[str, int]:
-    """The summary counts of a commit that adds ``files``."""
-    return {
-        "added_files": len(files),
-        "added_rows": sum(f.total_rows for f in files),
-        "added_bytes": sum(f.size_bytes for f in files),
-    }
-
-
 def append(
     log: TableLog,
     table: str,
@@ -345,11 +336,12 @@ def append(
     keys first; Spark reads them back from what it wrote). Nothing is
     committed when a check refuses; the caller removes its files.
     """
-    summary = {**(summary or {}), **added(files)}
+    summary = {**(summary or {}), **added_summary(files)}
     if keys is None:
         change = Change("APPEND", add_files=tuple(files), schema=schema, new_schema=new_schema, summary=summary)
         return log.commit(change, base=base)
-    pk = (base or log.latest()).primary_key
+    head = base or log.latest()  # read once: the first attempt plans on it
+    pk = head.primary_key
     if pk is None:
         raise WriteError(f"table {table}: append: keys were given for a table without a primary key")
     keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
@@ -359,7 +351,7 @@ def append(
     span = (pk, json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py()))
 
     def attempt(i: int) -> Manifest:
-        snap = resolve(log, base.version) if i == 0 and base is not None else resolve(log)
+        snap = resolve(log, head.version) if i == 0 else resolve(log)
         found = existing_keys(log.storage, snap, pk, keys)
         if found:
             raise refuse_existing(table, pk, found, snap.version)
