@@ -38,9 +38,26 @@ def start_s3():
 
 @contextlib.contextmanager
 def backend_root(backend: str, name: str) -> Iterator[tuple[object, str]]:
-    """(S3 config or None, a root URI nobody else uses) for ``local`` or ``s3``
-    (a SeaweedFS server that lives as long as the block)."""
-    if backend == "s3":
+    """(S3 config or None, a root URI nobody else uses) for ``local``, ``s3``,
+    ``gcs`` or ``azure`` (a SeaweedFS, fake-gcs-server or Azurite server that
+    lives as long as the block; GCS's and Azure's settings go into this
+    process's environment, which worker processes inherit)."""
+    if backend in ("gcs", "azure"):
+        import os
+
+        from cloudservers import AzuriteServer, GCSServer
+
+        server = GCSServer().start() if backend == "gcs" else AzuriteServer().start()
+        try:
+            if backend == "gcs":
+                server.create_bucket("bench")
+            else:
+                server.create_container("bench")
+            os.environ.update(server.env)
+            yield None, f"{'gs' if backend == 'gcs' else 'az'}://bench/{name}"
+        finally:
+            server.stop()
+    elif backend == "s3":
         server = start_s3()
         try:
             yield server.config, f"s3://bench/{name}"
@@ -49,7 +66,7 @@ def backend_root(backend: str, name: str) -> Iterator[tuple[object, str]]:
     elif backend == "local":
         yield None, tempfile.mkdtemp(prefix=f"castsql-{name}-")
     else:
-        raise SystemExit(f"unknown backend {backend!r} (use local or s3)")
+        raise SystemExit(f"unknown backend {backend!r} (use local, s3, gcs or azure)")
 
 
 def machine() -> str:

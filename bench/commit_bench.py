@@ -1,7 +1,7 @@
 """Commits per second for 1, 4 and 16 concurrent writer processes on each
 backend, next to the raw compare-and-swap rate of the same backend.
 
-    .venv/bin/python bench/commit_bench.py [--seconds 4] [--rounds 3] [--backends local,s3]
+    .venv/bin/python bench/commit_bench.py [--seconds 4] [--rounds 3] [--backends local,s3,gcs,azure]
 
 Each writer process loops for a fixed time: "append" writes a one-row Parquet
 file and commits it (the whole protocol); "raw CAS" reads one object with its
@@ -108,7 +108,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--backends", default="local,s3")
+    ap.add_argument("--backends", default="local,s3,gcs,azure")
     ap.add_argument("--writers", default="1,4,16")
     args = ap.parse_args()
     counts = [int(w) for w in args.writers.split(",")]
@@ -116,7 +116,9 @@ def main() -> None:
     print(f"{'backend':8} {'writers':>7} {'raw CAS/s':>10} {'commits/s':>10} {'ratio':>6}")
     for backend in args.backends.split(","):
         with backend_root(backend, "commits") as (s3cfg, base):
-            env = {}
+            env = {
+                k: v for k, v in os.environ.items() if k in ("STORAGE_EMULATOR_HOST", "AZURE_STORAGE_CONNECTION_STRING")
+            }
             if s3cfg is not None:
                 env = {
                     "AWS_ENDPOINT_URL": s3cfg.endpoint_url,

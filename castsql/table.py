@@ -328,10 +328,11 @@ class Table:
             view = self._session.version_view(self.name, self.version)
             return self._session.con.sql(f"SELECT * FROM {ident(view)}")
         snap = self._session.snapshot(self.name, self.version)
-        if snap.table_uri.startswith("s3://"):
-            from castsql.engine.duck import configure_s3
+        if "://" in snap.table_uri:
+            from castsql.engine.stores import make_readable
 
-            configure_s3(con, self._session.s3_config(self._session.log(self.name).storage))
+            storage = self._session.log(self.name).storage
+            make_readable(con, storage, self._session.s3_config(storage))
         name = f"{self.name}_v{self.version}"
         Views(con, self._session._workdir).create(name, snap, lake=False)
         return con.sql(f"SELECT * FROM {ident(name)}")

@@ -2,17 +2,24 @@
 
 * ``s3_server`` - one SeaweedFS S3 server for the whole run, started on first use.
 * ``s3_root`` - a fresh ``s3://bucket/prefix`` URI per test (unique prefix in a shared bucket).
+* ``gcs_server`` / ``azure_server`` - fake-gcs-server and Azurite, one each for
+  the whole run, started on first use (tests/cloudservers.py); they put the
+  cloud's usual variables in this process's environment, as a user's shell would.
 * ``storage`` - a :class:`Storage` per backend: runs the test once on a local
   directory and once on S3 (the S3 run is marked ``s3``; deselect with ``-m "not s3"``).
+  A module that proves a property on every store (local, S3, GCS, Azure)
+  imports ``every_store`` from tests/stores.py, which overrides ``backend``.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from cloudservers import AzuriteServer, GCSServer
 from s3server import SeaweedS3Server
 
 from castsql.storage import Storage, open_storage
@@ -43,6 +50,46 @@ def s3_root(s3_server: SeaweedS3Server, request: pytest.FixtureRequest) -> str:
     return f"s3://{TEST_BUCKET}/{name}-{uuid.uuid4().hex[:8]}"
 
 
+# -- GCS and Azure -----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def gcs_server() -> Iterator[GCSServer]:
+    server = GCSServer().start()
+    try:
+        server.create_bucket(TEST_BUCKET)
+        os.environ.update(server.env)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def azure_server() -> Iterator[AzuriteServer]:
+    server = AzuriteServer().start()
+    try:
+        server.create_container(TEST_BUCKET)
+        os.environ.update(server.env)
+        yield server
+    finally:
+        server.stop()
+
+
+def _test_prefix(request: pytest.FixtureRequest) -> str:
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def gcs_root(gcs_server: GCSServer, request: pytest.FixtureRequest) -> str:
+    return f"gs://{TEST_BUCKET}/{_test_prefix(request)}"
+
+
+@pytest.fixture
+def azure_root(azure_server: AzuriteServer, request: pytest.FixtureRequest) -> str:
+    return f"az://{TEST_BUCKET}/{_test_prefix(request)}"
+
+
 # -- backends ----------------------------------------------------------------
 
 
@@ -54,8 +101,8 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def storage_root(backend: str, request: pytest.FixtureRequest, tmp_path) -> str:
     """A fresh, empty root URI on the backend under test."""
-    if backend == "s3":
-        return request.getfixturevalue("s3_root")
+    if backend in ("s3", "gcs", "azure"):
+        return request.getfixturevalue(f"{backend}_root")
     return str(tmp_path / "root")
 
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 from pyroaring import BitMap
+from stores import every_store  # noqa: F401 - on every store: local, S3, GCS, Azure
 
 from castsql.errors import CommitConflict, FormatError, SchemaMismatch, TableExists, TableNotFound, VersionNotFound
 from castsql.format import (

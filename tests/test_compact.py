@@ -8,6 +8,7 @@ import itertools
 
 import pyarrow as pa
 import pytest
+from stores import every_store  # noqa: F401 - on every store: local, S3, GCS, Azure
 
 import castsql
 from castsql.cli import main

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from stores import every_store  # noqa: F401 - on every store: local, S3, GCS, Azure
 
 from castsql.format import TableLog, write_data_files
 from castsql.format.fold import FILES_INLINE_MAX

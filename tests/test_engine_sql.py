@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from stores import every_store  # noqa: F401 - on every store: local, S3, GCS, Azure
 from tables import SCHEMA, rows
 
 from castsql.engine import Session

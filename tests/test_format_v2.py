@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyroaring import BitMap
+from stores import every_store  # noqa: F401 - on every store: local, S3, GCS, Azure
 
 from castsql.engine import Session
 from castsql.errors import CastSQLError, FormatError

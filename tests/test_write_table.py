@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from stores import every_store  # noqa: F401 - on every store: local, S3, GCS, Azure
 
 import castsql
 from castsql.errors import CastSQLError, DuplicateKey, TableExists

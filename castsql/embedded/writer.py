@@ -154,7 +154,7 @@ class Writer:
         schema's), with that schema, the new schema to commit (None: unchanged)
         and the latest version they were taken from."""
         t = as_arrow(data, where)
-        head = self.log.latest()
+        head = self.log.write_base()
         schema, new_schema = head.schema, None
         if merge_schema:
             new_schema = merged(head.schema, t.schema, where, head.primary_key)

@@ -46,6 +46,7 @@ from castsql.engine import names
 from castsql.engine.guard import ATTACH_WHY, OWN_DATABASES, ForbiddenStatement, Tok, tokens
 from castsql.engine.literals import literal_at
 from castsql.engine.safety import SafeModeError, check_select
+from castsql.format.layout import canonical_uri
 
 ST = duckdb.StatementType
 
@@ -433,7 +434,7 @@ _HANDLERS[ST.PREPARE] = _prepare
 # ---------------------------------------------------------------- paths written to
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
-_OBJECT_STORES = frozenset({"s3", "s3a", "s3n", "r2", "gcs", "gs"})
+_OBJECT_STORES = frozenset({"s3", "s3a", "s3n", "r2", "gcs", "gs", "az", "azure", "abfs", "abfss"})
 
 
 def check_write_target(path: str, scope: Scope, what: str) -> None:
@@ -443,7 +444,7 @@ def check_write_target(path: str, scope: Scope, what: str) -> None:
     ``~``; object-store URLs by bucket and key, whatever their scheme."""
     target = _location(path, scope.home)
     if target is None:
-        raise ForbiddenStatement(f"{what} {path!r}: CastSQL writes only to local paths and s3:// URLs")
+        raise ForbiddenStatement(f"{what} {path!r}: CastSQL writes only to local paths and object-store URLs")
     # DuckDB may write PATH.tmp first and move it in place.
     for cand in (target, (target[0], target[1] + ".tmp")):
         for root in scope.protected:
@@ -459,7 +460,7 @@ def _location(path: str, home: str | None) -> tuple[str, str] | None:
     """(where, normalised path): ('', local real path) or ('bucket', key)."""
     if path.lower().startswith("file:"):
         path = re.sub(r"^file:(//(localhost)?)?", "", path, flags=re.IGNORECASE)
-    m = _URL.match(path)
+    m = _URL.match(canonical_uri(path))
     if m:
         scheme, rest = m.group(1).lower(), m.group(2)
         if scheme not in _OBJECT_STORES:

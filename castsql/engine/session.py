@@ -49,6 +49,7 @@ from castsql.engine.plan import AuditCall
 from castsql.engine.planner import Planner
 from castsql.engine.quoting import ident, sql_str
 from castsql.engine.safety import SafeModeError, lock_down
+from castsql.engine.stores import make_readable
 from castsql.engine.views import Views
 from castsql.format import TableLog
 from castsql.snapshot import Predicate, Snapshot
@@ -130,9 +131,12 @@ class Session:
         if self.safe:
             raise SafeModeError(f"safe mode: cannot open {uri}; tables are fixed when a safe session starts")
         storage = open_storage(uri, s3=self.s3)
-        if storage.root.startswith("s3://") and not self._s3_ready:
-            configure_s3(self.con, self.s3_config(storage))  # credentials in the secret manager only
-            self._s3_ready = self.executor.httpfs = True
+        if storage.root.startswith("s3://"):
+            if not self._s3_ready:
+                configure_s3(self.con, self.s3_config(storage))  # credentials in the secret manager only
+                self._s3_ready = self.executor.httpfs = True
+        elif "://" in storage.root:
+            make_readable(self.con, storage)  # GCS, Azure: castsql.engine.stores
         return self.catalog.add(storage, name)
 
     def s3_config(self, storage: Storage) -> S3Config:

@@ -75,6 +75,27 @@ def new_meta_key(kind: str, now: datetime | None = None) -> str:
     return f"{META_DIR}/{_hour_dir(now)}/{time_ordered_id()}.{kind}.parquet"
 
 
+_SCHEME_SPELLINGS = {"s3a://": "s3://", "gcs://": "gs://", "azure://": "az://", "abfs://": "az://", "abfss://": "az://"}
+
+
+def canonical_uri(uri: str) -> str:
+    """``uri`` under the one scheme CastSQL spells each store with: ``s3a://``
+    is ``s3://``, ``gcs://`` is ``gs://``, ``azure://`` and ADLS Gen2's
+    ``abfss://container@account.dfs.core.windows.net/`` are ``az://container/``.
+
+    >>> canonical_uri("abfss://c@acct.dfs.core.windows.net/t/x"), canonical_uri("gcs://b/t")
+    ('az://c/t/x', 'gs://b/t')
+    """
+    scheme_part, sep, after = uri.partition("://")
+    lowered = scheme_part.lower() + sep
+    for spelling, scheme in _SCHEME_SPELLINGS.items():
+        if sep and lowered == spelling:
+            rest = after
+            container, slash, tail = rest.partition("/")
+            return scheme + container.split("@", 1)[0] + slash + tail
+    return uri
+
+
 def to_table_key(path: str, table_root: str, *, what: str) -> str:
     """Turn a path as written in a manifest into a key relative to the table root.
 
@@ -88,11 +109,8 @@ def to_table_key(path: str, table_root: str, *, what: str) -> str:
         return path  # already a normalised relative key: the common case, kept cheap
     root = table_root.rstrip("/")
     if "://" in path or path.startswith("/"):
-        full = path.removeprefix("file://")
-        if root.startswith("s3a://"):
-            root = "s3://" + root[len("s3a://") :]
-        if full.startswith("s3a://"):
-            full = "s3://" + full[len("s3a://") :]
+        full = canonical_uri(path.removeprefix("file://"))
+        root = canonical_uri(root)
         if not full.startswith(root + "/"):
             raise FormatError(f"{what} {path!r} lies outside the table root {table_root}")
         key = full[len(root) + 1 :]

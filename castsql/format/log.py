@@ -33,7 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from castsql.errors import CommitConflict, FormatError, SchemaMismatch, TableExists
+from castsql.errors import CommitConflict, FormatError, SchemaMismatch, StorageError, TableExists
 from castsql.format import evolution
 from castsql.format.change import Change, RestoreRaced
 from castsql.format.layout import POINTER_KEY, manifest_key, new_tombstone_key, to_table_key
@@ -215,9 +215,18 @@ class TableLog(TableMetadata):
                     self.storage.put_if_match(POINTER_KEY, body, etag)
                 return
             except PreconditionFailed:
-                pv, etag = self._read_pointer()
+                try:
+                    pv, etag = self._read_pointer()
+                except StorageError:
+                    return
                 if attempt:
                     self.retry.sleep(attempt)
+            except StorageError:
+                # The version is committed: an error now (GCS's limit of about one
+                # write a second to one object name, a store that stopped
+                # answering) must not report the write as failed, or a retry
+                # would commit it twice. The pointer lags; readers roll forward.
+                return
 
     # ------------------------------------------------------------------ writers' calls
 

@@ -1,4 +1,5 @@
-"""Storage backends: a local directory and S3 (s3fs), behind one interface."""
+"""Storage backends behind one interface: a local directory, S3 (s3fs), Google
+Cloud Storage (its JSON API) and Azure Blob Storage / ADLS Gen2 (obstore)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from castsql.storage.base import (
 from castsql.storage.config import S3Config
 
 __all__ = [
+    "OBJECT_STORE_SCHEMES",
     "ObjectInfo",
     "ObjectNotFound",
     "PreconditionFailed",
@@ -24,9 +26,15 @@ __all__ = [
 ]
 
 
+OBJECT_STORE_SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "azure://", "abfss://", "abfs://")
+
+
 def open_storage(uri: str, *, s3: S3Config | None = None) -> Storage:
-    """The storage rooted at ``uri``: ``s3://bucket/prefix`` or a local path
-    (``file:`` URIs accepted).
+    """The storage rooted at ``uri``: ``s3://bucket/prefix``, ``gs://bucket/prefix``,
+    ``az://container/prefix`` (or ADLS Gen2's ``abfss://container@account.dfs.core.windows.net/prefix``)
+    or a local path (``file:`` URIs accepted). GCS and Azure take their
+    settings from each cloud's usual environment variables
+    (:class:`~castsql.storage.gcs.GCSConfig`, :class:`~castsql.storage.azure.AzureConfig`).
 
     Example::
 
@@ -37,8 +45,19 @@ def open_storage(uri: str, *, s3: S3Config | None = None) -> Storage:
         from castsql.storage.s3 import S3Storage
 
         return S3Storage(uri, s3 or S3Config.from_env())
+    if uri.startswith(("gs://", "gcs://")):
+        from castsql.storage.gcs import GCSConfig, GCSStorage
+
+        return GCSStorage(uri, GCSConfig.from_env())
+    if uri.startswith(("az://", "azure://", "abfss://", "abfs://")):
+        from castsql.storage.azure import AzureConfig, AzureStorage
+
+        return AzureStorage(uri, AzureConfig.from_env())
     if "://" in uri and not uri.startswith("file://"):
-        raise StorageError(f"{uri}: unsupported URI scheme (use a local path or s3://bucket/prefix)")
+        raise StorageError(
+            f"{uri}: unsupported URI scheme (use a local path, s3://bucket/prefix, gs://bucket/prefix "
+            "or az://container/prefix)"
+        )
     from castsql.storage.local import LocalStorage
 
     return LocalStorage(_local_path(uri))

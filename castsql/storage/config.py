@@ -56,13 +56,13 @@ class S3Config:
             secret=os.environ.get("AWS_SECRET_ACCESS_KEY"),
             session_token=os.environ.get("AWS_SESSION_TOKEN"),
             region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-            connect_timeout=_env_number("CASTSQL_S3_CONNECT_TIMEOUT", 10.0),
-            read_timeout=_env_number("CASTSQL_S3_READ_TIMEOUT", 30.0),
-            max_attempts=int(_env_number("AWS_MAX_ATTEMPTS", 3)),
+            connect_timeout=env_number("CASTSQL_S3_CONNECT_TIMEOUT", 10.0),
+            read_timeout=env_number("CASTSQL_S3_READ_TIMEOUT", 30.0),
+            max_attempts=int(env_number("AWS_MAX_ATTEMPTS", 3)),
         )
 
 
-def _env_number(name: str, default: float) -> float:
+def env_number(name: str, default: float) -> float:
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return default

@@ -211,8 +211,8 @@ def delete(engine: Engine, where: str, *, attempts: int = ATTEMPTS) -> Manifest 
         raise WriteError(f'table {engine.table}: delete: the condition must be SQL text such as "id < 100"')
     engine.check_texts([where], "delete")
 
-    def attempt(_: int) -> Manifest | None:
-        snap = resolve(engine.log)
+    def attempt(i: int) -> Manifest | None:
+        snap = resolve(engine.log, engine.log.write_base().version) if i == 0 else resolve(engine.log)
         found = engine.find_delete(snap, where)
         if found is None:
             return None
@@ -272,8 +272,8 @@ def update(
         raise WriteError(f'table {table}: update: the condition must be SQL text such as "id < 100"')
     engine.check_texts([*set.values(), *([where] if where else [])], op)
 
-    def attempt(_: int) -> Manifest | None:
-        snap = resolve(engine.log)
+    def attempt(i: int) -> Manifest | None:
+        snap = resolve(engine.log, engine.log.write_base().version) if i == 0 else resolve(engine.log)
         new_schema = None
         if merge_schema:
             evolved = _evolved_for_set(engine, snap, set, f"table {table}: {op}", op)
@@ -414,7 +414,8 @@ def merge(engine: Engine, spec: MergeSpec, options: Options | None = None) -> Me
         if i and o.stream is not None and last_batch(engine.log, o.stream[0]) >= o.stream[1]:
             metrics.extra["skipped_batch"] = True  # committed meanwhile by an earlier run of the batch
             return metrics
-        return merge_once(engine, spec, resolve(engine.log), o, metrics)
+        snap = resolve(engine.log, engine.log.write_base().version) if i == 0 else resolve(engine.log)
+        return merge_once(engine, spec, snap, o, metrics)
 
     return with_retries(f"table {table}: merge", o.attempts, attempt)
 
