@@ -12,6 +12,10 @@ one. Measured through the proxy:
 
 * a fresh ``castsql`` process answering a selective query
   (``SELECT * FROM events WHERE id = …``), launch to exit;
+* the same query through the Python API in a fresh ``python -c``, and, where
+  deltalake can reach the test server (S3, Azure), deltalake reading the same
+  rows written as a Delta table (its time against CastSQL's API's is the
+  issue's ratio; medians of ``--runs`` fresh processes);
 * in one process that has the table open: a one-file append and a one-row
   delete.
 
@@ -25,11 +29,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
 from pathlib import Path
+from urllib.parse import unquote
 
 from _common import machine, start_s3
 from cloudservers import AzuriteServer, GCSServer
@@ -43,6 +49,7 @@ TARGETS = {"query (before the column reads)": 6, "append": 5, "delete": 6}
 
 def kind(path: str) -> str:
     """What a request's path names, in the format's terms (FORMAT.md)."""
+    path = unquote(path)
     name = path.split("?", 1)[0].rsplit("/", 1)[-1]
     if "list-type=" in path or path.rstrip("/").count("/") <= 1:
         return "list"
@@ -108,11 +115,46 @@ class Store:
             )
         return env
 
+    def delta_options(self, endpoint: str) -> dict[str, str] | None:
+        """deltalake's storage options for this store at ``endpoint``; None
+        where deltalake cannot reach the test server (its GCS client speaks
+        GCS's XML API, which fake-gcs-server does not serve)."""
+        if self.name == "s3":
+            return {
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_ACCESS_KEY_ID": self.server.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.server.secret_key,
+                "AWS_REGION": "us-east-1",
+                "AWS_ALLOW_HTTP": "true",
+                "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+            }
+        if self.name == "azure":
+            return {
+                "account_name": "devstoreaccount1",
+                "account_key": self.server.account_key,
+                "endpoint": f"{endpoint}/devstoreaccount1",
+                "allow_http": "true",
+            }
+        return None
+
     def stop(self) -> None:
         self.server.stop()
 
 
-def measure(store: Store, rows: int, delay: float) -> list[tuple[str, int, float, list]]:
+def fresh(cmd: list[str], env: dict[str, str], proxy: FaultProxy, runs: int) -> tuple[float, list]:
+    """Median seconds of ``runs`` fresh processes running ``cmd``, and the requests of the last."""
+    times = []
+    for _ in range(runs):
+        proxy.requests.clear()
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        times.append(time.perf_counter() - t0)
+        if out.returncode != 0:
+            raise SystemExit(f"{cmd[0]} failed: {out.stderr}")
+    return statistics.median(times), list(proxy.requests)
+
+
+def measure(store: Store, rows: int, delay: float, runs: int) -> list[tuple[str, int | None, float, list]]:
     import pyarrow as pa
 
     import castsql
@@ -127,20 +169,24 @@ def measure(store: Store, rows: int, delay: float) -> list[tuple[str, int, float
         castsql.write_table(uri, data, primary_key="id")
         env = store.env(proxy.endpoint_url)
         results = []
-        proxy.requests.clear()
-        t0 = time.perf_counter()
-        out = subprocess.run(
-            [CASTSQL, uri, "-csv", "-c", f"SELECT * FROM events WHERE id = {rows // 2}"],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        elapsed = time.perf_counter() - t0
-        if out.returncode != 0:
-            raise SystemExit(f"query failed: {out.stderr}")
-        reqs = list(proxy.requests)
+        query = f"SELECT * FROM events WHERE id = {rows // 2}"
+        elapsed, reqs = fresh([CASTSQL, uri, "-csv", "-c", query], env, proxy, runs)
         first_range = next((i for i, (_, path, r) in enumerate(reqs) if r and kind(path) == "data"), len(reqs))
         results.append(("query (before the column reads)", first_range, elapsed, reqs))
+        api = f"import castsql; print(castsql.connect({uri!r}).sql({query!r}).num_rows)"
+        results.append(("same query, Python API", None, *fresh([sys.executable, "-c", api], env, proxy, runs)))
+        options = store.delta_options(f"http://127.0.0.1:{store.port}")
+        if options is not None:
+            from deltalake import write_deltalake
+
+            delta_uri = uri.replace("/events", "/delta_events")
+            write_deltalake(delta_uri, data, storage_options=options)
+            code = (
+                "import pyarrow.dataset as ds; from deltalake import DeltaTable; "
+                f"t = DeltaTable({delta_uri!r}, storage_options={store.delta_options(proxy.endpoint_url)!r}); "
+                f"print(t.to_pyarrow_dataset().to_table(filter=ds.field('id') == {rows // 2}).num_rows)"
+            )
+            results.append(("same query, deltalake", None, *fresh([sys.executable, "-c", code], env, proxy, runs)))
         os.environ.clear()
         os.environ.update(env)  # this process's writes go through the proxy
         via = S3Config.from_env() if store.name == "s3" else None
@@ -166,6 +212,7 @@ def main() -> int:
     p.add_argument("--store", choices=["s3", "gcs", "azure", "all"], default="all")
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--delay", type=float, default=0.02)
+    p.add_argument("--runs", type=int, default=3, help="fresh processes per query (median)")
     p.add_argument("--show", action="store_true", help="print every request")
     args = p.parse_args()
 
@@ -175,11 +222,17 @@ def main() -> int:
     for name in ["s3", "gcs", "azure"] if args.store == "all" else [args.store]:
         store = Store(name)
         try:
-            results = measure(store, args.rows, args.delay)
+            results = measure(store, args.rows, args.delay, args.runs)
         finally:
             store.stop()
         print(f"\n{name}:")
+        cold = {what: seconds for what, _, seconds, _ in results}
         for what, count, seconds, reqs in results:
+            if count is None:  # a comparison: every request it made (and deltalake's time against CastSQL's)
+                ratio = cold["same query, Python API"] / seconds
+                vs = f"(CastSQL's API / deltalake: {ratio:.2f}x)   " if "deltalake" in what else ""
+                print(f"  {what:34} {len(reqs):3} requests in all       {seconds:6.3f} s   {vs}{describe(reqs)}")
+                continue
             target = TARGETS[what]
             ok = ok and count <= target
             print(f"  {what:34} {count:3} requests (target ≤ {target})  {seconds:6.3f} s   {describe(reqs)}")

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/stream_bench.py [--rows 200000] [--batches 300] [--batch-rows 40]
                                            [--engines castsql,deltalake,ducklake] [--s3] [--repeat 5]
+                                           [--min-files N]
 
 A table of ``--rows`` events (id, ts, user, kind, amount) takes ``--batches``
 upserts of ``--batch-rows`` rows each (half updates of random existing keys,
@@ -199,8 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", default="castsql,deltalake,ducklake")
     ap.add_argument("--s3", action="store_true", help="also CastSQL on the S3 test server")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--min-files", type=int, help="castsql.autoCompact.minNumFiles (default: the table default)")
     ap.add_argument("--dir")
     args = ap.parse_args(argv)
+    if args.min_files:
+        PROPS["castsql.autoCompact.minNumFiles"] = str(args.min_files)
     root = Path(args.dir or tempfile.mkdtemp(prefix="castsql-stream-bench-"))
     shutil.rmtree(root, ignore_errors=True)
     rng = np.random.default_rng(5)

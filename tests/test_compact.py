@@ -174,6 +174,33 @@ def test_auto_compaction_keeps_a_stream_bounded(storage_root, s3_config):
     t.close()
 
 
+def test_auto_compaction_leaves_a_large_base_file_alone(tmp_path):
+    """Automatic compaction merges the lowest size tier: a stream's base file
+    is not rewritten to add a few batches to it, so no commit of the stream
+    pays for the whole table; the small files stay bounded all the same."""
+    uri = str(tmp_path / "events")
+    props = {"castsql.autoCompact": "true", "castsql.autoCompact.minNumFiles": "6"}
+    castsql.write_table(uri, rows(range(50_000)), primary_key="id", properties=props)
+    t = castsql.open(uri)
+    base = t._session.snapshot("events").files[0].key
+    model = set(range(50_000))
+    most_files = 0
+    for b in range(60):
+        ids = range(100_000 + 10 * b, 100_010 + 10 * b)
+        t.append(rows(ids))
+        model |= set(ids)
+        snap = t._session.snapshot("events")
+        assert base in {f.key for f in snap.files}, f"batch {b}: the base file was rewritten"
+        most_files = max(most_files, len(snap.files))
+    assert most_files <= 6
+    assert sum(r["operation"] == "COMPACT" for r in t.history().to_pylist()) >= 10
+    assert sorted(r["id"] for r in t.to_arrow(["id"]).to_pylist()) == sorted(model)
+    # Asked for by hand, compaction packs every small file, the base file too.
+    t.compact()
+    assert len(t._session.snapshot("events").files) == 1
+    t.close()
+
+
 def test_properties_are_checked_set_and_removed(tmp_path):
     uri = str(tmp_path / "events")
     castsql.write_table(uri, rows(range(3)), properties={"owner": "growth"})

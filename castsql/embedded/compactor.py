@@ -54,9 +54,12 @@ def compact(
     sort_by: str | None = None,
     small_tombstone_bytes: int = SMALL_TOMBSTONE_BYTES,
     attempts: int = 5,
+    tiered: bool = False,
 ) -> Manifest | None:
     """Compact the newest version of ``table`` (a table of ``session``);
-    returns the committed manifest, or None when there is nothing to do."""
+    returns the committed manifest, or None when there is nothing to do.
+    ``tiered``: merge only the lowest size tier of small files (automatic
+    compaction; :mod:`castsql.write.compaction`)."""
     if not 0 < threshold <= 1:
         raise CastSQLError(f"table {table}: compact: threshold must be in (0, 1], got {threshold}")
     if target_file_bytes <= 0 or row_group_size <= 0:
@@ -77,6 +80,7 @@ def compact(
             small_tombstone_bytes=small_tombstone_bytes,
             target_file_bytes=target_file_bytes,
             sort_by=sort_by,
+            tiered=tiered,
         )
         if not plan:
             return None
@@ -105,11 +109,13 @@ def maintain(session: Session, table: str, version: int) -> Manifest | None:
     """The automatic compaction a table's properties ask for
     (``castsql.autoCompact``), run by a writer after it committed ``version``:
     when that version holds ``castsql.autoCompact.minNumFiles`` data files under
-    ``castsql.autoCompact.maxFileSize`` (or as many tombstone files), they are
-    packed into files of that size (ordered by ``castsql.compact.sortBy``) and
-    the tombstones folded. Only metadata is read to decide; a compaction that
-    keeps losing to concurrent writers gives up (the write that ran it has
-    committed already) and the next write tries again. Returns its manifest,
+    ``castsql.autoCompact.maxFileSize`` (or as many tombstone files), the
+    lowest size tier of them is packed into files of that size (ordered by
+    ``castsql.compact.sortBy``) and the tombstones folded: a stream's large
+    base file is not rewritten each time (:mod:`castsql.write.compaction`).
+    Only metadata is read to decide; a compaction that keeps losing to
+    concurrent writers gives up (the write that ran it has committed already)
+    and the next write tries again. Returns its manifest,
     or None."""
     log = session.log(table)
     # The manifest the write just committed, from the log's cache: a table
@@ -125,7 +131,7 @@ def maintain(session: Session, table: str, version: int) -> Manifest | None:
         return None
     sort_by = auto.sort_by if auto.sort_by and snap.schema.column(auto.sort_by) is not None else None
     try:
-        return compact(session, table, target_file_bytes=auto.max_file_size, sort_by=sort_by, attempts=2)
+        return compact(session, table, target_file_bytes=auto.max_file_size, sort_by=sort_by, attempts=2, tiered=True)
     except CommitConflict as e:
         _log.warning("table %s: automatic compaction gave up: %s", table, e)
         return None

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -180,10 +181,10 @@ class GCSStorage(Storage):
         fields: dict[str, str] | None = None,
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
-        idempotent: bool = True,
     ) -> urllib3.BaseHTTPResponse:
-        """One request, retried on 429/5xx and dropped connections when a retry
-        cannot change its meaning (every call but a conditional put's)."""
+        """One request, retried on 429/5xx and dropped connections, as the AWS
+        SDKs retry S3's. A conditional put retried after it landed answers 412:
+        the commit protocol checks what landed (FORMAT.md §6.1)."""
         if fields:
             url += ("&" if "?" in url else "?") + "&".join(f"{k}={quote(v, safe='')}" for k, v in fields.items())
         hdrs = dict(headers or {})
@@ -197,10 +198,9 @@ class GCSStorage(Storage):
                 resp = self._http.request(method, url, body=body, headers=hdrs, preload_content=True, redirect=False)
             except urllib3.exceptions.HTTPError as e:
                 last = e
-                if not idempotent:
-                    break
                 continue
-            if resp.status in (429, 500, 502, 503, 504) and idempotent and attempt + 1 < self.config.max_attempts:
+            if resp.status in (429, 500, 502, 503, 504) and attempt + 1 < self.config.max_attempts:
+                time.sleep(min(2.0, 0.1 * 2**attempt))
                 continue
             return resp
         c = self.config
@@ -348,8 +348,6 @@ class GCSStorage(Storage):
             fields=fields,
             body=body,
             headers={"Content-Type": f"multipart/related; boundary={boundary}"},
-            # A conditional put retried after it landed would read as a lost race.
-            idempotent=generation is None,
         )
         if resp.status == 412:
             raise PreconditionFailed(

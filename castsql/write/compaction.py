@@ -20,6 +20,12 @@ What is rewritten:
   A bin of one small file that has no deletes to drop is left alone:
   rewriting it gains nothing. With ``sort_by`` they are one bin, sorted as a
   whole, so the new files hold disjoint ranges of that column.
+- ``tiered`` (automatic compaction): of the small files, only the smallest
+  ones, in increasing size, up to the first file larger than ``TIER_RATIO``
+  times all the smaller ones together. A stream's base file is not rewritten
+  to add a few batches to it: each compaction costs about what the batches
+  since the last one wrote, a byte is rewritten a logarithmic number of times
+  (as in an LSM tree's size tiers), and no one commit stalls on the whole table.
 
 Tombstone files: one that names only removed data files goes; every other one
 that names a removed file, and every small one, is merged into one new
@@ -58,6 +64,7 @@ from castsql.snapshot.footer import row_group_rows
 from castsql.snapshot.resolve import ResolvedFile
 
 SMALL_TOMBSTONE_BYTES = 1024 * 1024
+TIER_RATIO = 4
 
 
 @dataclass
@@ -92,6 +99,7 @@ def plan_compaction(
     small_tombstone_bytes: int = SMALL_TOMBSTONE_BYTES,
     target_file_bytes: int | None = None,
     sort_by: str | None = None,
+    tiered: bool = False,
 ) -> CompactionPlan:
     """The plan for ``snap`` given each live file's live rows (``live_rows``,
     by key). ``target_file_bytes`` None: no bin-packing (Spark rewrites one
@@ -114,7 +122,7 @@ def plan_compaction(
     if target_file_bytes is None:
         plan.bins = [[f] for f in deleted]
     else:
-        plan.bins = _bins(snap, live, live_rows, deleted, target_file_bytes, sort_by)
+        plan.bins = _bins(snap, live, live_rows, deleted, target_file_bytes, sort_by, tiered)
     _fold_tombstones(log, state, plan, live, small_tombstone_bytes)
     return plan
 
@@ -130,9 +138,12 @@ def _bins(
     deleted: list[ResolvedFile],
     target: int,
     sort_by: str | None,
+    tiered: bool = False,
 ) -> list[list[ResolvedFile]]:
     must = {f.key for f in deleted}
     small = [f for f in live.values() if f.key in must or _live_bytes(f, live_rows[f.key]) < target]
+    if tiered:
+        small = _lowest_tier(small, must, live_rows)
     if sort_by is not None:
         # One bin, sorted as a whole and cut into files of the target size:
         # the new files then hold disjoint ranges of the column (bins sorted
@@ -152,6 +163,22 @@ def _bins(
         bins.append(current)
     # A lone file without deletes past the threshold would be copied as it is.
     return [b for b in bins if len(b) > 1 or b[0].key in must]
+
+
+def _lowest_tier(small: list[ResolvedFile], must: set[str], live_rows: dict[str, int]) -> list[ResolvedFile]:
+    """The files a tiered compaction merges: those past the deleted-fraction
+    threshold, and the small ones in increasing size up to the first that is
+    more than ``TIER_RATIO`` times all the smaller ones together; in table order."""
+    by_size = sorted((f for f in small if f.key not in must), key=lambda f: _live_bytes(f, live_rows[f.key]))
+    chosen: set[str] = set(must)
+    total = 0.0
+    for f in by_size:
+        b = _live_bytes(f, live_rows[f.key])
+        if total and b > TIER_RATIO * total:
+            break
+        chosen.add(f.key)
+        total += b
+    return [f for f in small if f.key in chosen]
 
 
 def _fold_tombstones(
