@@ -295,3 +295,41 @@ def test_a_commit_planned_on_a_stale_head_still_lands_after_the_commit_that_beat
     assert m.version == 2 and m.previous == 1
     assert mine.latest().version == 2 and json.loads(storage.get(POINTER_KEY))["version"] == 2
     assert sorted(f.total_rows for f in mine.state(m).entries()) == [2, 3]  # neither commit lost
+
+
+@pytest.mark.parametrize("write", ["delete", "update", "merge", "append"])
+def test_a_write_behind_a_lagging_pointer_sees_the_versions_past_it(storage, s3_config, write):
+    """Writers plan their first attempt on the pointer's version without the
+    roll-forward probe (FORMAT.md §6.1). A row that only a version past a
+    lagging pointer holds (its writer died before moving the pointer, or GCS
+    refused the pointer move) is still deleted, updated, matched or refused as
+    a duplicate key: "nothing to do" is confirmed with the probe, and a commit
+    planned on the stale version loses its manifest put and plans again."""
+    import castsql
+    from castsql.errors import DuplicateKey
+    from castsql.format.log import pointer_bytes
+
+    uri = storage.root
+    events = pa.table({"id": pa.array(range(10), pa.int64()), "v": pa.array(range(10), pa.int64())})
+    castsql.write_table(uri, events, primary_key="id", s3=s3_config)
+    lagging = storage.get_with_etag(POINTER_KEY)
+    castsql.open(uri, s3=s3_config).append(pa.table({"id": pa.array([10], pa.int64()), "v": pa.array([10])}))
+    head = TableLog(storage).latest().version
+    storage.put(POINTER_KEY, pointer_bytes(head - 1, "lagging"))  # as if the last writer died before the move
+    assert lagging[0] != storage.get(POINTER_KEY)
+    t = castsql.open(uri, s3=s3_config)
+    row = pa.table({"id": pa.array([10], pa.int64()), "v": pa.array([-1], pa.int64())})
+    if write == "delete":
+        m = t.delete("id = 10")
+    elif write == "update":
+        m = t.update({"v": "-1"}, "id = 10")
+    elif write == "merge":
+        m = t.merge(row, on="id").when_matched_update_all().execute()
+    else:
+        with pytest.raises(DuplicateKey, match="id = 10"):
+            t.append(row)
+        assert TableLog(storage).latest().version == head  # nothing committed
+        return
+    assert m is not None and (getattr(m, "version", None) or m.version) == head + 1
+    rows = {r["id"]: r["v"] for r in castsql.open(uri, s3=s3_config).to_arrow().to_pylist()}
+    assert rows.get(10) == (None if write == "delete" else -1) and len(rows) == (10 if write == "delete" else 11)

@@ -212,14 +212,14 @@ def delete(engine: Engine, where: str, *, attempts: int = ATTEMPTS) -> Manifest 
     engine.check_texts([where], "delete")
 
     def attempt(i: int) -> Manifest | None:
-        snap = resolve(engine.log, engine.log.write_base().version) if i == 0 else resolve(engine.log)
+        snap = _planned(engine.log, i)
         found = engine.find_delete(snap, where)
         if found is None:
-            return None
+            return None if _stands(engine.log, snap, i) else attempt(i + 1)
         try:
             records, n = found.tombstones()
             if not records:
-                return None
+                return None if _stands(engine.log, snap, i) else attempt(i + 1)
             return commit_dml(
                 engine.log, operation="DELETE", read_version=snap.version, records=records, files=[],
                 summary={"deleted_rows": n},
@@ -228,6 +228,23 @@ def delete(engine: Engine, where: str, *, attempts: int = ATTEMPTS) -> Manifest 
             found.close()
 
     return with_retries(f"table {engine.table}: delete", attempts, attempt)
+
+
+def _planned(log: TableLog, i: int) -> Snapshot:
+    """The version attempt ``i`` plans on: the first attempt on the pointer's
+    (:meth:`TableMetadata.write_base`: no roll-forward probe, one request
+    fewer), later ones on the latest. A version past a lagging pointer makes
+    the first attempt's manifest put fail, and the commit rebases or conflicts
+    as after any lost race."""
+    return resolve(log, log.write_base().version) if i == 0 else resolve(log)
+
+
+def _stands(log: TableLog, snap: Snapshot, i: int) -> bool:
+    """Whether "nothing to do", found on ``snap`` by attempt ``i``, is the
+    answer: a first attempt planned on the pointer's version confirms that no
+    version lies past it (a row that only a later version holds must still be
+    deleted or updated), with the probe it skipped."""
+    return i > 0 or log.latest().version == snap.version
 
 
 # ---------------------------------------------------------------------- update
@@ -273,7 +290,7 @@ def update(
     engine.check_texts([*set.values(), *([where] if where else [])], op)
 
     def attempt(i: int) -> Manifest | None:
-        snap = resolve(engine.log, engine.log.write_base().version) if i == 0 else resolve(engine.log)
+        snap = _planned(engine.log, i)
         new_schema = None
         if merge_schema:
             evolved = _evolved_for_set(engine, snap, set, f"table {table}: {op}", op)
@@ -282,7 +299,7 @@ def update(
         assign = _check_set(table, snap.schema, set)
         found = engine.find_update(snap, assign, where)
         if found is None:
-            return None
+            return None if _stands(engine.log, snap, i) else attempt(i + 1)
         try:
             found.refuse_unstorable()
             pk = snap.primary_key
@@ -292,7 +309,7 @@ def update(
                 span = check_written_keys(table, op, pk, engine.log.storage, snap, added, replaced=replaced)
             records, n = found.tombstones()
             if not records:
-                return None
+                return None if _stands(engine.log, snap, i) else attempt(i + 1)
             files = found.write()
             return commit_dml(
                 engine.log, operation="UPDATE", read_version=snap.version, records=records, files=files,
@@ -414,8 +431,11 @@ def merge(engine: Engine, spec: MergeSpec, options: Options | None = None) -> Me
         if i and o.stream is not None and last_batch(engine.log, o.stream[0]) >= o.stream[1]:
             metrics.extra["skipped_batch"] = True  # committed meanwhile by an earlier run of the batch
             return metrics
-        snap = resolve(engine.log, engine.log.write_base().version) if i == 0 else resolve(engine.log)
-        return merge_once(engine, spec, snap, o, metrics)
+        snap = _planned(engine.log, i)
+        out = merge_once(engine, spec, snap, o, metrics)
+        if out.version is None and not out.extra.get("skipped_batch") and not _stands(engine.log, snap, i):
+            return attempt(i + 1)
+        return out
 
     return with_retries(f"table {table}: merge", o.attempts, attempt)
 
