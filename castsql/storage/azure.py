@@ -30,10 +30,11 @@ from typing import Any
 from castsql.storage.base import (
     ObjectInfo,
     ObjectNotFound,
+    ObjectStore,
     PreconditionFailed,
-    Storage,
     StorageError,
     StorageUnreachable,
+    split_bucket_uri,
     waits_cancelled,
 )
 from castsql.storage.config import env_number
@@ -47,20 +48,14 @@ def parse_azure_uri(uri: str) -> tuple[str, str, str | None]:
     >>> parse_azure_uri("az://c/x/y/")
     ('c', 'x/y', None)
     """
-    for scheme in _SCHEMES:
-        if uri.startswith(scheme):
-            rest = uri[len(scheme) :]
-            break
-    else:
-        raise StorageError(f"{uri}: not an az:// URI")
-    container, _, prefix = rest.partition("/")
+    container, prefix = split_bucket_uri(uri, _SCHEMES, "az://container/prefix")
     account = None
     if "@" in container:
         container, _, host = container.partition("@")
         account = host.split(".", 1)[0] or None
     if not container:
         raise StorageError(f"{uri}: no container in the URI (use az://container/prefix)")
-    return container, prefix.strip("/"), account
+    return container, prefix, account
 
 
 def _connection_string(text: str) -> dict[str, str]:
@@ -166,7 +161,7 @@ def _make_store(container: str, config: AzureConfig) -> Any:
     )
 
 
-class AzureStorage(Storage):
+class AzureStorage(ObjectStore):
     """Objects under ``az://container/prefix``; keys are relative to the prefix."""
 
     def __init__(self, uri: str, config: AzureConfig, *, _store: Any = None) -> None:
@@ -178,20 +173,7 @@ class AzureStorage(Storage):
         except Exception as e:  # a malformed setting: obstore says which
             raise StorageError(f"{self.root}: cannot reach Azure: {e}") from None
 
-    def __repr__(self) -> str:
-        return f"AzureStorage({self.root!r})"
-
     # -- plumbing ------------------------------------------------------------
-
-    def _key(self, key: str) -> str:
-        key = key.lstrip("/")
-        if not key:
-            raise StorageError(f"{self.root}: empty object key")
-        return f"{self.prefix}/{key}" if self.prefix else key
-
-    def uri(self, key: str) -> str:
-        key = key.lstrip("/")
-        return f"{self.root}/{key}" if key else self.root
 
     @property
     def _endpoint(self) -> str:
@@ -230,9 +212,6 @@ class AzureStorage(Storage):
         return StorageError(f"{where}: cannot {action}: {_first_line(e)}")
 
     # -- reads ---------------------------------------------------------------
-
-    def get(self, key: str) -> bytes:
-        return self.get_with_etag(key)[0]
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         import obstore

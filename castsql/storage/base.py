@@ -31,6 +31,7 @@ from castsql.errors import ObjectNotFound, PreconditionFailed, StorageError, Sto
 __all__ = [
     "ObjectInfo",
     "ObjectNotFound",
+    "ObjectStore",
     "PreconditionFailed",
     "Storage",
     "StorageError",
@@ -39,6 +40,7 @@ __all__ = [
     "cancel_waits",
     "is_normal_key",
     "key_problem",
+    "split_bucket_uri",
     "waits_cancelled",
 ]
 
@@ -186,3 +188,45 @@ class Storage(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+
+def split_bucket_uri(uri: str, schemes: tuple[str, ...], example: str) -> tuple[str, str]:
+    """``scheme://bucket/some/prefix/`` -> ``("bucket", "some/prefix")`` for one
+    of ``schemes``; ``example`` spells a good URI in the error.
+
+    >>> split_bucket_uri("s3a://b/x/y/", ("s3://", "s3a://"), "s3://bucket/prefix")
+    ('b', 'x/y')
+    """
+    for scheme in schemes:
+        if uri.startswith(scheme):
+            rest = uri[len(scheme) :]
+            break
+    else:
+        raise StorageError(f"{uri}: not a {schemes[0]} URI")
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise StorageError(f"{uri}: no {example.split('://')[1].split('/')[0]} in the URI (use {example})")
+    return bucket, prefix.strip("/")
+
+
+class ObjectStore(Storage):
+    """What every object store backend shares: keys below ``prefix`` in one
+    bucket (or container), and URIs under ``root``."""
+
+    prefix: str
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.root!r})"
+
+    def _key(self, key: str) -> str:
+        key = key.lstrip("/")
+        if not key:
+            raise StorageError(f"{self.root}: empty object key")
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def uri(self, key: str) -> str:
+        key = key.lstrip("/")
+        return f"{self.root}/{key}" if key else self.root
+
+    def get(self, key: str) -> bytes:
+        return self.get_with_etag(key)[0]

@@ -43,10 +43,11 @@ import urllib3
 from castsql.storage.base import (
     ObjectInfo,
     ObjectNotFound,
+    ObjectStore,
     PreconditionFailed,
-    Storage,
     StorageError,
     StorageUnreachable,
+    split_bucket_uri,
     waits_cancelled,
 )
 from castsql.storage.config import env_number
@@ -62,16 +63,7 @@ def parse_gcs_uri(uri: str) -> tuple[str, str]:
     >>> parse_gcs_uri("gcs://b/x/y/")
     ('b', 'x/y')
     """
-    for scheme in _SCHEMES:
-        if uri.startswith(scheme):
-            rest = uri[len(scheme) :]
-            break
-    else:
-        raise StorageError(f"{uri}: not a gs:// URI")
-    bucket, _, prefix = rest.partition("/")
-    if not bucket:
-        raise StorageError(f"{uri}: no bucket in the URI (use gs://bucket/prefix)")
-    return bucket, prefix.strip("/")
+    return split_bucket_uri(uri, _SCHEMES, "gs://bucket/prefix")
 
 
 @dataclass(frozen=True)
@@ -137,7 +129,7 @@ class _Tokens:
             return {"Authorization": f"Bearer {self._credentials.token}"}
 
 
-class GCSStorage(Storage):
+class GCSStorage(ObjectStore):
     """Objects under ``gs://bucket/prefix``; keys are relative to the prefix."""
 
     def __init__(self, uri: str, config: GCSConfig, *, _http: urllib3.PoolManager | None = None) -> None:
@@ -153,20 +145,7 @@ class GCSStorage(Storage):
         )
         self._tokens = None if config.endpoint_url else _Tokens()
 
-    def __repr__(self) -> str:
-        return f"GCSStorage({self.root!r})"
-
     # -- plumbing ------------------------------------------------------------
-
-    def _key(self, key: str) -> str:
-        key = key.lstrip("/")
-        if not key:
-            raise StorageError(f"{self.root}: empty object key")
-        return f"{self.prefix}/{key}" if self.prefix else key
-
-    def uri(self, key: str) -> str:
-        key = key.lstrip("/")
-        return f"{self.root}/{key}" if key else self.root
 
     def _object_url(self, full: str) -> str:
         return f"{self._base}/storage/v1/b/{quote(self.bucket, safe='')}/o/{quote(full, safe='')}"
@@ -233,9 +212,6 @@ class GCSStorage(Storage):
         return StorageError(f"{where}: cannot {action}: HTTP {resp.status}: {message}")
 
     # -- reads ---------------------------------------------------------------
-
-    def get(self, key: str) -> bytes:
-        return self.get_with_etag(key)[0]
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         resp = self._request("GET", self._object_url(self._key(key)), key, "read", fields={"alt": "media"})

@@ -31,10 +31,11 @@ from castsql.errors import CastSQLError
 from castsql.storage.base import (
     ObjectInfo,
     ObjectNotFound,
+    ObjectStore,
     PreconditionFailed,
-    Storage,
     StorageError,
     StorageUnreachable,
+    split_bucket_uri,
     waits_cancelled,
 )
 from castsql.storage.config import S3Config
@@ -48,16 +49,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     >>> parse_s3_uri("s3a://b/x/y/")
     ('b', 'x/y')
     """
-    for scheme in _SCHEMES:
-        if uri.startswith(scheme):
-            rest = uri[len(scheme) :]
-            break
-    else:
-        raise StorageError(f"{uri}: not an s3:// URI")
-    bucket, _, prefix = rest.partition("/")
-    if not bucket:
-        raise StorageError(f"{uri}: no bucket in the URI (use s3://bucket/prefix)")
-    return bucket, prefix.strip("/")
+    return split_bucket_uri(uri, _SCHEMES, "s3://bucket/prefix")
 
 
 def _strip_etag(etag: str) -> str:
@@ -135,7 +127,7 @@ def _make_fs(config: S3Config) -> Any:
     return fs
 
 
-class S3Storage(Storage):
+class S3Storage(ObjectStore):
     """Objects under ``s3://bucket/prefix``; keys are relative to the prefix.
 
     ``config`` stays available so other layers (DuckDB's httpfs secrets, Spark)
@@ -149,20 +141,7 @@ class S3Storage(Storage):
         self._owns_fs = _fs is None
         self._fs = _fs if _fs is not None else _make_fs(config)
 
-    def __repr__(self) -> str:
-        return f"S3Storage({self.root!r})"
-
     # -- plumbing ------------------------------------------------------------
-
-    def _key(self, key: str) -> str:
-        key = key.lstrip("/")
-        if not key:
-            raise StorageError(f"{self.root}: empty object key")
-        return f"{self.prefix}/{key}" if self.prefix else key
-
-    def uri(self, key: str) -> str:
-        key = key.lstrip("/")
-        return f"{self.root}/{key}" if key else self.root
 
     def _sync(self, coro_fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run a coroutine on s3fs's event loop and wait for it in short slices,
@@ -223,9 +202,6 @@ class S3Storage(Storage):
         return await _error_wrapper(call_and_read, retries=self._fs.retries)
 
     # -- reads ---------------------------------------------------------------
-
-    def get(self, key: str) -> bytes:
-        return self.get_with_etag(key)[0]
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         full = self._key(key)
