@@ -18,8 +18,14 @@ def one_line(e: BaseException, *, excerpt: bool = True) -> str:
         'Parser Error: syntax error LINE 1: SELEC 1'
         >>> one_line(KeyError())
         'KeyError'
+        >>> one_line(IOError("StorageError: gs://b/x: cannot read\\n\\nAt:\\n  /castsql/storage/gcs.py(180): get"))
+        'StorageError: gs://b/x: cannot read'
     """
     lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    if "At:" in lines:
+        # DuckDB's report of a Python exception raised inside it (a registered
+        # filesystem's): the lines after "At:" are its traceback.
+        lines = lines[: lines.index("At:")]
     if not lines:
         return type(e).__name__
     return f"{lines[0]} {lines[1]}" if excerpt and len(lines) > 1 else lines[0]

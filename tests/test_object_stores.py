@@ -174,3 +174,15 @@ def test_a_pointer_move_that_fails_after_the_commit_point_still_reports_the_comm
         assert castsql.open(uri).append(events(20, 21)).version == m.version + 1  # the next writer too
     finally:
         proxy.stop()
+
+
+def test_an_error_inside_duckdbs_read_of_the_store_is_one_line(cloud_root):
+    """GCS and Azure objects are read by DuckDB through CastSQL's storage: an
+    error there reaches the user as CastSQL's one line, not with DuckDB's
+    report of a Python traceback."""
+    uri = f"{cloud_root}/t"
+    castsql.write_table(uri, events(0, 5))
+    dotted = f"{cloud_root}/x/../t/data/*/*/*/*/*.parquet"  # a key GCS may hold, Azure refuses
+    p = cli(uri, "-c", f"SELECT count(*) FROM read_parquet('{dotted}')")
+    assert p.returncode != 0 and "Traceback" not in p.stderr
+    assert p.stderr.count("\n") == 1 and "At:" not in p.stderr, p.stderr

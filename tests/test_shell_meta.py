@@ -168,6 +168,13 @@ def test_open_refresh_and_new_commits(tmp_path, shell_warehouse: str) -> None:
         assert out == "n\n3\nLatest versions: live v2\n"
         ok, out, err = r(f".open --add {shell_warehouse}")
         assert out == "Tables: events v6, live v2, users v1\n"
+        # A second table of a name already open: said as such, and addable under a name of its own.
+        ok, _, err = r(f".open --add {root}")
+        assert not ok and "a table of the same name is open already: 'live'" in err and "NAME" in err
+        ok, out, err = r(f".open --add {root} live2", "SELECT count(*) AS n FROM live2;")
+        assert ok and out == "Tables: events v6, live v2, live2 v2, users v1\nn\n3\n", err
+        ok, _, err = r(f".open --add {shell_warehouse} other")
+        assert not ok and "a name is given to one table" in err
         ok, _, err = r(f".open {tmp_path / 'missing'}")
         assert not ok and "neither a table nor a warehouse" in err
         ok, out, _ = r("SELECT count(*) AS n FROM users;")  # the failed .open left the session as it was

@@ -59,6 +59,17 @@ class Catalog:
                     self.skipped.append(f"{storage.uri(child)}: {e}")
             if not found:
                 raise TableNotFound(f"{storage.root}: neither a table nor a warehouse of tables")
+            if name is not None:
+                raise TableNotFound(
+                    f"{storage.root}: a warehouse of tables; a name is given to one table (open {storage.root}/TABLE)"
+                )
+        taken = [n for n in found if n.lower() in self.display]
+        if taken:
+            where = ", ".join(f"{n!r} ({self.logs[n.lower()].storage.root})" for n in taken)
+            raise TableNotFound(
+                f"{storage.root}: a table of the same name is open already: {where}; "
+                "open a table under another name (the shell's .open --add URI NAME, Session.open(uri, name))"
+            )
         by_lower: dict[str, list[str]] = {}
         for n in [*self.display.values(), *found]:
             by_lower.setdefault(n.lower(), []).append(n)

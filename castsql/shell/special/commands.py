@@ -197,24 +197,25 @@ def diff(shell: Shell, args: list[str]) -> pa.Table:
 
 @meta_command(
     ".open",
-    ".open [--add] URI",
-    "open a table or warehouse (local path or s3://…) instead of the current one; --add keeps the current tables",
+    ".open [--add] URI [NAME]",
+    "open a table or warehouse (local path, s3://…, gs://…, az://…) instead of the current one; --add keeps the "
+    "current tables (NAME: what to call an added table)",
     args=("uri",),
     min_args=1,
-    max_args=2,
+    max_args=3,
     threaded=True,
 )
 def open_(shell: Shell, args: list[str]) -> None:
     shell.refuse_in_safe_mode(".open")
     add = args[0] == "--add"
     if add:
-        if len(args) != 2:
-            raise ShellError("usage: .open [--add] URI")
-        shell.session.open(args[1])
+        if len(args) not in (2, 3):
+            raise ShellError("usage: .open [--add] URI [NAME]")
+        shell.session.open(args[1], args[2] if len(args) == 3 else None)
         shell.catalog.invalidate()
     else:
         if len(args) != 1 or args[0].startswith("--"):
-            raise ShellError("usage: .open [--add] URI")
+            raise ShellError("usage: .open [--add] URI [NAME]")
         from castsql.engine import Session
 
         shell.replace_session(Session(args[0]))  # a failure leaves the current session as it was
