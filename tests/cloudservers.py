@@ -20,16 +20,14 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from s3server import _die_with_parent, _port_free, _port_open
+from s3server import _port_free, _port_open, kill_group, spawn
 
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE = ROOT / ".tools" / "node_modules" / ".bin" / "azurite-blob"
@@ -64,19 +62,7 @@ class _Server:
     def start(self, timeout: float = 60.0) -> _Server:
         self.tmpdir = Path(tempfile.mkdtemp(prefix=f"castsql-{self.name}-"))
         self.port = _free_port()
-        log = open(self.tmpdir / "log", "wb")  # noqa: SIM115 - handed to the child
-        try:
-            self._proc = subprocess.Popen(
-                self._args(),
-                cwd=self.tmpdir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            )
-        finally:
-            log.close()
+        self._proc = spawn(self._args(), self.tmpdir, self.tmpdir / "log")
         _live.add(self)
         deadline = time.monotonic() + timeout
         while not _port_open(self.port):
@@ -90,10 +76,7 @@ class _Server:
     def stop(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+            kill_group(proc)
         _live.discard(self)
         if self.tmpdir is not None:
             import shutil

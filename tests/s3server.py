@@ -110,6 +110,32 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def spawn(args: list[str], cwd: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """A test server's process: its own process group (so :func:`kill_group`
+    takes its children too), dying with this one on Linux, output to ``log_path``."""
+    log = open(log_path, "wb")  # noqa: SIM115 - handed to the child
+    try:
+        return subprocess.Popen(
+            args,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+    finally:
+        log.close()
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a server that :func:`spawn` started, with everything it started, and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
 class SeaweedS3Server:
     """One ``weed mini`` process serving S3 on 127.0.0.1."""
 
@@ -194,19 +220,7 @@ class SeaweedS3Server:
         if len(str(self.tmpdir)) < 90:
             args += [f"-s3.localSocket={self.tmpdir / 's3.sock'}", f"-filer.localSocket={self.tmpdir / 'filer.sock'}"]
 
-        log = open(self.log_path, "wb")  # noqa: SIM115 - handed to the child
-        try:
-            self._proc = subprocess.Popen(
-                args,
-                cwd=self.tmpdir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
-            )
-        finally:
-            log.close()
+        self._proc = spawn(args, self.tmpdir, self.log_path)
         _live.add(self)
         (self.tmpdir / "weed.json").write_text(json.dumps({"pid": self._proc.pid, "ports": self.ports}))
         self._wait_ready()
@@ -243,10 +257,7 @@ class SeaweedS3Server:
         """Kill the server's process group and remove its directory. Idempotent."""
         proc, self._proc = self._proc, None
         if proc is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
+            kill_group(proc)
         _live.discard(self)
         self._client = None
         _remove_sockets(self.ports)

@@ -38,23 +38,15 @@ def make_readable(con: duckdb.DuckDBPyConnection, storage: Storage, s3: S3Config
     root = storage.root
     if root.startswith("s3://"):
         configure_s3(con, getattr(storage, "config", None) or s3 or S3Config.from_env())
-    elif isinstance(storage, AzureStorage):
-        register_azure(con, storage)
-    elif isinstance(storage, GCSStorage):
-        register_gcs(con, storage)
+    elif isinstance(storage, AzureStorage | GCSStorage):
+        register(con, storage)
 
 
-def register_gcs(con: duckdb.DuckDBPyConnection, storage: GCSStorage) -> None:
-    """Read ``gs://`` URLs on ``con`` through CastSQL's GCS storage."""
-    fs = _filesystem("gs", storage)
-    if "gs" not in con.list_filesystems():
-        con.register_filesystem(fs)
-
-
-def register_azure(con: duckdb.DuckDBPyConnection, storage: AzureStorage) -> None:
-    """Read ``az://`` URLs on ``con`` through CastSQL's Azure storage."""
-    fs = _filesystem("az", storage)
-    if "az" not in con.list_filesystems():
+def register(con: duckdb.DuckDBPyConnection, storage: AzureStorage | GCSStorage) -> None:
+    """Read the store's URLs (``gs://``, ``az://``) on ``con`` through CastSQL's storage."""
+    scheme = "gs" if isinstance(storage, GCSStorage) else "az"
+    fs = _filesystem(scheme, storage)
+    if scheme not in con.list_filesystems():
         con.register_filesystem(fs)
 
 

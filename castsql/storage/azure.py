@@ -220,15 +220,9 @@ class AzureStorage(ObjectStore):
         data = self._call(key, "read", lambda _store: bytes(result.bytes()))
         return data, _strip_etag(result.meta.get("e_tag"))
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
+    def _read_range(self, key: str, start: int, length: int) -> bytes:
         import obstore
 
-        if start < 0 or length < 0:
-            raise StorageError(f"{self.uri(key)}: invalid range start={start} length={length}")
-        if length == 0:
-            if not self.exists(key):
-                raise ObjectNotFound(self.uri(key))
-            return b""
         try:
             data = self._call(
                 key, "read a range of", obstore.get_range, self._key(key), start=start, end=start + length

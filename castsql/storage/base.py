@@ -230,3 +230,16 @@ class ObjectStore(Storage):
 
     def get(self, key: str) -> bytes:
         return self.get_with_etag(key)[0]
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        if start < 0 or length < 0:
+            raise StorageError(f"{self.uri(key)}: invalid range start={start} length={length}")
+        if length == 0:  # no store answers an empty range: ask whether the object is there
+            if not self.exists(key):
+                raise ObjectNotFound(self.uri(key))
+            return b""
+        return self._read_range(key, start, length)
+
+    @abc.abstractmethod
+    def _read_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` (> 0) bytes from ``start``: fewer at the end, none past it."""

@@ -221,13 +221,7 @@ class GCSStorage(ObjectStore):
             raise self._error(key, "read", resp)
         return resp.data, resp.headers.get("x-goog-generation", "")
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        if start < 0 or length < 0:
-            raise StorageError(f"{self.uri(key)}: invalid range start={start} length={length}")
-        if length == 0:
-            if not self.exists(key):
-                raise ObjectNotFound(self.uri(key))
-            return b""
+    def _read_range(self, key: str, start: int, length: int) -> bytes:
         resp = self._request(
             "GET",
             self._object_url(self._key(key)),

@@ -214,14 +214,8 @@ class S3Storage(ObjectStore):
                 raise ObjectNotFound(self.uri(key)) from None
             raise self._error(key, "read", e) from e
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        if start < 0 or length < 0:
-            raise StorageError(f"{self.uri(key)}: invalid range start={start} length={length}")
+    def _read_range(self, key: str, start: int, length: int) -> bytes:
         full = self._key(key)
-        if length == 0:
-            if not self.exists(key):
-                raise ObjectNotFound(self.uri(key))
-            return b""
         try:
             data, _ = self._sync(self._get_object, full, Range=f"bytes={start}-{start + length - 1}")
         except CastSQLError:
