@@ -126,6 +126,25 @@ def test_the_snapshot_ids_are_the_versions_and_a_hint_names_the_newest(tmp_path)
     assert meta["properties"]["castsql.primary-key"] == "id"
 
 
+@pytest.mark.parametrize(("key_type", "identifier"), [(pa.int64(), True), (pa.string(), True), (pa.float64(), False)])
+def test_the_primary_key_is_the_iceberg_identifier_field(tmp_path, key_type, identifier):
+    """Engines that upsert into Iceberg find the row identity in the schema;
+    a floating-point key, which Iceberg forbids as one, is left out."""
+    from pyiceberg.table import StaticTable
+
+    uri = str(tmp_path / "t")
+    data = pa.table({"v": pa.array(["a", "b", "c"]), "id": pa.array([1, 2, 3]).cast(key_type)})
+    castsql.write_table(uri, data, primary_key="id")
+    castsql.open(uri).delete("v = 'b'")
+    st = open_storage(uri)
+    export_iceberg(TableLog(st))
+    schema = StaticTable.from_metadata(f"{uri}/{metadata_key(2)}").schema()
+    want = [schema.find_field("id").field_id] if identifier else []
+    assert list(schema.identifier_field_ids) == want and schema.find_field("id").required == identifier
+    assert schema.find_field("v").required is False
+    Readers(uri).check(castsql.open(uri), range(1, 3))
+
+
 def test_a_type_the_mirror_lacks_is_refused_and_nothing_is_written(tmp_path):
     uri = str(tmp_path / "t")
     castsql.write_table(uri, pa.table({"id": pa.array([1], pa.int64()), "n": pa.array([1], pa.uint32())}))

@@ -243,14 +243,21 @@ def _load(storage: Storage, version: int, files: _Files) -> _State:
 # ---------------------------------------------------------------------- writing one version
 
 
-def _schema_json(schema: Schema, state: _State, where: str) -> dict[str, Any]:
+def _schema_json(schema: Schema, state: _State, where: str, primary_key: str | None) -> dict[str, Any]:
+    """The Iceberg schema; the primary key is its identifier field (required:
+    CastSQL's writers keep it non-NULL), except a floating-point one, which
+    Iceberg does not allow as an identifier."""
     fields = []
+    ident: list[int] = []
     for f in schema.to_arrow():
         if f.name not in state.field_ids:
             state.field_ids[f.name] = max(state.field_ids.values(), default=0) + 1
-        fields.append({"id": state.field_ids[f.name], "name": f.name, "required": False,
+        key = f.name == primary_key and not pa.types.is_floating(f.type)
+        if key:
+            ident.append(state.field_ids[f.name])
+        fields.append({"id": state.field_ids[f.name], "name": f.name, "required": key,
                        "type": _iceberg_type(f.type, f"{where}: column {f.name}")})  # fmt: skip
-    return {"type": "struct", "fields": fields}
+    return {"type": "struct", "fields": fields, **({"identifier-field-ids": ident} if ident else {})}
 
 
 def _position_deletes(storage: Storage, rows: dict[str, BitMap]) -> tuple[bytes, int]:
@@ -284,7 +291,7 @@ def _write_version(
     storage = log.storage
     where = f"{storage.root}: Iceberg mirror of version {m.version}"
     v = m.version
-    schema = _schema_json(snap.schema, state, where)
+    schema = _schema_json(snap.schema, state, where, snap.primary_key)
     if not state.schemas or state.schemas[-1]["fields"] != schema["fields"]:
         state.schemas.append({**schema, "schema-id": len(state.schemas)})
     schema_id = len(state.schemas) - 1
@@ -469,7 +476,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
         snap = resolve(log, v)
         if v == 0:
             where = f"{storage.root}: Iceberg mirror of version 0"
-            state.schemas.append({**_schema_json(snap.schema, state, where), "schema-id": 0})
+            state.schemas.append({**_schema_json(snap.schema, state, where, snap.primary_key), "schema-id": 0})
         else:
             out.delete_files += _write_version(log, m, snap, prev, state, files)
         body = json.dumps(_metadata(log, m, state), separators=(",", ":")).encode()
