@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/changes_bench.py [--sizes 1000000,10000000] [--versions 1000]
                                             [--delta-versions 100] [--delta-sizes 1000000] [--repeat 5]
+                                            [--no-change-data-feed]
 
 For each size it builds an events table (the rows of bench/merge_bench.py, files
 of ``--file-rows`` rows in row groups of 122,880) and commits ``--versions``
@@ -10,7 +11,9 @@ updates of random existing keys, 20 new keys and one delete (Delta's
 ``when_matched_delete`` / ``update`` / ``not_matched_insert``). The same merges,
 the first ``--delta-versions`` of them, go into a ``deltalake`` table with the
 change data feed on (sizes in ``--delta-sizes``: every delta-rs merge rewrites
-the files it touches, so a big table takes long to build).
+the files it touches, so a big table takes long to build). The CastSQL table
+has ``castsql.changeDataFeed`` on too, as Delta's has its change data feed
+(``--no-change-data-feed``: off, audits read the row groups tombstones hit).
 
 Each query twice, medians of ``--repeat``: *first*, as a fresh session's
 first query with nothing cached in the process (what a script pays), and
@@ -25,6 +28,10 @@ metadata walk is cached):
 - ``table_diff`` between the version before the first merge and the last,
   against reading the rows of the files that differ between them
   (``read_parquet`` of those files into Arrow) in the same session.
+
+``--write-cost N``: instead, what the change data feed costs a writer: two
+tables of the first size, with and without ``castsql.changeDataFeed``, take
+the same N merges in turns; prints each one's median merge time and the ratio.
 
 Goals (issue 34): 10 versions at 1M rows <= 100 ms; 10M <= 1.3x 1M; <= 1.0x
 deltalake's load_cdf; a key's history <= 100 ms at 10M rows; the diff <= 1.2x
@@ -105,22 +112,28 @@ def merge_delta(uri: str, src: pa.Table) -> None:
     )
 
 
-def build(root: Path, n: int, file_rows: int, sources: list[pa.Table], delta_versions: int) -> tuple[str, str | None]:
+def build(
+    root: Path, n: int, file_rows: int, sources: list[pa.Table], delta_versions: int, cdf: bool
+) -> tuple[str, str | None]:
     cs = str(root / "castsql" / "events")
     dl = str(root / "delta" / "events")
     if (root / "castsql" / "events" / "_latest_manifest").exists():  # --dir of an earlier run: reused
         print(f"# reusing the tables under {root}")
         return cs, dl if delta_versions and (root / "delta" / "events").exists() else None
     st = open_storage_of(cs)
-    log = TableLog.create(st, rows(np.arange(1)).schema, primary_key="id")
+    props = {"castsql.changeDataFeed": "true"} if cdf else None
+    log = TableLog.create(st, rows(np.arange(1)).schema, primary_key="id", properties=props)
     for lo in range(0, n, file_rows):
         part = rows(np.arange(lo, min(n, lo + file_rows)))
         log.append(write_data_files(st, part, log.latest().schema, row_group_size=ROW_GROUP, target_file_bytes=BIG))
-    t0 = time.perf_counter()
+    times = []
     with castsql.open(cs) as t:
         for src in sources:
+            t0 = time.perf_counter()
             merge_castsql(t, src)
-    print(f"# castsql: {len(sources)} merges in {time.perf_counter() - t0:.0f}s")
+            times.append(time.perf_counter() - t0)
+    print(f"# castsql: {len(sources)} merges in {sum(times):.0f}s, p50 {statistics.median(times) * 1000:.0f} ms"
+          f" (change data feed {'on' if cdf else 'off'})")  # fmt: skip
     if not delta_versions:
         return cs, None
     from deltalake import WriterProperties, write_deltalake
@@ -225,6 +238,29 @@ def measure(n: int, cs: str, dl: str | None, dv: int, file_rows: int, repeat: in
     return res
 
 
+def write_cost(n: int, file_rows: int, merges: int) -> None:
+    """Median merge time with and without the change data feed, merges in turns."""
+    base = Path(tempfile.mkdtemp(prefix="castsql-cdf-cost-"))
+    tables = {}
+    for cdf in (False, True):
+        st = open_storage_of(str(base / f"cdf{int(cdf)}"))
+        props = {"castsql.changeDataFeed": "true"} if cdf else None
+        log = TableLog.create(st, rows(np.arange(1)).schema, primary_key="id", properties=props)
+        for lo in range(0, n, file_rows):
+            part = rows(np.arange(lo, min(n, lo + file_rows)))
+            log.append(write_data_files(st, part, log.latest().schema, row_group_size=ROW_GROUP, target_file_bytes=BIG))
+        tables[cdf] = castsql.open(st.root)
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for src in ops(n, merges, np.random.default_rng(11)):
+        for cdf, t in tables.items():
+            t0 = time.perf_counter()
+            merge_castsql(t, src)
+            times[cdf].append(time.perf_counter() - t0)
+    off, on = statistics.median(times[False]), statistics.median(times[True])
+    print(f"{n:,} rows, {merges} merges in turns: median merge {off * 1000:.1f} ms without the change data feed, "
+          f"{on * 1000:.1f} ms with it: {on / off:.2f}x")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000,10000000")
@@ -234,7 +270,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--file-rows", type=int, default=1_250_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dir", help="where the tables are built; tables an earlier run built there are reused")
+    ap.add_argument("--no-change-data-feed", action="store_true", help="build the CastSQL table without it")
+    ap.add_argument("--write-cost", type=int, metavar="N", help="time N merges with and without the feed, in turns")
     args = ap.parse_args(argv)
+    if args.write_cost:
+        for n in [int(s) for s in args.sizes.split(",")]:
+            write_cost(n, args.file_rows, args.write_cost)
+        return 0
     base = Path(args.dir or tempfile.mkdtemp(prefix="castsql-changes-bench-"))
     delta_sizes = {int(s) for s in args.delta_sizes.split(",") if s}
     print(f"{os.cpu_count()} cores; {args.versions} merges of {UPDATES} updates, {INSERTS} inserts, 1 delete; "
@@ -243,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in [int(s) for s in args.sizes.split(",")]:
         sources = ops(n, args.versions, np.random.default_rng(11))
         dv = min(args.delta_versions, args.versions) if n in delta_sizes else 0
-        cs, dl = build(base / f"n{n}", n, args.file_rows, sources, dv)
+        cs, dl = build(base / f"n{n}", n, args.file_rows, sources, dv, not args.no_change_data_feed)
         per_size[n] = measure(n, cs, dl, dv, args.file_rows, args.repeat)
     if len(per_size) > 1:
         small, large = min(per_size), max(per_size)

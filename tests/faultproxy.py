@@ -8,6 +8,7 @@ client never learns its write landed), and slow responses.
     proxy.stall = lambda method, path: path.endswith(".parquet")  # accept, never answer, until stop()
     FaultProxy(upstream_port, rate=0, delay=0.02)  # no faults: every request 20 ms late, each one logged
     proxy.requests  # (method, path, Range header) of every request, in arrival order
+    proxy.whole = {"/bucket/key": b"..."}  # GETs of it answered 200 with all of it, Range or not
 
 SigV4 signs the Host header, so it is forwarded as the client sent it.
 """
@@ -45,6 +46,8 @@ class FaultProxy:
         # (method, path) -> True: the request is read and never answered (a stalled server).
         self.stall: Callable[[str, str], bool] | None = None
         self._released = threading.Event()
+        # path -> the object's bytes: a server that ignores Range (answers its GETs itself).
+        self.whole: dict[str, bytes] = {}
 
     @property
     def endpoint_url(self) -> str:
@@ -81,6 +84,14 @@ class FaultProxy:
                         proxy.counts["stalled"] += 1
                     proxy._released.wait()
                     self.close_connection = True
+                    return
+                whole = proxy.whole.get(self.path.split("?", 1)[0]) if self.command == "GET" else None
+                if whole is not None:
+                    self.send_response(200)
+                    self.send_header("ETag", '"whole"')
+                    self.send_header("Content-Length", str(len(whole)))
+                    self.end_headers()
+                    self.wfile.write(whole)
                     return
                 fault = proxy._pick()
                 if fault == "drop_before":

@@ -61,8 +61,9 @@ def test_spark_and_embedded_engines_agree_with_a_model(spark, storage_root, s3_c
     rng = random.Random(18)
     a_uri, b_uri = storage_root + "/spark", storage_root + "/embedded"
     start = _new_rows(rng, range(300))
-    append(spark, a_uri, spark.createDataFrame(_arrow(start)).coalesce(1), primary_key="id", s3=s3_config)
-    append(spark, b_uri, spark.createDataFrame(_arrow(start)).coalesce(1), primary_key="id", s3=s3_config)
+    for uri in (a_uri, b_uri):  # with the change data feed: both engines write it (FORMAT.md §3.5)
+        TableLog.create(open_storage(uri, s3=s3_config), SCHEMA, primary_key="id", properties=CDF)
+        append(spark, uri, spark.createDataFrame(_arrow(start)).coalesce(1), s3=s3_config)
     model = {r["id"]: (r["kind"], r["amount"]) for r in start}
     versions = {1: dict(model)}
     next_id = 300
@@ -174,6 +175,35 @@ def test_spark_and_embedded_engines_agree_with_a_model(spark, storage_root, s3_c
     for v, rows in versions.items():  # every version, read again at the end (time travel)
         assert _rows(a_uri, s3_config, v) == rows, v
         assert _rows(b_uri, s3_config, v) == rows, v
+    for uri in (a_uri, b_uri):
+        _changes_agree_with_the_model(uri, s3_config, versions)
+
+
+CDF = {"castsql.changeDataFeed": "true"}
+PREIMAGE, POSTIMAGE = ("delete", "update_preimage"), ("insert", "update_postimage")
+
+
+def _changes_agree_with_the_model(uri: str, s3, versions: dict[int, dict]) -> None:
+    """Each version's changes, read from its change-data file, are the model's
+    difference: every key whose row left or changed, with its old values,
+    and every key whose row came or changed, with its new ones (a row
+    rewritten unchanged may show as an update to the same values)."""
+    log = TableLog(open_storage(uri, s3=s3))
+    with castsql.open(uri, s3=s3) as t:
+        for v in sorted(versions)[1:]:
+            old, new = versions[v - 1], versions[v]
+            if log.manifest(v).change.added_tombstones:
+                assert log.manifest(v).change.preimages is not None, (uri, v)
+            got = t.changes(v - 1, v).to_pylist()
+            pre = {r["id"]: (r["kind"], r["amount"]) for r in got if r["_change_type"] in ("delete", "update_preimage")}
+            post = {
+                r["id"]: (r["kind"], r["amount"]) for r in got if r["_change_type"] in ("insert", "update_postimage")
+            }
+            assert all(old[i] == row for i, row in pre.items()), (uri, v)
+            assert all(new[i] == row for i, row in post.items()), (uri, v)
+            assert {i for i in old if new.get(i) != old[i]} <= set(pre), (uri, v)
+            assert {i for i in new if old.get(i) != new[i]} <= set(post), (uri, v)
+            assert {i for i in pre if i in new and new[i] == old[i]} == {i for i in post if old.get(i) == new[i]}
 
 
 # ---------------------------------------------------------------------- the differential suite

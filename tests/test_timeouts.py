@@ -205,3 +205,16 @@ def test_a_stalled_endpoint_fails_the_open_within_one_requests_attempts(proxied,
     one_request = attempts * read_timeout
     # about one request's budget (+ backoff <= 3 s, + process start), well short of two
     assert one_request <= elapsed < 2 * one_request - 1, elapsed
+
+
+def test_a_server_that_ignores_range_still_gives_the_bytes_asked_for(proxied):
+    """A store that answers a ranged GET with the whole object (as some
+    S3-compatible servers do) is sliced from the range's start, not its head."""
+    proxy, root, cfg = proxied
+    st = open_storage(root, s3=cfg)
+    st.put("blob", bytes(range(200)))
+    bucket, prefix = root.removeprefix("s3://").split("/", 1)
+    proxy.whole[f"/{bucket}/{prefix}/blob"] = bytes(range(200))
+    assert st.get_range("blob", 10, 5) == bytes(range(10, 15))
+    assert st.get_range("blob", 195, 50) == bytes(range(195, 200))
+    assert st.get_range("blob", 10, 500) == bytes(range(10, 200))

@@ -43,6 +43,7 @@ Example::
 
 from __future__ import annotations
 
+import array
 import itertools
 import re
 from collections import defaultdict
@@ -782,6 +783,16 @@ class _Found:
 
     def tombstones(self) -> tuple[list[TombstoneRecord], int]:
         return self.writer._records(self.snap, self.gone) if self.gone.num_rows else ([], 0)
+
+    def deleted_positions(self) -> dict[str, BitMap]:
+        out: dict[str, BitMap] = {}
+        if not self.gone.num_rows:
+            return out
+        files = self.gone.column(FILE_COL).to_numpy(zero_copy_only=False)
+        pos = self.gone.column(POS_COL).to_numpy(zero_copy_only=False).astype(np.uint32)
+        for key in np.unique(files):
+            out[str(key)] = BitMap(array.array("I", pos[files == key].tobytes()))
+        return out
 
     def write(self) -> list[DataFile]:
         if self.new is None or not self.new.num_rows:

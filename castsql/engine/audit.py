@@ -14,9 +14,13 @@ and ``_commit_timestamp`` (Delta Lake's change data feed's names and values:
 ``insert``, ``delete``, ``update_preimage``, ``update_postimage``; updates are
 paired by primary key). Nothing has to be enabled in advance: a row is
 identified by (data file, row position), so a version's changes are the rows
-of the files it added and the positions its tombstones added, read at the cost
-of the change (:mod:`castsql.engine.changes`). Compactions rewrite rows
-without changing them and contribute no changes.
+of the files it added and the positions its tombstones added
+(:mod:`castsql.engine.changes`). A version that recorded its change (FORMAT.md
+§3.5, ``castsql.changeDataFeed``) is read from its own manifest and files
+alone: its new files and its change-data file, the rows its tombstones
+delete as they were; any other is found from its and its previous version's
+content, reading its deleted rows from the row groups they lie in.
+Compactions rewrite rows without changing them and contribute no changes.
 
 ``diff`` — the rows version ``b`` has and version ``a`` lacks and the reverse,
 compared as values (``EXCEPT ALL``), updates paired by key: only files that
@@ -49,11 +53,12 @@ from castsql.engine.physical import duck_type
 from castsql.engine.quoting import ident, sql_value
 from castsql.engine.views import Views
 from castsql.errors import CastSQLError, VersionNotFound
-from castsql.format import TableLog
-from castsql.format.manifest import parse_time
+from castsql.format import DataFile, Manifest, TableLog
+from castsql.format.layout import to_table_key
+from castsql.format.manifest import VersionRecord, parse_time
 from castsql.format.schema import Schema
 from castsql.snapshot import Predicate, Snapshot, resolve
-from castsql.snapshot.changes import FileRows, between
+from castsql.snapshot.changes import FileRows, all_positions, between
 from castsql.snapshot.prune import may_match
 from castsql.snapshot.resolve import ResolvedFile
 
@@ -190,13 +195,13 @@ class Audits:
         ``start`` up to ``end``, both included (Delta's ``table_changes``)."""
         first, last = self._range(log, disp, start, end)
         steps = self._steps(log, first, last)
-        snap = resolve(log, last)
-        return self._paired(name, disp, snap.schema, snap.primary_key, steps)
+        m = log.manifest(last)  # its schema and key: nothing of the version's files is read
+        return self._paired(name, disp, m.schema, m.primary_key, steps)
 
     def row_history(self, log: TableLog, disp: str, name: str, lo: Any, hi: Any | None = None) -> str:
         """Create the view ``name`` of every change of the rows whose primary key
         is ``lo`` (or in [``lo``, ``hi``]) over the kept versions."""
-        latest = resolve(log)
+        latest = log.latest()  # its schema and key: nothing of the version's files is read
         pk = latest.primary_key
         if pk is None:
             raise CastSQLError(f"table {disp}: table_row_history needs a primary key, and the table has none")
@@ -275,6 +280,7 @@ class Audits:
         out: list[Step] = []
         files: dict = {}  # entries looked up once for the whole walk
         prev: Snapshot | None = None
+        rec: VersionRecord | Manifest | None = None  # the last version's record read
         for v in range(first + 1, last + 1):
             ck = (log.uri, v)
             if ck in self._cache:
@@ -282,18 +288,23 @@ class Audits:
                 step = self._cache[ck]
                 prev = None
             else:
-                if prev is None or prev.version != v - 1:
-                    prev = resolve(log, v - 1)
-                cur = resolve(log, v)  # raises VersionNotFound for a collected version
-                step = None
-                if (cur.manifest.operation or "").upper() not in _NO_DATA_CHANGE:
+                # Each version's record alone (raises VersionNotFound for a collected one).
+                before = rec if rec is not None and rec.version == v - 1 else log.record(v - 1)
+                rec = log.record(v)
+                known, step = _recorded(log, before, rec)
+                if known:
+                    prev = None
+                else:
+                    if prev is None or prev.version != v - 1:
+                        prev = resolve(log, v - 1)
+                    cur = resolve(log, v)
                     d = between(prev, cur, self.views.deleted, files=files)
                     if d.inserted or d.deleted:
                         step = Step(v, cur.manifest.created_at, _bare(d.inserted), _bare(d.deleted))
+                    prev = cur
                 self._cache[ck] = step
                 if len(self._cache) > _STEPS:
                     self._cache.popitem(last=False)
-                prev = cur
             if step is not None and wanted is not None:
                 step = step.only(wanted)
             if step is not None and (step.inserted or step.deleted):
@@ -311,7 +322,7 @@ class Audits:
                 raise CastSQLError(f"table {disp}: table_changes start version {first} is after end version {last}")
             # GC keeps a contiguous run of versions up to the latest: if start is
             # still stored, so is every version after it.
-            resolve(log, first, probe=True)
+            log.manifest(first, probe=True)
         except VersionNotFound as e:
             raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
         return first, last
@@ -329,6 +340,45 @@ class Audits:
             return log.version_at(when - timedelta(microseconds=1))
         except VersionNotFound:
             return log.versions()[0]  # every kept commit is at or after ``when``
+
+
+def _recorded(log: TableLog, before: VersionRecord | Manifest, m: VersionRecord | Manifest) -> tuple[bool, Step | None]:
+    """``(True, step)`` when version ``m``'s change is known from its own
+    manifest (FORMAT.md §3.5): a compaction changes no row; a version that
+    only adds data files and tombstones whose rows its change-data file holds
+    inserted its files' rows and deleted those. ``(False, None)`` when the
+    change must be found from the two versions' content: a version without
+    a change record or a change-data file, an overwrite, a restore, and one
+    whose change record disagrees with the two versions' totals (which the
+    reader checks against their objects): files, rows and tombstones added."""
+    if (m.operation or "").upper() in _NO_DATA_CHANGE:
+        return True, None
+    m = VersionRecord.of(m) if isinstance(m, Manifest) else m
+    before = VersionRecord.of(before) if isinstance(before, Manifest) else before
+    if m is None or before is None:  # a version-1 manifest: no change record
+        return False, None
+    c = m.change
+    if m.previous != m.version - 1 or c.removed_files or c.removed_tombstones:
+        return False, None
+    if c.added_tombstones and c.preimages is None:
+        return False, None
+    t, b = m.totals, before.totals
+    if (t.files - b.files, t.rows - b.rows, t.tombstones - b.tombstones) != (
+        len(c.added_files),
+        sum(e.total_rows for e in c.added_files),
+        len(c.added_tombstones),
+    ):
+        return False, None
+    inserted = [_whole(log, e, "data file") for e in c.added_files if e.total_rows]
+    p = c.preimages
+    deleted = [_whole(log, p, "change-data file")] if p and p.total_rows else []
+    return True, (Step(m.version, m.created_at, inserted, deleted) if inserted or deleted else None)
+
+
+def _whole(log: TableLog, e: DataFile, what: str) -> FileRows:
+    """Every row of the file ``e`` names (its path checked to lie in the table)."""
+    key = to_table_key(e.path, log.storage.root, what=what)
+    return FileRows(ResolvedFile(key, log.storage.uri(key), e, e.row_group_rows), all_positions(e.total_rows))
 
 
 def _bare(rows: list[FileRows]) -> list[FileRows]:

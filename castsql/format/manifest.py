@@ -315,14 +315,20 @@ class ChangeLog:
     removed_files: tuple[str, ...] = ()
     added_tombstones: tuple[str, ...] = ()
     removed_tombstones: tuple[str, ...] = ()
+    # The change-data file (FORMAT.md §3.5): the rows this version's tombstones
+    # delete, as they were, written under ``castsql.changeDataFeed``.
+    preimages: DataFile | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        d = {
             "added_files": [f.to_json() for f in self.added_files],
             "removed_files": list(self.removed_files),
             "added_tombstones": list(self.added_tombstones),
             "removed_tombstones": list(self.removed_tombstones),
         }
+        if self.preimages is not None:
+            d["preimages"] = self.preimages.to_json()
+        return d
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> ChangeLog:
@@ -338,7 +344,9 @@ class ChangeLog:
                 raise FormatError(f"{where}: change.{k} must be a list of paths")
             lists[k] = tuple(v)
         files = tuple(DataFile.from_json(f, f"{where}: change.added_files[{i}]") for i, f in enumerate(added))
-        return cls(added_files=files, **lists)
+        pre = obj.get("preimages")
+        preimages = None if pre is None else DataFile.from_json(pre, f"{where}: change.preimages")
+        return cls(added_files=files, preimages=preimages, **lists)
 
 
 @dataclass(frozen=True, slots=True)
@@ -612,3 +620,72 @@ def json_stat(value: Any) -> Any:
     if type(value).__name__ == "Decimal":
         return str(value)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRecord:
+    """What a version-2 manifest says of itself and of its change, without its
+    file lists: what an audit's walk over many versions needs of each."""
+
+    version: int
+    previous: int | None
+    created_at: datetime
+    operation: str | None
+    totals: Totals
+    change: ChangeLog
+
+    @classmethod
+    def of(cls, m: Manifest) -> VersionRecord | None:
+        if m.format_version < 2 or m.totals is None or m.change is None:
+            return None
+        return cls(m.version, m.previous, m.created_at, m.operation, m.totals, m.change)
+
+
+def parse_record(data: bytes, where: str, *, expected_version: int) -> VersionRecord | None:
+    """The :class:`VersionRecord` of a manifest, checked as :func:`parse_manifest`
+    checks those fields (the totals against the objects' summaries and the
+    inline entries' counts); None for a version-1 manifest. The inline
+    entries' statistics and the schema are not parsed: a walk over thousands
+    of versions reads each one's change, not its files."""
+    obj = load_json(data, where, "manifest")
+    if not isinstance(obj, dict):
+        raise FormatError(f"{where}: manifest must be a JSON object")
+    if obj.get("format_version", 1) != 2:
+        return None
+    version, previous = obj.get("version"), obj.get("previous")
+    if version != expected_version or isinstance(version, bool):
+        raise FormatError(f"{where}: holds version {version!r}, but its key names version {expected_version}")
+    if previous is not None and (not isinstance(previous, int) or isinstance(previous, bool) or previous >= version):
+        raise FormatError(f"{where}: 'previous' must be an integer below version {version}, got {previous!r}")
+    try:
+        created_at = parse_time(obj["created_at"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise FormatError(f"{where}: 'created_at' is not an ISO-8601 time: {obj.get('created_at')!r}") from None
+    op = obj.get("operation")
+    if op is not None and not isinstance(op, str):
+        raise FormatError(f"{where}: 'operation' must be a string")
+    files = obj.get("files")
+    if (
+        not isinstance(files, dict)
+        or not isinstance(files.get("objects"), list)
+        or not isinstance(files.get("inline"), list)
+    ):
+        raise FormatError(f"{where}: 'files' must be an object with 'objects' and 'inline' lists")
+    refs = tuple(MetaRef.from_json(r, "files", f"{where}: files.objects[{i}]") for i, r in enumerate(files["objects"]))
+    inline = files["inline"]
+    counts = [(e.get("total_rows"), e.get("size_bytes")) if isinstance(e, dict) else (None, None) for e in inline]
+    rows = [_nonneg(r, "total_rows", f"{where}: data file {i}") for i, (r, _) in enumerate(counts)]
+    size = [_nonneg(b, "size_bytes", f"{where}: data file {i}") for i, (_, b) in enumerate(counts)]
+    totals = Totals.from_json(obj.get("totals", {}), where)
+    found = (
+        len(inline) + sum(r.entries for r in refs),
+        sum(rows) + sum(r.rows for r in refs),
+        sum(size) + sum(r.bytes for r in refs),
+    )
+    if found != (totals.files, totals.rows, totals.bytes):
+        raise FormatError(
+            f"{where} (version {version}): totals say {totals.files} files, {totals.rows} rows, {totals.bytes} "
+            f"bytes; its files objects and inline entries hold {found[0]} files, {found[1]} rows, {found[2]} bytes"
+        )
+    change = ChangeLog.from_json(obj.get("change", {}), where)
+    return VersionRecord(version, previous, created_at, op, totals, change)

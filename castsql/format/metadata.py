@@ -35,7 +35,17 @@ import pyarrow as pa
 from castsql.errors import FormatError, TableNotFound, VersionNotFound
 from castsql.format.jsonio import load_json
 from castsql.format.layout import MANIFEST_DIR, POINTER_KEY, manifest_key, manifest_version, to_table_key
-from castsql.format.manifest import DataFile, Manifest, MetaRef, Totals, format_time, no_gc, parse_manifest
+from castsql.format.manifest import (
+    DataFile,
+    Manifest,
+    MetaRef,
+    Totals,
+    VersionRecord,
+    format_time,
+    no_gc,
+    parse_manifest,
+    parse_record,
+)
 from castsql.format.metafiles import files_from_arrow, read_deletes_object
 from castsql.format.schema import Schema
 from castsql.format.state import FilePart, VersionState, read_part, read_records
@@ -134,6 +144,22 @@ class TableMetadata:
             while len(self._manifests) > 64:
                 self._manifests.popitem(last=False)
         return m
+
+    def record(self, version: int) -> VersionRecord | Manifest:
+        """What version ``version`` says of its change (:class:`VersionRecord`),
+        from the cached manifest or a light parse of it; its full manifest
+        for a version-1 one. VersionNotFound as :meth:`manifest`."""
+        with self._lock:
+            m = self._manifests.get(version)
+        if m is None:
+            key = manifest_key(version)
+            try:
+                data = self.storage.get(key)
+            except ObjectNotFound:
+                return self.manifest(version)  # says why: collected, or never committed
+            r = parse_record(data, self.storage.uri(key), expected_version=version)
+            return r if r is not None else self.manifest(version)
+        return VersionRecord.of(m) or m
 
     def where(self, version: int) -> str:
         """``<manifest URI> (version N)``: how errors about a version's metadata name it."""

@@ -17,6 +17,10 @@ CastSQL's own:
 ``castsql.mirror.delta``            false     ``true``: writers in this process write the Delta
                                              mirror of each version they commit (FORMAT.md §10)
 ``castsql.mirror.iceberg``          false     the same for the Iceberg mirror
+``castsql.changeDataFeed``          false     ``true``: deletes, updates and merges also write the
+                                             rows they delete, as they were (FORMAT.md §3.5), so
+                                             audits read a version's change, not the row groups
+                                             its tombstones hit (Delta's ``enableChangeDataFeed``)
 =================================  ========  ===============================================
 
 Example::
@@ -40,6 +44,7 @@ MAX_FILE_SIZE = "castsql.autoCompact.maxFileSize"
 SORT_BY = "castsql.compact.sortBy"
 MIRROR_DELTA = "castsql.mirror.delta"  # every in-process commit also writes its Delta mirror version
 MIRROR_ICEBERG = "castsql.mirror.iceberg"  # ... and its Iceberg one
+CHANGE_DATA_FEED = "castsql.changeDataFeed"  # deletes write their rows' preimages (FORMAT.md §3.5)
 _DEFAULT_MIN_FILES = 10  # measured (bench/stream_bench.py): with tiered compactions cheap, fewer files read faster
 _DEFAULT_MAX_FILE_SIZE = 16 * 1024 * 1024
 
@@ -64,7 +69,13 @@ _KNOWN = {
     SORT_BY: str,
     MIRROR_DELTA: _bool,
     MIRROR_ICEBERG: _bool,
+    CHANGE_DATA_FEED: _bool,
 }
+
+
+def change_data_feed(props: Mapping[str, str]) -> bool:
+    """Whether writers record the rows each version deletes (``castsql.changeDataFeed``)."""
+    return _bool(props.get(CHANGE_DATA_FEED, "false"))
 
 
 def mirrors(props: Mapping[str, str]) -> list[str]:

@@ -253,3 +253,13 @@ def write_data_files(
     if builder is not None:
         out.append(builder.finish())
     return out
+
+
+def write_file(storage: Storage, table: pa.Table, *, row_group_size: int = DEFAULT_ROW_GROUP_SIZE) -> DataFile:
+    """Write ``table`` as it is (its own columns and types) as one Parquet
+    file under ``data/``, with the statistics a manifest entry carries; not
+    committed. For files that are not the table's rows (a change-data file)."""
+    builder = _FileBuilder(storage, table.schema, None, table.slice(0, row_group_size))
+    for start in range(0, max(table.num_rows, 1), row_group_size):
+        builder.write_row_group(table.slice(start, row_group_size).combine_chunks())
+    return builder.finish()

@@ -89,8 +89,8 @@ def between(
             continue  # every row deleted on both sides
         # A side that does not list the file, or lists it with every row
         # deleted, has every position dead.
-        dead_b = _every(f.total_rows) if k in added or k in before.gone else dead(before, _as_of(before, f))
-        dead_a = _every(f.total_rows) if k in removed or k in after.gone else dead(after, _as_of(after, f))
+        dead_b = all_positions(f.total_rows) if k in added or k in before.gone else dead(before, _as_of(before, f))
+        dead_a = all_positions(f.total_rows) if k in removed or k in after.gone else dead(after, _as_of(after, f))
         left, came = dead_a - dead_b, dead_b - dead_a
         if left:
             out.deleted.append(FileRows(f, left))
@@ -113,7 +113,8 @@ def _as_of(snap: Snapshot, f: ResolvedFile) -> ResolvedFile:
     return ResolvedFile(f.key, f.uri, f.entry, rgr, d.deleted, d.key_ranges, snap.version)
 
 
-def _every(rows: int) -> BitMap:
+def all_positions(rows: int) -> BitMap:
+    """Every position of a file of ``rows`` rows."""
     out = BitMap()
     out.add_range(0, rows)
     return out

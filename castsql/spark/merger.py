@@ -753,11 +753,15 @@ class _SparkFound:
         from pyspark.sql import functions as F
 
         changes = F.col(ACTION_COL).isin(ACTION_UPDATE, ACTION_DELETE)
-        plan = _plan_from_positions(
+        self.plan = _plan_from_positions(
             self.engine.spark, self.engine.log, self.snap,
             self.out.where(changes).select(FILE_COL, RG_COL, POS_COL), "merge",
         )  # fmt: skip
-        return list(plan.records), plan.rows
+        return list(self.plan.records), self.plan.rows
+
+    def deleted_positions(self) -> dict[str, BitMap]:
+        """The planned records' rows (the workers' bitmaps, collected for the plan)."""
+        return dict(self.plan.positions) if self.plan is not None else {}
 
     def write(self) -> list[DataFile]:
         e = self.engine

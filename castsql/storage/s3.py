@@ -187,15 +187,16 @@ class S3Storage(ObjectStore):
         status, code, _ = _status(exc)
         return status == 404 and code != "NoSuchBucket"
 
-    async def _get_object(self, full_key: str, **kwargs: Any) -> tuple[bytes, str]:
-        # One GetObject: the ETag in its headers is the ETag of the body we read.
+    async def _get_object(self, full_key: str, **kwargs: Any) -> tuple[bytes, str, bool]:
+        # One GetObject: the ETag in its headers is the ETag of the body we read;
+        # and whether the body is the part a Range asked for (Content-Range).
         from s3fs.core import _error_wrapper
 
-        async def call_and_read() -> tuple[bytes, str]:
+        async def call_and_read() -> tuple[bytes, str, bool]:
             resp = await self._fs._call_s3("get_object", Bucket=self.bucket, Key=full_key, **kwargs)
             body = resp["Body"]
             try:
-                return await body.read(), _strip_etag(resp.get("ETag", ""))
+                return await body.read(), _strip_etag(resp.get("ETag", "")), bool(resp.get("ContentRange"))
             finally:
                 body.close()
 
@@ -206,7 +207,8 @@ class S3Storage(ObjectStore):
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         full = self._key(key)
         try:
-            return self._sync(self._get_object, full)
+            data, etag, _ = self._sync(self._get_object, full)
+            return data, etag
         except CastSQLError:
             raise
         except Exception as e:
@@ -217,7 +219,7 @@ class S3Storage(ObjectStore):
     def _read_range(self, key: str, start: int, length: int) -> bytes:
         full = self._key(key)
         try:
-            data, _ = self._sync(self._get_object, full, Range=f"bytes={start}-{start + length - 1}")
+            data, _, partial = self._sync(self._get_object, full, Range=f"bytes={start}-{start + length - 1}")
         except CastSQLError:
             raise
         except Exception as e:
@@ -227,7 +229,8 @@ class S3Storage(ObjectStore):
             if self._is_missing(e):
                 raise ObjectNotFound(self.uri(key)) from None
             raise self._error(key, "read a range of", e) from e
-        return data[:length]  # a server that ignores Range sends the whole object
+        # A server that ignores Range sends the whole object, without Content-Range.
+        return data if partial else data[start : start + length]
 
     def exists(self, key: str) -> bool:
         try:

@@ -53,9 +53,11 @@ def commit_dml(
     insert_key_span: tuple[str | None, Any, Any] | None = None,
     schema: Schema | None = None,
     new_schema: Schema | None = None,
+    preimages: DataFile | None = None,
 ) -> Manifest:
     """Write one tombstone file holding ``records`` (if any) and commit it with
-    the data files ``files`` as one version planned from ``read_version``.
+    the data files ``files`` as one version planned from ``read_version``
+    (and ``preimages``, the written change-data file of the rows ``records`` delete).
 
     The records are checked against ``read_version`` first (files in it, row
     groups and positions that exist). ``insert_key_span`` is (key column, lo,
@@ -87,6 +89,7 @@ def commit_dml(
         new_schema=new_schema,  # schema evolution in the same version (FORMAT.md §3.4)
         read_version=read_version,
         summary=full,
+        preimages=preimages,
     )
     return log.commit(change, base=log.manifest(read_version))
 

@@ -149,6 +149,8 @@ def _references(log: TableLog, m: Manifest) -> set[str]:
     refs = set(log.state(m).keys().to_pylist())
     refs |= {to_table_key(t, root, what="tombstone") for t in m.tombstones}
     refs |= {r.path for r in (*m.file_objects, *m.delete_objects)}
+    if m.change is not None and m.change.preimages is not None:  # its change-data file (FORMAT.md §3.5)
+        refs.add(to_table_key(m.change.preimages.path, root, what="change-data file"))
     return refs
 
 

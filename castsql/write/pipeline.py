@@ -43,17 +43,20 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyroaring import BitMap
 
 from castsql.errors import MergeError, WriteError
 from castsql.format import Change, DataFile, Manifest, Schema, TableLog, TombstoneRecord
 from castsql.format.evolution import fits, merged, rebase, refusal, widens
 from castsql.format.manifest import added_summary, json_stat
+from castsql.format.properties import change_data_feed
 from castsql.format.schema import normalize_type, type_from_name, type_name
 from castsql.format.tombstone import serialize_tombstones
 from castsql.snapshot import Snapshot, resolve
 from castsql.write.commit import commit_dml, with_retries
 from castsql.write.keys import check_input_keys, check_written_keys, existing_keys, refuse_existing
 from castsql.write.merge import MergeMetrics, MergeSpec, inserts_unmatched, moves_keys, validate
+from castsql.write.preimages import write_preimages
 
 ATTEMPTS = 5  # plans made before a conflicting operation gives up (FORMAT.md §7)
 
@@ -107,6 +110,11 @@ class Found(Protocol):
 
     def tombstones(self) -> tuple[list[TombstoneRecord], int]:
         """The records deleting the replaced and deleted rows, and how many rows they delete."""
+        ...
+
+    def deleted_positions(self) -> dict[str, BitMap]:
+        """The file positions (by table key) of the rows those records delete
+        (after :meth:`tombstones`): what the change-data file holds."""
         ...
 
     def write(self) -> list[DataFile]:
@@ -222,12 +230,20 @@ def delete(engine: Engine, where: str, *, attempts: int = ATTEMPTS) -> Manifest 
                 return None if _stands(engine.log, snap, i) else attempt(i + 1)
             return commit_dml(
                 engine.log, operation="DELETE", read_version=snap.version, records=records, files=[],
-                summary={"deleted_rows": n},
+                summary={"deleted_rows": n}, preimages=_preimages(engine, snap, found),
             )  # fmt: skip
         finally:
             found.close()
 
     return with_retries(f"table {engine.table}: delete", attempts, attempt)
+
+
+def _preimages(engine: Engine, snap: Snapshot, found: Found) -> DataFile | None:
+    """The change-data file of the rows ``found``'s tombstones delete, under
+    ``castsql.changeDataFeed`` (FORMAT.md §3.5); None without it."""
+    if not change_data_feed(snap.manifest.properties):
+        return None
+    return write_preimages(engine.log.storage, snap, found.deleted_positions())
 
 
 def _planned(log: TableLog, i: int) -> Snapshot:
@@ -315,6 +331,7 @@ def update(
                 engine.log, operation="UPDATE", read_version=snap.version, records=records, files=files,
                 summary={"updated_rows": n, "deleted_rows": n}, insert_key_span=span,
                 schema=snap.schema if new_schema is not None else None, new_schema=new_schema,
+                preimages=_preimages(engine, snap, found),
             )  # fmt: skip
         finally:
             found.close()
@@ -501,6 +518,7 @@ def _commit_merge(
         insert_key_span=span,
         schema=snap.schema if new_schema is not None else None,
         new_schema=new_schema,  # merge_schema: the schema changes in this version (FORMAT.md §3.4)
+        preimages=_preimages(engine, snap, found) if records else None,
     )
     metrics.version = m.version
     metrics.num_target_files_added = len(files)

@@ -75,6 +75,7 @@ class DeletePlan:
     records: list[TombstoneRecord] = field(default_factory=list)
     rows: int = 0
     files: int = 0
+    positions: dict[str, BitMap] = field(default_factory=dict)  # the rows deleted, by file
 
     @property
     def targets(self) -> frozenset[str]:
@@ -186,6 +187,7 @@ def plan_records(
         plan.records.extend(recs)
         plan.rows += n
         plan.files += 1
+        plan.positions[key] = BitMap.union(*(_bitmap(u) for u in units if u["matched"]))
     return plan
 
 

@@ -1,0 +1,109 @@
+"""The change-data file of a delete, update or merge: the rows it deletes, as they were.
+
+Under ``castsql.changeDataFeed`` a version whose tombstones delete rows also
+commits one Parquet file of those rows (FORMAT.md §3.5), so an audit of the
+version reads that small file instead of the row groups its tombstones hit
+in the table's large files (one random update in a 10M-row table costs a
+122,880-row row group otherwise). It is what Delta's ``_change_data`` files
+are, written by the same code whichever engine ran the write: the engine
+says which rows it deletes (``Found.gone``), this module reads exactly those
+from the data files through the table's storage and writes them.
+
+Example::
+
+    >>> import pyarrow as pa, tempfile
+    >>> from pyroaring import BitMap
+    >>> from castsql.storage import open_storage
+    >>> from castsql.format import TableLog, write_data_files
+    >>> from castsql.snapshot import resolve
+    >>> st = open_storage(tempfile.mkdtemp())
+    >>> log = TableLog.create(st, pa.schema([("id", pa.int64()), ("v", pa.string())]))
+    >>> f = log.append(write_data_files(st, pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}))).data_files[0]
+    >>> entry = write_preimages(st, resolve(log), {f.path: BitMap([1])})
+    >>> read_preimages(st, entry).to_pylist() == [{"id": 2, "v": "b", FILE_COL: f.path, POS_COL: 1}]
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyroaring import BitMap
+
+from castsql.errors import FormatError
+from castsql.format import DataFile
+from castsql.format.writer import conform, write_file
+from castsql.storage.ranged import open_ranged
+from castsql.write.records import FILE_COL, POS_COL
+
+if TYPE_CHECKING:
+    from castsql.snapshot import ResolvedFile, Snapshot
+    from castsql.storage import Storage
+
+_WORKERS = 8  # files read at once (object stores: their round trips overlap)
+
+
+def write_preimages(storage: Storage, snap: Snapshot, gone: Mapping[str, BitMap]) -> DataFile | None:
+    """Write the rows at ``gone``'s positions (table key → file positions) of
+    ``snap``'s files, in ``snap``'s schema plus ``_castsql_file`` and
+    ``_castsql_pos``, as one Parquet file under ``data/`` (not committed);
+    None when there are none."""
+    keys = sorted(k for k, bm in gone.items() if bm)
+    if not keys:
+        return None
+    files = snap.resolved(keys)
+    schema = snap.schema
+    where = f"table {storage.root}: change data"
+
+    def rows(f: ResolvedFile) -> pa.Table:
+        t = _rows_at(storage, f, gone[f.key], schema.names)
+        t = conform(t, schema, where, fill_missing=True)
+        t = t.append_column(FILE_COL, pa.array([f.key] * t.num_rows, pa.string()))
+        return t.append_column(POS_COL, pa.array(np.asarray(gone[f.key].to_array(), dtype=np.int64)))
+
+    if len(files) == 1:
+        parts = [rows(files[0])]
+    else:
+        with ThreadPoolExecutor(min(_WORKERS, len(files))) as pool:
+            parts = list(pool.map(rows, files))
+    entry = write_file(storage, pa.concat_tables(parts))
+    own = (FILE_COL, POS_COL)  # statistics of the table's columns only: nobody prunes by these
+    return replace(
+        entry,
+        min={k: v for k, v in entry.min.items() if k not in own},
+        max={k: v for k, v in entry.max.items() if k not in own},
+    )
+
+
+def read_preimages(storage: Storage, entry: DataFile) -> pa.Table:
+    """A change-data file's rows (for tests and tools; audits scan it in DuckDB)."""
+    return pq.ParquetFile(open_ranged(storage, entry.path, entry.size_bytes)).read()
+
+
+def _rows_at(storage: Storage, f: ResolvedFile, positions: BitMap, names: list[str]) -> pa.Table:
+    """The rows of data file ``f`` at ``positions`` (ascending), the columns of
+    ``names`` it has: only the row groups holding one are read."""
+    pf = pq.ParquetFile(f.uri) if "://" not in f.uri else pq.ParquetFile(
+        open_ranged(storage, f.key, f.entry.size_bytes, buffer_size=1 << 20)
+    )  # fmt: skip
+    md = pf.metadata
+    rgr = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+    if sum(rgr) != f.total_rows:
+        raise FormatError(f"{f.uri}: holds {sum(rgr)} rows, the manifest says {f.total_rows}")
+    have = set(pf.schema_arrow.names)
+    cols = [n for n in names if n in have]
+    pos = np.asarray(positions.to_array(), dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(rgr)))
+    rg_of = np.searchsorted(starts, pos, side="right") - 1
+    wanted = np.unique(rg_of).tolist()
+    table = pf.read_row_groups(wanted, columns=cols)
+    # Positions within the concatenation of the row groups read.
+    offset = {rg: int(sum(rgr[w] for w in wanted[:i])) for i, rg in enumerate(wanted)}
+    local = pos - starts[rg_of] + np.array([offset[int(r)] for r in rg_of], dtype=np.int64)
+    return table.take(pa.array(local))
