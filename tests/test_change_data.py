@@ -159,14 +159,14 @@ def test_a_delete_rebased_over_other_deletes_keeps_exact_change_data(tmp_path):
         t.delete("id = 5")  # v3: row 5 of the base file
         recs, pre = plan(base, [5, 6])
         with pytest.raises(DmlConflict):
-            commit_dml(log, operation="DELETE", read_version=2, records=recs, files=[], preimages=pre)
+            commit_dml(log, operation="DELETE", read_version=2, records=recs, files=[], change_data=pre)
         recs, pre = plan(other, [0])
-        m = commit_dml(log, operation="DELETE", read_version=2, records=recs, files=[], preimages=pre)
+        m = commit_dml(log, operation="DELETE", read_version=2, records=recs, files=[], change_data=pre)
         assert m.version == 4 and m.change.preimages is not None
         t.delete("id = 9")  # v5
         key = log.write_tombstone([PositionDelete(other.key, None, BitMap([1]))])
         pre = write_preimages(log.storage, snap, {other.key: BitMap([1])})
-        m = log.commit(Change("DELETE", add_tombstones=(key,), read_version=4, preimages=pre))
+        m = log.commit(Change("DELETE", add_tombstones=(key,), read_version=4, change_data=pre))
         assert m.version == 6 and m.change.preimages is None
         got = [(r["_commit_version"], r["id"]) for r in t.changes(2, 6).to_pylist()]
         assert got == [(3, 5), (4, 300), (5, 9), (6, 301)]
@@ -199,3 +199,25 @@ def test_the_setting_is_checked_and_can_be_turned_on_later(tmp_path):
         pre = log.manifest(4).change.preimages
         assert pre is not None and pre.total_rows == 1
         assert [(r["_commit_version"], r["id"]) for r in t.changes(1, 4).to_pylist()] == [(2, 1), (4, 2)]
+
+
+def test_a_row_history_skips_the_versions_whose_recorded_keys_miss_it(tmp_path):
+    """A version records the keys it changed: the history of another key never
+    opens its files (removed here from storage, it still answers), though
+    their statistics ([2, 400]) may hold it."""
+    t, log = start(str(tmp_path / "t"), None, CDF)
+    with t:
+        t.update(set={"score": "-1"}, where="id = 3")  # v2
+        t.merge(rows([2, 400], score=0.5), on="id").when_matched_update_all().when_not_matched_insert_all().execute()
+        t.delete("id = 3")  # v4
+        assert [log.manifest(v).change.keys for v in (2, 3, 4)] == [(3,), (2, 400), (3,)]
+        c = log.manifest(3).change
+        for f in (*c.added_files, c.preimages):
+            (tmp_path / "t" / f.path).unlink()
+        got = [(r["_commit_version"], r["_change_type"], r["score"]) for r in t.row_history(3).to_pylist()]
+        assert got == [
+            (1, "insert", 3.0),
+            (2, "update_preimage", 3.0),
+            (2, "update_postimage", -1.0),
+            (4, "delete", -1.0),
+        ]

@@ -152,6 +152,8 @@ def test_totals_that_disagree_with_the_entries_are_refused(events_anywhere, s3_c
     before = listing(st)
     refused(root, f"SELECT count(*) FROM {NAME}", st.uri(_mfile(6)), "version 6", "totals say", s3=s3_config)
     refused(root, f"SELECT * FROM {NAME}", st.uri(_mfile(6)), "version 6", s3=s3_config)
+    # An audit's walk reads each manifest's change and totals alone, and checks them the same.
+    refused(root, f"SELECT * FROM table_changes('{NAME}', 5, 6)", st.uri(_mfile(6)), "totals say", s3=s3_config)
     # Other versions still read, and the same in a session that read them first.
     assert sql(root, f"SELECT count(*) AS n FROM {NAME} AS OF VERSION 5", s3_config) == [{"n": len(ev.live[5])}]
     assert listing(st) == before

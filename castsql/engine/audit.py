@@ -55,7 +55,7 @@ from castsql.engine.views import Views
 from castsql.errors import CastSQLError, VersionNotFound
 from castsql.format import DataFile, Manifest, TableLog
 from castsql.format.layout import to_table_key
-from castsql.format.manifest import VersionRecord, parse_time
+from castsql.format.manifest import VersionRecord, json_stat, parse_time
 from castsql.format.schema import Schema
 from castsql.snapshot import Predicate, Snapshot, resolve
 from castsql.snapshot.changes import FileRows, all_positions, between
@@ -211,7 +211,8 @@ class Audits:
         types = {pk: col.type}
         preds = [Predicate(pk, ">=", lo), Predicate(pk, "<=", hi)]
         versions = log.versions()
-        steps = self._steps(log, versions[0], latest.version, lambda entry: may_match(entry, preds, types))
+        span = (json_stat(lo), json_stat(hi))
+        steps = self._steps(log, versions[0], latest.version, lambda entry: may_match(entry, preds, types), span)
         return self._paired(name, disp, latest.schema, pk, steps, KeyFilter(pk, lo, hi))
 
     def _key(self, disp: str, pk: str, type_: str, value: Any) -> Any:
@@ -270,8 +271,12 @@ class Audits:
         )
         return ident(name)
 
-    def _steps(self, log: TableLog, first: int, last: int, wanted: Callable | None = None) -> list[Step]:
+    def _steps(
+        self, log: TableLog, first: int, last: int, wanted: Callable | None = None, keys: tuple | None = None
+    ) -> list[Step]:
         """What each version in (first, last] changed; compactions change nothing.
+        ``wanted``: only files whose statistics it accepts; ``keys``: (lo, hi),
+        leaving out versions whose recorded keys hold none in that range.
 
         A version's step never changes, so the session keeps the newest
         ``_STEPS`` of them (rows by file and position, no snapshot): the next
@@ -305,6 +310,8 @@ class Audits:
                 self._cache[ck] = step
                 if len(self._cache) > _STEPS:
                     self._cache.popitem(last=False)
+            if step is not None and keys is not None and not step.may_change(*keys):
+                continue
             if step is not None and wanted is not None:
                 step = step.only(wanted)
             if step is not None and (step.inserted or step.deleted):
@@ -372,7 +379,7 @@ def _recorded(log: TableLog, before: VersionRecord | Manifest, m: VersionRecord 
     inserted = [_whole(log, e, "data file") for e in c.added_files if e.total_rows]
     p = c.preimages
     deleted = [_whole(log, p, "change-data file")] if p and p.total_rows else []
-    return True, (Step(m.version, m.created_at, inserted, deleted) if inserted or deleted else None)
+    return True, (Step(m.version, m.created_at, inserted, deleted, c.keys) if inserted or deleted else None)
 
 
 def _whole(log: TableLog, e: DataFile, what: str) -> FileRows:

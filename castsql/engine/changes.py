@@ -25,6 +25,7 @@ groups it touches (docs/PERFORMANCE.md, "Audits").
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -64,6 +65,7 @@ class Step:
     committed_at: datetime
     inserted: list[FileRows]
     deleted: list[FileRows]
+    keys: tuple | None = None  # every primary key it changed (sorted JSON statistics), when recorded
 
     def only(self, wanted: Callable[[DataFile], bool]) -> Step:
         """The rows of files ``wanted`` accepts (by their statistics)."""
@@ -72,7 +74,18 @@ class Step:
             self.committed_at,
             [r for r in self.inserted if wanted(r.file.entry)],
             [r for r in self.deleted if wanted(r.file.entry)],
+            self.keys,
         )
+
+    def may_change(self, lo: object, hi: object) -> bool:
+        """False when its recorded keys hold none in [lo, hi] (JSON statistics)."""
+        if self.keys is None:
+            return True
+        try:
+            i = bisect.bisect_left(self.keys, lo)
+            return i < len(self.keys) and self.keys[i] <= hi  # type: ignore[operator]
+        except TypeError:  # keys of another JSON type: cannot tell
+            return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from typing import Any
 from castsql.errors import CommitConflict, FormatError, ObjectNotFound
 from castsql.format import evolution, fold
 from castsql.format.layout import to_table_key
-from castsql.format.manifest import ChangeLog, DataFile, Manifest, Totals
+from castsql.format.manifest import ChangeData, ChangeLog, DataFile, Manifest, Totals
 from castsql.format.metadata import TableMetadata
 from castsql.format.schema import Schema
 
@@ -71,8 +71,8 @@ class Change:
     summary: dict[str, Any] = field(default_factory=dict)
     # Table properties this change sets (None removes one; castsql.format.properties).
     properties: dict[str, str | None] | None = None
-    # The change-data file of the rows add_tombstones delete (FORMAT.md §3.5).
-    preimages: DataFile | None = None
+    # The change-data file of the rows add_tombstones delete, and the keys (FORMAT.md §3.5).
+    change_data: ChangeData | None = None
 
     def apply(self, base: Manifest, meta: TableMetadata) -> Manifest:
         """``base`` with this change applied, as a version-2 manifest; version
@@ -144,29 +144,31 @@ class Change:
                 tuple(self.remove_files),
                 self.add_tombstones,
                 self.remove_tombstones,
-                self._preimages(base, since, root),
+                **self._change_data(base, since, root),
             ),
             operation=self.operation,
             summary={**self.summary, **evolution.describe(base.schema, schema)},
             schema=schema,
         )
 
-    def _preimages(self, base: Manifest, since: list[ChangeLog] | None, root: str) -> DataFile | None:
-        """The change-data file, if it still lists exactly the rows this
-        version deletes: a tombstone committed since ``read_version`` that
-        names one of its files may have deleted some of them first; a change
-        whose conflict rules do not refuse that has none after such a rebase
-        (audits then read its rows from the data files)."""
-        p = self.preimages
-        if p is None:
-            return None
+    def _change_data(self, base: Manifest, since: list[ChangeLog] | None, root: str) -> dict[str, Any]:
+        """The change-data file and keys (ChangeLog fields), if the file still
+        lists exactly the rows this version deletes: a tombstone committed
+        since ``read_version`` that names one of its files may have deleted
+        some of them first; a change whose conflict rules do not refuse that
+        has none after such a rebase (audits then read its rows from the data
+        files)."""
+        cd = self.change_data
+        if cd is None:
+            return {}
         # _check_dml refused any tombstone committed since that names a target
         # (conflict_files): then the rows are still exactly the ones deleted.
         guarded = bool(self.tombstone_targets) and self.tombstone_targets <= self.conflict_files
         rebased = self.read_version != base.version and not guarded
         if rebased and (since is None or any(c.added_tombstones for c in since)):
-            return None
-        return replace(p, path=to_table_key(p.path, root, what="change-data file"))
+            return {}
+        return {"preimages": replace(cd.file, path=to_table_key(cd.file.path, root, what="change-data file")),
+                "keys": cd.keys}  # fmt: skip
 
     def _changes_since(self, base: Manifest, meta: TableMetadata) -> list[ChangeLog] | None:
         """The change records of the versions after ``read_version`` up to

@@ -316,8 +316,11 @@ class ChangeLog:
     added_tombstones: tuple[str, ...] = ()
     removed_tombstones: tuple[str, ...] = ()
     # The change-data file (FORMAT.md §3.5): the rows this version's tombstones
-    # delete, as they were, written under ``castsql.changeDataFeed``.
+    # delete, as they were, written under ``castsql.changeDataFeed``; and the
+    # primary keys of every row it inserted or deleted (JSON statistics,
+    # sorted), when they are few (KEYS_MAX).
     preimages: DataFile | None = None
+    keys: tuple[Any, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = {
@@ -328,6 +331,8 @@ class ChangeLog:
         }
         if self.preimages is not None:
             d["preimages"] = self.preimages.to_json()
+        if self.keys is not None:
+            d["keys"] = list(self.keys)
         return d
 
     @classmethod
@@ -346,7 +351,12 @@ class ChangeLog:
         files = tuple(DataFile.from_json(f, f"{where}: change.added_files[{i}]") for i, f in enumerate(added))
         pre = obj.get("preimages")
         preimages = None if pre is None else DataFile.from_json(pre, f"{where}: change.preimages")
-        return cls(added_files=files, preimages=preimages, **lists)
+        keys = obj.get("keys")
+        if keys is not None and (
+            not isinstance(keys, list) or not all(isinstance(k, int | str) and not isinstance(k, bool) for k in keys)
+        ):
+            raise FormatError(f"{where}: change.keys must be a list of integers or strings")
+        return cls(added_files=files, preimages=preimages, keys=None if keys is None else tuple(keys), **lists)
 
 
 @dataclass(frozen=True, slots=True)
@@ -622,6 +632,18 @@ def json_stat(value: Any) -> Any:
     return None
 
 
+KEYS_MAX = 1024  # a version records the keys it changed when at most this many (FORMAT.md §3.5)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeData:
+    """What a write under ``castsql.changeDataFeed`` commits beside its
+    tombstones: its change-data file and, when few, the keys it changed."""
+
+    file: DataFile
+    keys: tuple[Any, ...] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class VersionRecord:
     """What a version-2 manifest says of itself and of its change, without its
@@ -639,6 +661,12 @@ class VersionRecord:
         if m.format_version < 2 or m.totals is None or m.change is None:
             return None
         return cls(m.version, m.previous, m.created_at, m.operation, m.totals, m.change)
+
+
+def _ref_counts(ref: Any, where: str) -> tuple[int, int, int]:
+    if not isinstance(ref, dict):
+        raise FormatError(f"{where}: must be an object")
+    return tuple(_nonneg(ref.get(k), k, where) for k in ("entries", "rows", "bytes"))  # type: ignore[return-value]
 
 
 def parse_record(data: bytes, where: str, *, expected_version: int) -> VersionRecord | None:
@@ -671,16 +699,18 @@ def parse_record(data: bytes, where: str, *, expected_version: int) -> VersionRe
         or not isinstance(files.get("inline"), list)
     ):
         raise FormatError(f"{where}: 'files' must be an object with 'objects' and 'inline' lists")
-    refs = tuple(MetaRef.from_json(r, "files", f"{where}: files.objects[{i}]") for i, r in enumerate(files["objects"]))
+    # The references' counts only: their bounds and paths are checked when a
+    # reader of the version's files reads them.
+    refs = [_ref_counts(r, f"{where}: files.objects[{i}]") for i, r in enumerate(files["objects"])]
     inline = files["inline"]
     counts = [(e.get("total_rows"), e.get("size_bytes")) if isinstance(e, dict) else (None, None) for e in inline]
     rows = [_nonneg(r, "total_rows", f"{where}: data file {i}") for i, (r, _) in enumerate(counts)]
     size = [_nonneg(b, "size_bytes", f"{where}: data file {i}") for i, (_, b) in enumerate(counts)]
     totals = Totals.from_json(obj.get("totals", {}), where)
     found = (
-        len(inline) + sum(r.entries for r in refs),
-        sum(rows) + sum(r.rows for r in refs),
-        sum(size) + sum(r.bytes for r in refs),
+        len(inline) + sum(r[0] for r in refs),
+        sum(rows) + sum(r[1] for r in refs),
+        sum(size) + sum(r[2] for r in refs),
     )
     if found != (totals.files, totals.rows, totals.bytes):
         raise FormatError(

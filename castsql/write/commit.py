@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 from castsql.errors import CommitConflict
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord
 from castsql.format.change import Change
-from castsql.format.manifest import added_summary
+from castsql.format.manifest import ChangeData, added_summary
 from castsql.format.schema import Schema
 
 log_ = logging.getLogger(__name__)
@@ -53,11 +53,12 @@ def commit_dml(
     insert_key_span: tuple[str | None, Any, Any] | None = None,
     schema: Schema | None = None,
     new_schema: Schema | None = None,
-    preimages: DataFile | None = None,
+    change_data: ChangeData | None = None,
 ) -> Manifest:
     """Write one tombstone file holding ``records`` (if any) and commit it with
     the data files ``files`` as one version planned from ``read_version``
-    (and ``preimages``, the written change-data file of the rows ``records`` delete).
+    (and ``change_data``: the written change-data file of the rows ``records``
+    delete, with the keys the write changed).
 
     The records are checked against ``read_version`` first (files in it, row
     groups and positions that exist). ``insert_key_span`` is (key column, lo,
@@ -89,7 +90,7 @@ def commit_dml(
         new_schema=new_schema,  # schema evolution in the same version (FORMAT.md §3.4)
         read_version=read_version,
         summary=full,
-        preimages=preimages,
+        change_data=change_data,
     )
     return log.commit(change, base=log.manifest(read_version))
 

@@ -48,7 +48,7 @@ from pyroaring import BitMap
 from castsql.errors import MergeError, WriteError
 from castsql.format import Change, DataFile, Manifest, Schema, TableLog, TombstoneRecord
 from castsql.format.evolution import fits, merged, rebase, refusal, widens
-from castsql.format.manifest import added_summary, json_stat
+from castsql.format.manifest import ChangeData, added_summary, json_stat
 from castsql.format.properties import change_data_feed
 from castsql.format.schema import normalize_type, type_from_name, type_name
 from castsql.format.tombstone import serialize_tombstones
@@ -230,7 +230,7 @@ def delete(engine: Engine, where: str, *, attempts: int = ATTEMPTS) -> Manifest 
                 return None if _stands(engine.log, snap, i) else attempt(i + 1)
             return commit_dml(
                 engine.log, operation="DELETE", read_version=snap.version, records=records, files=[],
-                summary={"deleted_rows": n}, preimages=_preimages(engine, snap, found),
+                summary={"deleted_rows": n}, change_data=_change_data(engine, snap, found, []),
             )  # fmt: skip
         finally:
             found.close()
@@ -238,12 +238,13 @@ def delete(engine: Engine, where: str, *, attempts: int = ATTEMPTS) -> Manifest 
     return with_retries(f"table {engine.table}: delete", attempts, attempt)
 
 
-def _preimages(engine: Engine, snap: Snapshot, found: Found) -> DataFile | None:
-    """The change-data file of the rows ``found``'s tombstones delete, under
-    ``castsql.changeDataFeed`` (FORMAT.md §3.5); None without it."""
+def _change_data(engine: Engine, snap: Snapshot, found: Found, files: Sequence[DataFile]) -> ChangeData | None:
+    """The change-data file of the rows ``found``'s tombstones delete, with the
+    keys they and the written ``files`` hold, under ``castsql.changeDataFeed``
+    (FORMAT.md §3.5); None without it."""
     if not change_data_feed(snap.manifest.properties):
         return None
-    return write_preimages(engine.log.storage, snap, found.deleted_positions())
+    return write_preimages(engine.log.storage, snap, found.deleted_positions(), files)
 
 
 def _planned(log: TableLog, i: int) -> Snapshot:
@@ -331,7 +332,7 @@ def update(
                 engine.log, operation="UPDATE", read_version=snap.version, records=records, files=files,
                 summary={"updated_rows": n, "deleted_rows": n}, insert_key_span=span,
                 schema=snap.schema if new_schema is not None else None, new_schema=new_schema,
-                preimages=_preimages(engine, snap, found),
+                change_data=_change_data(engine, snap, found, files),
             )  # fmt: skip
         finally:
             found.close()
@@ -518,7 +519,7 @@ def _commit_merge(
         insert_key_span=span,
         schema=snap.schema if new_schema is not None else None,
         new_schema=new_schema,  # merge_schema: the schema changes in this version (FORMAT.md §3.4)
-        preimages=_preimages(engine, snap, found) if records else None,
+        change_data=_change_data(engine, snap, found, files) if records else None,
     )
     metrics.version = m.version
     metrics.num_target_files_added = len(files)

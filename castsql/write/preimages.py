@@ -19,17 +19,19 @@ Example::
     >>> st = open_storage(tempfile.mkdtemp())
     >>> log = TableLog.create(st, pa.schema([("id", pa.int64()), ("v", pa.string())]))
     >>> f = log.append(write_data_files(st, pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}))).data_files[0]
-    >>> entry = write_preimages(st, resolve(log), {f.path: BitMap([1])})
-    >>> read_preimages(st, entry).to_pylist() == [{"id": 2, "v": "b", FILE_COL: f.path, POS_COL: 1}]
+    >>> cd = write_preimages(st, resolve(log), {f.path: BitMap([1])})
+    >>> read_preimages(st, cd.file).to_pylist() == [{"id": 2, "v": "b", FILE_COL: f.path, POS_COL: 1}]
+    True
+    >>> cd.keys is None  # the table has no primary key
     True
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -38,9 +40,10 @@ from pyroaring import BitMap
 
 from castsql.errors import FormatError
 from castsql.format import DataFile
+from castsql.format.manifest import KEYS_MAX, ChangeData, json_stat
 from castsql.format.writer import conform, write_file
 from castsql.storage.ranged import open_ranged
-from castsql.write.records import FILE_COL, POS_COL
+from castsql.write.records import FILE_COL, POS_COL, key_range_type
 
 if TYPE_CHECKING:
     from castsql.snapshot import ResolvedFile, Snapshot
@@ -49,11 +52,14 @@ if TYPE_CHECKING:
 _WORKERS = 8  # files read at once (object stores: their round trips overlap)
 
 
-def write_preimages(storage: Storage, snap: Snapshot, gone: Mapping[str, BitMap]) -> DataFile | None:
+def write_preimages(
+    storage: Storage, snap: Snapshot, gone: Mapping[str, BitMap], added: Sequence[DataFile] = ()
+) -> ChangeData | None:
     """Write the rows at ``gone``'s positions (table key → file positions) of
     ``snap``'s files, in ``snap``'s schema plus ``_castsql_file`` and
     ``_castsql_pos``, as one Parquet file under ``data/`` (not committed);
-    None when there are none."""
+    with the primary keys of those rows and of the ``added`` files' rows
+    when at most KEYS_MAX. None when no row is deleted."""
     keys = sorted(k for k, bm in gone.items() if bm)
     if not keys:
         return None
@@ -72,13 +78,31 @@ def write_preimages(storage: Storage, snap: Snapshot, gone: Mapping[str, BitMap]
     else:
         with ThreadPoolExecutor(min(_WORKERS, len(files))) as pool:
             parts = list(pool.map(rows, files))
-    entry = write_file(storage, pa.concat_tables(parts))
+    table = pa.concat_tables(parts)
+    entry = write_file(storage, table)
     own = (FILE_COL, POS_COL)  # statistics of the table's columns only: nobody prunes by these
-    return replace(
+    entry = replace(
         entry,
         min={k: v for k, v in entry.min.items() if k not in own},
         max={k: v for k, v in entry.max.items() if k not in own},
     )
+    return ChangeData(entry, _keys(storage, snap, table, added))
+
+
+def _keys(storage: Storage, snap: Snapshot, old: pa.Table, added: Sequence[DataFile]) -> tuple[Any, ...] | None:
+    """The distinct primary keys of the deleted rows and the added files'
+    rows, as sorted JSON statistics; None without a key of a type JSON orders
+    exactly, or past KEYS_MAX rows (a row history then reads the files)."""
+    pk = snap.primary_key
+    if pk is None or not key_range_type(old.schema.field(pk).type):
+        return None
+    if old.num_rows + sum(f.total_rows for f in added) > KEYS_MAX:
+        return None
+    values = old.column(pk).to_pylist()
+    for f in added:
+        pf = pq.ParquetFile(open_ranged(storage, f.path, f.size_bytes))
+        values += pf.read(columns=[pk]).column(0).to_pylist()
+    return tuple(sorted({json_stat(v) for v in values if v is not None}))
 
 
 def read_preimages(storage: Storage, entry: DataFile) -> pa.Table:
