@@ -219,6 +219,42 @@ def test_with_the_property_every_in_process_commit_keeps_the_mirror_in_step(tmp_
     Readers(uri).check(t, range(t.version + 1))
 
 
+@pytest.mark.spark
+def test_spark_writes_keep_both_mirrors_in_step(spark, tmp_path):
+    """Spark's append, delete, update, merge, data source write and compaction
+    write each mirror the properties ask for, as the embedded writer does."""
+    from castsql.mirror.iceberg import mirrored_versions as iceberg_versions
+    from castsql.spark import append, compact, delete, merge, update
+
+    uri = str(tmp_path / "t")
+    props = {"castsql.mirror.delta": "true", "castsql.mirror.iceberg": "true"}
+    castsql.write_table(uri, pa.table({"id": pa.array(range(30), pa.int64()), "v": ["a"] * 30}), primary_key="id",
+                        properties=props)  # fmt: skip
+    st = open_storage(uri)
+    df = spark.createDataFrame(pa.table({"id": pa.array([100, 101], pa.int64()), "v": ["x", "y"]}))
+    src = spark.createDataFrame(pa.table({"id": pa.array([6, 99], pa.int64()), "v": ["m", "n"]}))
+    steps = [
+        lambda: append(spark, uri, df),
+        lambda: delete(spark, uri, "id < 5"),
+        lambda: update(spark, uri, {"v": "'b'"}, "id % 2 = 0"),
+        lambda: merge(spark, uri, src, on="id").when_matched_update_all().when_not_matched_insert_all().execute(),
+        lambda: (
+            spark.createDataFrame(pa.table({"id": pa.array([200], pa.int64()), "v": ["z"]}))
+            .write.format("castsql")
+            .mode("append")
+            .save(uri)
+        ),
+        lambda: compact(spark, uri, threshold=0.01),
+    ]
+    for i, step in enumerate(steps):
+        got = step()
+        assert i == 4 or got is not None, i  # each committed a version
+        latest = TableLog(st).latest().version
+        assert mirrored_versions(st)[-1] == iceberg_versions(st)[-1] == latest, i
+    with castsql.open(uri) as t:
+        Readers(uri).check(t, range(t.version + 1))
+
+
 def test_a_mirror_that_cannot_be_written_never_fails_the_write(tmp_path, caplog):
     uri = str(tmp_path / "t")
     data = pa.table({"id": pa.array([1, 2], pa.int64()), "n": pa.array([1, 2], pa.uint64())})

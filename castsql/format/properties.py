@@ -14,7 +14,7 @@ CastSQL's own:
 ``castsql.autoCompact.maxFileSize`` 16 MiB   a data file whose live data is under this is small;
                                              small files are packed into files of this size
 ``castsql.compact.sortBy``          (none)   the column compactions order rows by (event time)
-``castsql.mirror.delta``            false     ``true``: writers in this process write the Delta
+``castsql.mirror.delta``            false     ``true``: every writer (either engine) writes the Delta
                                              mirror of each version they commit (FORMAT.md §10)
 ``castsql.mirror.iceberg``          false     the same for the Iceberg mirror
 ``castsql.changeDataFeed``          false     ``true``: deletes, updates and merges also write the
@@ -42,7 +42,7 @@ AUTO_COMPACT = "castsql.autoCompact"
 MIN_FILES = "castsql.autoCompact.minNumFiles"
 MAX_FILE_SIZE = "castsql.autoCompact.maxFileSize"
 SORT_BY = "castsql.compact.sortBy"
-MIRROR_DELTA = "castsql.mirror.delta"  # every in-process commit also writes its Delta mirror version
+MIRROR_DELTA = "castsql.mirror.delta"  # every commit also writes its Delta mirror version
 MIRROR_ICEBERG = "castsql.mirror.iceberg"  # ... and its Iceberg one
 CHANGE_DATA_FEED = "castsql.changeDataFeed"  # deletes write their rows' preimages (FORMAT.md §3.5)
 _DEFAULT_MIN_FILES = 10  # measured (bench/stream_bench.py): with tiered compactions cheap, fewer files read faster

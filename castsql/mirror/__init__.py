@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from castsql.format import TableLog
 
@@ -22,10 +22,23 @@ MIRRORS = {
 }
 
 
+T = TypeVar("T")
+
+
 def exporter(name: str) -> Callable[[TableLog, int | None], Any]:
     """The function that mirrors a table's versions as ``name`` (``delta`` or ``iceberg``)."""
     _, _, module, function = MIRRORS[name]
     return getattr(importlib.import_module(module), function)
+
+
+def kept_in_step(log: TableLog, m: T) -> T:
+    """``m`` (a committed manifest, merge metrics, or None when nothing was
+    committed), after :func:`keep_in_step` for its version: what Spark's
+    writes return through, as the embedded writer's ``Table`` does."""
+    version = getattr(m, "version", None)
+    if version is not None:
+        keep_in_step(log, version)
+    return m
 
 
 def keep_in_step(log: TableLog, version: int) -> list[str]:

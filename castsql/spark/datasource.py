@@ -63,6 +63,7 @@ from pyspark.sql.types import StructType
 from castsql.errors import BadOption, CommitConflict
 from castsql.format import Schema, TableLog
 from castsql.format.manifest import added_summary, json_stat, parse_time
+from castsql.mirror import kept_in_step
 from castsql.snapshot import Predicate, Snapshot, resolve
 from castsql.snapshot.prune import may_match
 from castsql.spark.tasks import TableRef, Unit, _for_spark, live_row_groups, open_parquet
@@ -575,7 +576,7 @@ def commit_files(
 
         try:
             if not plan.overwrite:
-                return commit_unique(log, list(files), plan.ref.schema, plan.new_schema, summary, pk)
+                return kept_in_step(log, commit_unique(log, list(files), plan.ref.schema, plan.new_schema, summary, pk))
             check_input_keys(storage.root, pk, written_keys(log, list(files), pk, plan.ref.schema), "overwrite")
         except (DuplicateKey, CommitConflict):
             discard_files(log, list(files))
@@ -585,11 +586,12 @@ def commit_files(
             return log.latest()
         from castsql.write import pipeline
 
-        return pipeline.append(log, storage.root, files, schema=plan.ref.schema, new_schema=plan.new_schema,
-                               summary=summary)  # fmt: skip
+        return kept_in_step(log, pipeline.append(log, storage.root, files, schema=plan.ref.schema,
+                                                 new_schema=plan.new_schema, summary=summary))  # fmt: skip
     from castsql.write.commit import commit_overwrite
 
-    return commit_overwrite(log, files, schema=plan.ref.schema, new_schema=plan.new_schema, summary=summary)
+    m = commit_overwrite(log, files, schema=plan.ref.schema, new_schema=plan.new_schema, summary=summary)
+    return kept_in_step(log, m)
 
 
 def _open_or_create(storage: Storage, plan: WritePlan) -> TableLog:
