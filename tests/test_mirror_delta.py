@@ -10,12 +10,15 @@ vectors ("not yet supported by the deltalake reader"), whoever wrote it.
 
 from __future__ import annotations
 
+import io
+import json
 import subprocess
 import sys
 from datetime import timedelta
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from mirror_history import MirrorReaders, race_exporters, random_history, sorted_rows
 
@@ -24,6 +27,7 @@ from castsql.engine.duck import configure_s3, load_extension
 from castsql.errors import MirrorError, VersionNotFound
 from castsql.format import KeyRangeDelete, TableLog
 from castsql.mirror.delta import DV_DIR, export_delta, mirrored_versions, read_commit
+from castsql.snapshot import resolve
 from castsql.storage import open_storage
 
 
@@ -217,6 +221,40 @@ def test_with_the_property_every_in_process_commit_keeps_the_mirror_in_step(tmp_
         step()
         assert mirrored_versions(st)[-1] == t.version  # the write's own call wrote it
     Readers(uri).check(t, range(t.version + 1))
+
+
+def test_checkpoints_let_readers_skip_the_commits_before_them(tmp_path, monkeypatch):
+    """Every INTERVAL versions the mirror writes a checkpoint and points
+    _last_checkpoint at it: readers then need no commit file before it (the
+    ones before version 10 are removed here; the newest still reads the same
+    in every reader), and every version reads the same while they are there."""
+    from castsql.mirror import checkpoint as checkpoints
+
+    monkeypatch.setattr(checkpoints, "INTERVAL", 5)
+    uri = str(tmp_path / "t")
+    data = pa.table({"id": pa.array(range(40), pa.int64()), "v": ["a"] * 40})
+    castsql.write_table(uri, data, primary_key="id", properties={"castsql.mirror.delta": "true"})
+    st = open_storage(uri)
+    with castsql.open(uri) as t:
+        for i in range(11):  # versions 2..12: deletes (vectors), updates, appends
+            if i % 3 == 0:
+                t.delete(f"id = {i}")
+            elif i % 3 == 1:
+                t.update(set={"v": f"'u{i}'"}, where=f"id % 7 = {i % 7}")
+            else:
+                t.append(pa.table({"id": pa.array([100 + i], pa.int64()), "v": ["n"]}))
+        assert t.version == 12
+        Readers(uri).check(t, range(13))
+        assert [k.key for k in st.list("_delta_log/") if k.key.endswith(".checkpoint.parquet")] == [
+            f"_delta_log/{v:020d}.checkpoint.parquet" for v in (5, 10)
+        ]
+        rows = pq.read_table(io.BytesIO(st.get("_delta_log/00000000000000000010.checkpoint.parquet")))
+        live = [f.key for f in resolve(TableLog(st), 10).files]  # files with a live row
+        assert sorted(rows.column("add").combine_chunks().field("path").drop_null().to_pylist()) == sorted(live)
+        assert json.loads(st.get("_delta_log/_last_checkpoint")) == {"version": 10, "size": rows.num_rows}
+        for v in range(10):
+            st.delete(f"_delta_log/{v:020d}.json")
+        Readers(uri).check(t, [12])
 
 
 @pytest.mark.spark

@@ -46,6 +46,7 @@ from pyroaring import BitMap
 
 from castsql.errors import VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
+from castsql.mirror import checkpoint as checkpoints
 from castsql.mirror.deletion_vectors import VectorFile
 from castsql.mirror.source import (
     Held,
@@ -58,7 +59,7 @@ from castsql.mirror.source import (
     same_deletes,
 )
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
-from castsql.storage import ObjectNotFound, Storage
+from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
 
 _log = logging.getLogger(__name__)
 
@@ -368,8 +369,27 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
         out.written.append(v)
         out.latest = v
         prev = snap
+        if checkpoints.due(v):
+            out.bytes_written += _checkpoint(storage, v, state)
     _HELD.put(storage.root, state)  # only a state that matches what is stored (a failed put above drops it)
     return out
+
+
+def _checkpoint(storage: Storage, version: int, state: _State) -> int:
+    """Write the checkpoint of mirror version ``version`` and point
+    ``_last_checkpoint`` at it; the bytes written. A checkpoint is only ever a
+    shortcut for readers: one already there (another exporter's, the same
+    state) is kept, and an older ``_last_checkpoint`` left by a racing
+    exporter makes readers replay a few more commit files, nothing worse."""
+    assert state.protocol is not None and state.meta is not None
+    body, n = checkpoints.checkpoint(state.protocol, state.meta, [state.adds[k] for k in sorted(state.adds)])
+    try:
+        storage.put_if_absent(checkpoints.checkpoint_key(version), body)
+    except PreconditionFailed:
+        return 0
+    pointer = checkpoints.last_checkpoint(version, n)
+    storage.put(checkpoints.LAST_CHECKPOINT, pointer)
+    return len(body) + len(pointer)
 
 
 def read_commit(storage: Storage, version: int) -> list[dict[str, Any]]:
