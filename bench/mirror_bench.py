@@ -118,6 +118,26 @@ def main() -> int:
     print(
         "\nmedians of", args.commits, "commits of each kind; goal: both ratios <= 1.0", "(MISSED)" if over else "(met)"
     )
+    # The Delta checkpoint of this table's state, and how often the mirror writes one (checkpoint.due).
+    import math
+
+    from castsql.mirror import checkpoint as checkpoints
+    from castsql.mirror.delta import _replay, mirrored_versions
+
+    state = _replay(st, mirrored_versions(st))
+    t0 = time.perf_counter()
+    body, _ = checkpoints.checkpoint(state.protocol, state.meta, [state.adds[k] for k in sorted(state.adds)])
+    took = time.perf_counter() - t0
+    cs = statistics.median([c for k in kinds.values() for c in k["commit_s"]])
+    cb = statistics.median([c for k in kinds.values() for c in k["commit_b"]])
+    j = statistics.median([b for name, k in kinds.items() if "Delta" in name for b in k["mirror_b"]])
+    want = checkpoints.BYTES_PER_FILE * len(state.adds) + checkpoints.FIXED_BYTES
+    n = max(checkpoints.MIN_INTERVAL, min(checkpoints.MAX_INTERVAL, math.ceil(want / j)))
+    print(
+        f"Delta checkpoint of {len(state.adds):,} files: {took * 1000:.0f} ms, {len(body) / 1e6:.2f} MB; "
+        f"written every {n} versions here, so per commit {took / n * 1000:.2f} ms = {took / n / cs:.2f}x a "
+        f"commit's time and {len(body) / n:.0f} B = {len(body) / n / cb:.2f}x its bytes"
+    )
     return 0
 
 

@@ -224,13 +224,15 @@ def test_with_the_property_every_in_process_commit_keeps_the_mirror_in_step(tmp_
 
 
 def test_checkpoints_let_readers_skip_the_commits_before_them(tmp_path, monkeypatch):
-    """Every INTERVAL versions the mirror writes a checkpoint and points
+    """Now and then the mirror writes a checkpoint and points
     _last_checkpoint at it: readers then need no commit file before it (the
     ones before version 10 are removed here; the newest still reads the same
     in every reader), and every version reads the same while they are there."""
     from castsql.mirror import checkpoint as checkpoints
 
-    monkeypatch.setattr(checkpoints, "INTERVAL", 5)
+    monkeypatch.setattr(checkpoints, "MIN_INTERVAL", 5)  # and no size rule: every 5 versions
+    monkeypatch.setattr(checkpoints, "BYTES_PER_FILE", 0)
+    monkeypatch.setattr(checkpoints, "FIXED_BYTES", 0)
     uri = str(tmp_path / "t")
     data = pa.table({"id": pa.array(range(40), pa.int64()), "v": ["a"] * 40})
     castsql.write_table(uri, data, primary_key="id", properties={"castsql.mirror.delta": "true"})

@@ -3,10 +3,14 @@
 A Delta reader finds the newest checkpoint through ``_delta_log/_last_checkpoint``
 and replays only the commit files after it; without one it replays every commit
 file since version 0, which after thousands of CastSQL versions costs a
-reader thousands of small reads (one GET each on an object store). The mirror
-writes a checkpoint every :data:`INTERVAL` versions (delta-rs's default
-``delta.checkpointInterval``), so a reader's replay stays bounded while the
-checkpoints cost the writer one object per hundred commits (FORMAT.md §10.1).
+reader thousands of small reads (one GET each on an object store). A
+checkpoint holds every live file, so its cost grows with the table while a
+commit's does not: the mirror writes one when the commit files since the last
+have grown as large as a checkpoint would be (:func:`due`), at least
+:data:`MIN_INTERVAL` versions apart (Delta's own default interval) and at
+most :data:`MAX_INTERVAL`. A reader then reads about twice a checkpoint's
+bytes at most, and a writer's checkpoints cost it, per commit, about one
+commit file more (FORMAT.md §10.1).
 
 The file is the protocol's classic single-file checkpoint
 (``<version>.checkpoint.parquet``): one row per action, a ``protocol``, a
@@ -24,7 +28,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-INTERVAL = 100
+MIN_INTERVAL = 10  # Delta's default delta.checkpointInterval
+MAX_INTERVAL = 1000  # the most commit files a reader replays
+BYTES_PER_FILE = 24  # a checkpoint's size per live file (zstd Parquet; 17 B measured at 100,000 files)
+FIXED_BYTES = 2048  # ... and its protocol, metaData and footer
 LAST_CHECKPOINT = "_delta_log/_last_checkpoint"
 
 _STR_MAP = pa.map_(pa.string(), pa.string())
@@ -76,9 +83,16 @@ def checkpoint_key(version: int) -> str:
     return f"_delta_log/{version:020d}.checkpoint.parquet"
 
 
-def due(version: int) -> bool:
-    """Whether mirror version ``version`` gets a checkpoint."""
-    return version > 0 and version % INTERVAL == 0
+def due(version: int, last: int, since: int, files: int) -> bool:
+    """Whether mirror version ``version`` gets a checkpoint, the last one
+    being at version ``last`` (0: none), with ``since`` bytes of commit files
+    written after it and ``files`` live files.
+
+    >>> due(10, 0, 6_000, 12), due(10, 0, 6_000, 100_000), due(1000, 0, 6_000, 100_000)
+    (True, False, True)
+    """
+    n = version - last
+    return n >= MAX_INTERVAL or (n >= MIN_INTERVAL and since >= BYTES_PER_FILE * files + FIXED_BYTES)
 
 
 def checkpoint(protocol: dict[str, Any], meta: dict[str, Any], adds: list[dict[str, Any]]) -> tuple[bytes, int]:

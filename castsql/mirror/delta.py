@@ -200,6 +200,8 @@ class _State:
     protocol: dict[str, Any] | None
     digest: str = ""  # of the commit file of ``version``
     meta: dict[str, Any] | None = None  # the last metaData action: its id and creation time carry on
+    checkpoint: int = 0  # the version of the last checkpoint (0: none)
+    since: int = 0  # bytes of the commit files after it
 
 
 _HELD: Held[_State] = Held()
@@ -225,6 +227,7 @@ def _replay(storage: Storage, versions: list[int], verified: bool = False) -> _S
     brought forward over commit files written since, or rebuilt from them all."""
     held = _HELD.take(storage.root)
     start, adds, schema, proto, meta = -1, {}, None, None, None
+    last, since = 0, 0
     # Held, and its last commit file is still the one it wrote (a mirror
     # deleted and written again by someone else has other vectors).
     if (
@@ -233,10 +236,16 @@ def _replay(storage: Storage, versions: list[int], verified: bool = False) -> _S
         and (verified or _digest(storage.get(commit_key(held.version))) == held.digest)
     ):
         start, adds, schema, proto, meta = held.version, held.adds, held.schema, held.protocol, held.meta
+        last, since = held.checkpoint, held.since
         versions = [v for v in versions if v > start]
+    else:
+        last = _last_checkpoint(storage)
     for v in versions:
         key = commit_key(v)
-        for line in storage.get(key).decode(errors="replace").splitlines():
+        body = storage.get(key)
+        if v > last:
+            since += len(body)
+        for line in body.decode(errors="replace").splitlines():
             if not line.strip():
                 continue
             try:
@@ -255,7 +264,7 @@ def _replay(storage: Storage, versions: list[int], verified: bool = False) -> _S
                 schema = meta["schemaString"]
             elif "protocol" in action:
                 proto = action["protocol"]
-    state = _State(versions[-1] if versions else start, adds, schema, proto, meta=meta)
+    state = _State(versions[-1] if versions else start, adds, schema, proto, meta=meta, checkpoint=last, since=since)
     if versions:
         state.digest = _digest(storage.get(commit_key(state.version)))
     elif held is not None and start >= 0:
@@ -369,10 +378,21 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
         out.written.append(v)
         out.latest = v
         prev = snap
-        if checkpoints.due(v):
+        state.since += len(body)
+        if checkpoints.due(v, state.checkpoint, state.since, len(state.adds)):
             out.bytes_written += _checkpoint(storage, v, state)
+            state.checkpoint, state.since = v, 0
     _HELD.put(storage.root, state)  # only a state that matches what is stored (a failed put above drops it)
     return out
+
+
+def _last_checkpoint(storage: Storage) -> int:
+    """The version ``_last_checkpoint`` names; 0 when there is none (or it is unreadable)."""
+    try:
+        v = json.loads(storage.get(checkpoints.LAST_CHECKPOINT)).get("version")
+    except (ObjectNotFound, ValueError, AttributeError):
+        return 0
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else 0
 
 
 def _checkpoint(storage: Storage, version: int, state: _State) -> int:
