@@ -12,7 +12,8 @@ castsql compact URI [--threshold 0.5]
 castsql gc URI [--keep-versions N] [--older-than AGE] [--grace AGE] [--dry-run]
 castsql restore URI (--version N | --timestamp T)   commit an older version's content as the newest
 castsql upgrade URI                       make a format version 1 table version 2
-castsql alter URI [--add-column NAME TYPE]... [--widen NAME TYPE]...   schema evolution, no Spark
+castsql alter URI [--add-column NAME TYPE]... [--widen NAME TYPE]... [--set-property NAME=VALUE]...
+              [--unset-property NAME]...  schema evolution and table properties, no Spark
 castsql export URI [--delta] [--iceberg] [--version N]   mirror versions for other engines (Delta, Iceberg)
 """
 

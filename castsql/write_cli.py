@@ -45,6 +45,7 @@ from typing import Any
 
 from castsql.errors import CastSQLError, UsageError, one_line
 from castsql.format import Manifest, TableLog
+from castsql.format.properties import check
 from castsql.storage import open_storage
 from castsql.write.garbage import format_bytes
 
@@ -188,10 +189,18 @@ def _parser() -> argparse.ArgumentParser:
     at.add_argument("--timestamp", metavar="T", help="the newest version committed at or before T (UTC unless given)")
     u = sub.add_parser("upgrade", help="make a format version 1 table version 2 (one commit, no data change)")
     u.add_argument("uri")
-    al = sub.add_parser("alter", help="add nullable columns or widen column types (one version, no data rewritten)")
+    al = sub.add_parser(
+        "alter",
+        help="add nullable columns, widen column types, or set table properties (no data rewritten)",
+        description="Schema changes are one version; property changes another (operation SET PROPERTIES), as "
+        "Delta's ALTER TABLE ... SET TBLPROPERTIES: castsql.changeDataFeed, castsql.autoCompact, "
+        "castsql.mirror.delta, castsql.mirror.iceberg and the others of docs/PYTHON.md, or any name of your own.",
+    )
     al.add_argument("uri")
     al.add_argument("--add-column", nargs=2, action="append", default=[], metavar=("NAME", "TYPE"))
     al.add_argument("--widen", nargs=2, action="append", default=[], metavar=("NAME", "TYPE"))
+    al.add_argument("--set-property", action="append", default=[], metavar="NAME=VALUE")
+    al.add_argument("--unset-property", action="append", default=[], metavar="NAME")
     ex = sub.add_parser(
         "export",
         help="mirror versions as a Delta log and/or Iceberg metadata next to the table, over its own data files",
@@ -256,15 +265,41 @@ def _schema_changes(summary: dict[str, Any]) -> list[str]:
     return [f"schema: {', '.join(changed)}"] if changed else []
 
 
-def _run(args: Any) -> str:
-    if args.command == "alter":  # no Spark: a manifest commit
-        if not args.add_column and not args.widen:
-            raise UsageError("alter: give --add-column NAME TYPE or --widen NAME TYPE")
-        log = TableLog(open_storage(args.uri))
+def _alter(args: Any) -> str:
+    props: dict[str, str | None] = {}
+    for item in args.set_property:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise UsageError(f"alter: --set-property {item!r}: give NAME=VALUE")
+        props[name.strip()] = value.strip()
+    props.update(dict.fromkeys(args.unset_property))
+    schema = bool(args.add_column or args.widen)
+    if not schema and not props:
+        raise UsageError(
+            "alter: give --add-column NAME TYPE, --widen NAME TYPE, --set-property NAME=VALUE or --unset-property NAME"
+        )
+    log = TableLog(open_storage(args.uri))
+    if props:
+        check(props, f"table {log.uri}: alter")  # refused before the schema change commits
+    out = []
+    if schema:
         m = log.alter(add=dict(args.add_column), widen=dict(args.widen))
-        if m is None:
-            return f"alter: {log.uri} already has that schema; nothing committed"
-        return f"alter: committed version {m.version}; {_schema_changes(m.summary)[0].removeprefix('schema: ')}"
+        out.append(
+            f"{log.uri} already has that schema" if m is None
+            else f"committed version {m.version}; {_schema_changes(m.summary)[0].removeprefix('schema: ')}"
+        )  # fmt: skip
+    if props:
+        m = log.set_properties(props)
+        said = ", ".join(f"{k} = {v}" if v is not None else f"{k} unset" for k, v in props.items())
+        out.append(f"{log.uri} already has those properties" if m is None else f"committed version {m.version}; {said}")
+    if all(" already has " in o for o in out):
+        return f"alter: {'; '.join(out)}; nothing committed"
+    return f"alter: {'; '.join(out)}"
+
+
+def _run(args: Any) -> str:
+    if args.command == "alter":  # no Spark: manifest commits
+        return _alter(args)
     if args.command == "upgrade":
         log = TableLog(open_storage(args.uri))
         m = log.upgrade()

@@ -340,6 +340,17 @@ def test_cli_alter_without_spark(tmp_path):
     r = run("alter", st.root)
     assert r.returncode == 2
     assert [c.name for c in TableLog(st).latest().schema.columns] == ["id", "n", "country"]
+    # Table properties, as Delta's ALTER TABLE ... SET TBLPROPERTIES: checked before anything commits.
+    r = run("alter", st.root, "--add-column", "x", "BIGINT", "--set-property", "castsql.changeDataFeed=yes")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "castsql.changeDataFeed" in r.stderr
+    assert TableLog(st).latest().version == 1
+    r = run("alter", st.root, "--set-property", "castsql.changeDataFeed=true", "--set-property", "owner=data")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().endswith("committed version 2; castsql.changeDataFeed = true, owner = data")
+    r = run("alter", st.root, "--unset-property", "owner")
+    assert r.returncode == 0 and TableLog(st).latest().properties == {"castsql.changeDataFeed": "true"}
+    r = run("alter", st.root, "--set-property", "castsql.changeDataFeed=true")
+    assert r.returncode == 0 and "nothing committed" in r.stdout and TableLog(st).latest().version == 3
 
 
 def test_merge_with_merge_schema_adds_the_source_columns_in_one_version(storage_root, s3_config):
