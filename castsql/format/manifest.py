@@ -353,9 +353,10 @@ class ChangeLog:
         preimages = None if pre is None else DataFile.from_json(pre, f"{where}: change.preimages")
         keys = obj.get("keys")
         if keys is not None and (
-            not isinstance(keys, list) or not all(isinstance(k, int | str) and not isinstance(k, bool) for k in keys)
+            not isinstance(keys, list)
+            or not all(isinstance(k, int | float | str) and not isinstance(k, bool) for k in keys)
         ):
-            raise FormatError(f"{where}: change.keys must be a list of integers or strings")
+            raise FormatError(f"{where}: change.keys must be a list of numbers or strings")
         return cls(added_files=files, preimages=preimages, keys=None if keys is None else tuple(keys), **lists)
 
 

@@ -91,10 +91,14 @@ def write_preimages(
 
 def _keys(storage: Storage, snap: Snapshot, old: pa.Table, added: Sequence[DataFile]) -> tuple[Any, ...] | None:
     """The distinct primary keys of the deleted rows and the added files'
-    rows, as sorted JSON statistics; None without a key of a type JSON orders
-    exactly, or past KEYS_MAX rows (a row history then reads the files)."""
+    rows, as sorted JSON statistics; None without a key of a type listed
+    exactly (integers, strings, dates, times), or past KEYS_MAX rows (a row
+    history then reads the files)."""
     pk = snap.primary_key
-    if pk is None or not key_range_type(old.schema.field(pk).type):
+    t = old.schema.field(pk).type if pk is not None else None
+    # Integers, strings, dates and times only (FORMAT.md §3.5): a float's JSON
+    # form need not round-trip to the value a lookup compares.
+    if t is None or pa.types.is_floating(t) or not key_range_type(t):
         return None
     if old.num_rows + sum(f.total_rows for f in added) > KEYS_MAX:
         return None
