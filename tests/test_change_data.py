@@ -15,7 +15,7 @@ from pyroaring import BitMap
 from stores import every_store  # noqa: F401 - on every store: local, S3, GCS, Azure
 
 import castsql
-from castsql.errors import CastSQLError
+from castsql.errors import CastSQLError, QueryError
 from castsql.format import PositionDelete, TableLog, write_data_files
 from castsql.snapshot import resolve
 from castsql.storage import open_storage
@@ -135,8 +135,20 @@ def test_without_the_feed_an_audit_reads_the_files_the_tombstones_hit(tmp_path):
         t.delete("id = 7")
         assert log.manifest(2).change.preimages is None
         (tmp_path / "t" / log.manifest(1).data_files[0].path).unlink()
-        with pytest.raises(Exception, match=log.manifest(1).data_files[0].path.rsplit("/", 1)[-1]):
+        with pytest.raises(QueryError, match=r"table t: version 2: .*\.parquet \(the rows it deleted\) cannot be read"):
             t.changes(1, 2)
+
+
+def test_a_missing_change_data_file_is_named_with_its_version(tmp_path):
+    t, log = start(str(tmp_path / "t"), None, CDF)
+    with t:
+        t.delete("id = 7")  # v2
+        path = log.manifest(2).change.preimages.path
+        (tmp_path / "t" / path).unlink()
+        with pytest.raises(QueryError) as e:
+            t.changes(1, 2)
+        assert str(e.value).startswith(f"table t: version 2: {tmp_path / 't' / path} (the rows it deleted) cannot")
+        assert "\n" not in str(e.value)
 
 
 def test_a_delete_rebased_over_other_deletes_keeps_exact_change_data(tmp_path):

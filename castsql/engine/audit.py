@@ -52,7 +52,7 @@ from castsql.engine.changes import KIND, TIME, VERSION, ChangeRows, KeyFilter, S
 from castsql.engine.physical import duck_type
 from castsql.engine.quoting import ident, sql_value
 from castsql.engine.views import Views
-from castsql.errors import CastSQLError, VersionNotFound
+from castsql.errors import CastSQLError, QueryError, VersionNotFound, one_line
 from castsql.format import DataFile, Manifest, TableLog
 from castsql.format.layout import to_table_key
 from castsql.format.manifest import VersionRecord, json_stat, parse_time
@@ -231,7 +231,7 @@ class Audits:
         schema = sb.schema if vb >= va else sa.schema
         _check_names(disp, schema)
         inner = _inner(name)
-        view = self.rows.create(inner, schema, [step] if d.rows else [])
+        view = self._rows(disp, inner, schema, [step] if d.rows else [])
         cols = ", ".join(ident(c) for c in schema.names)
         # The rows once (materialized), then each side less the other, as
         # whole rows: values a compaction rewrote unchanged cancel out.
@@ -262,7 +262,7 @@ class Audits:
         """The view ``name`` over the steps' rows with Delta's change types, in
         commit order (and key order within a version, an update's preimage first)."""
         _check_names(disp, schema)
-        view = self.rows.create(_inner(name), schema, steps, keys)
+        view = self._rows(disp, _inner(name), schema, steps, keys)
         cols = ", ".join(ident(c) for c in schema.names)
         order = f" ORDER BY {VERSION}, {ident(pk) + ', ' if pk else ''}{KIND} DESC"
         self.con.execute(
@@ -270,6 +270,22 @@ class Audits:
             f"{CHANGE_TYPE}, {VERSION}, {TIME} FROM {view}{order}"
         )
         return ident(name)
+
+    def _rows(self, disp: str, name: str, schema: Schema, steps: list[Step], keys: KeyFilter | None = None) -> str:
+        """:meth:`ChangeRows.create`, a file it cannot read named with the
+        version whose change it holds (DuckDB names only the path)."""
+        try:
+            return self.rows.create(name, schema, steps, keys)
+        except duckdb.Error as e:
+            msg = one_line(e)
+            for s in steps:
+                for kind, rows in (("a file it added", s.inserted), ("the rows it deleted", s.deleted)):
+                    uri = next((r.file.uri for r in rows if r.file.uri in msg), None)
+                    if uri is not None:
+                        raise QueryError(
+                            f"table {disp}: version {s.version}: {uri} ({kind}) cannot be read: {msg}"
+                        ) from None
+            raise QueryError(f"table {disp}: {msg}") from None
 
     def _steps(
         self, log: TableLog, first: int, last: int, wanted: Callable | None = None, keys: tuple | None = None
