@@ -281,20 +281,20 @@ def _alter(args: Any) -> str:
     log = TableLog(open_storage(args.uri))
     if props:
         check(props, f"table {log.uri}: alter")  # refused before the schema change commits
-    out = []
+    out, committed = [], False
     if schema:
         m = log.alter(add=dict(args.add_column), widen=dict(args.widen))
+        committed |= m is not None
         out.append(
             f"{log.uri} already has that schema" if m is None
             else f"committed version {m.version}; {_schema_changes(m.summary)[0].removeprefix('schema: ')}"
         )  # fmt: skip
     if props:
         m = log.set_properties(props)
+        committed |= m is not None
         said = ", ".join(f"{k} = {v}" if v is not None else f"{k} unset" for k, v in props.items())
         out.append(f"{log.uri} already has those properties" if m is None else f"committed version {m.version}; {said}")
-    if all(" already has " in o for o in out):
-        return f"alter: {'; '.join(out)}; nothing committed"
-    return f"alter: {'; '.join(out)}"
+    return f"alter: {'; '.join(out)}" + ("" if committed else "; nothing committed")
 
 
 def _run(args: Any) -> str:

@@ -72,6 +72,15 @@ class FaultProxy:
             def log_message(self, *args) -> None:
                 pass
 
+            def _reply(self, status: int, body: bytes, **headers: str) -> None:
+                """An answer the proxy makes itself, without the server."""
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
@@ -87,11 +96,7 @@ class FaultProxy:
                     return
                 whole = proxy.whole.get(self.path.split("?", 1)[0]) if self.command == "GET" else None
                 if whole is not None:
-                    self.send_response(200)
-                    self.send_header("ETag", '"whole"')
-                    self.send_header("Content-Length", str(len(whole)))
-                    self.end_headers()
-                    self.wfile.write(whole)
+                    self._reply(200, whole, ETag='"whole"')
                     return
                 fault = proxy._pick()
                 if fault == "drop_before":
@@ -99,11 +104,7 @@ class FaultProxy:
                     self.connection.close()
                     return
                 if fault == "error":
-                    self.send_response(503)
-                    self.send_header("Content-Type", "application/xml")
-                    self.send_header("Content-Length", str(len(_SLOWDOWN)))
-                    self.end_headers()
-                    self.wfile.write(_SLOWDOWN)
+                    self._reply(503, _SLOWDOWN, **{"Content-Type": "application/xml"})
                     return
                 if fault == "slow":
                     time.sleep(proxy._rng.uniform(0.05, proxy.max_delay))

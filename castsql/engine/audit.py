@@ -376,10 +376,8 @@ def _recorded(log: TableLog, before: VersionRecord | Manifest, m: VersionRecord 
     reader checks against their objects): files, rows and tombstones added."""
     if (m.operation or "").upper() in _NO_DATA_CHANGE:
         return True, None
-    m = VersionRecord.of(m) if isinstance(m, Manifest) else m
-    before = VersionRecord.of(before) if isinstance(before, Manifest) else before
-    if m is None or before is None:  # a version-1 manifest: no change record
-        return False, None
+    if not isinstance(m, VersionRecord) or not isinstance(before, VersionRecord):
+        return False, None  # a version-1 manifest (TableMetadata.record): no change record
     c = m.change
     if m.previous != m.version - 1 or c.removed_files or c.removed_tombstones:
         return False, None

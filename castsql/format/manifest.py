@@ -472,13 +472,7 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         raise FormatError(f"{where}: 'version' must be a non-negative integer, got {version!r}")
     if expected_version is not None and version != expected_version:
         raise FormatError(f"{where}: holds version {version}, but its key names version {expected_version}")
-    previous = obj.get("previous")
-    if previous is not None and (not isinstance(previous, int) or isinstance(previous, bool) or previous >= version):
-        raise FormatError(f"{where}: 'previous' must be an integer below version {version}, got {previous!r}")
-    try:
-        created_at = parse_time(obj["created_at"])
-    except (TypeError, ValueError, AttributeError):
-        raise FormatError(f"{where}: 'created_at' is not an ISO-8601 time: {obj['created_at']!r}") from None
+    previous, created_at = _lineage(obj, version, where)
     schema = Schema.from_json(obj["schema"], where)
     file_objects: tuple[MetaRef, ...] = ()
     delete_objects: tuple[MetaRef, ...] = ()
@@ -517,7 +511,12 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         raise FormatError(f"{where}: tombstone {twice} is listed twice")
     _check_statistics(where, version, schema, files, file_objects, change)
     if totals is not None:
-        _check_totals(where, version, totals, files, file_objects)
+        found = (
+            len(files) + sum(r.entries for r in file_objects),
+            sum(f.total_rows for f in files) + sum(r.rows for r in file_objects),
+            sum(f.size_bytes for f in files) + sum(r.bytes for r in file_objects),
+        )
+        _check_totals(where, version, totals, found)
     for kind, paths in (("data file", (f.path for f in files)), ("tombstone", tombs)):
         for p in paths:
             if not is_normal_key(p) and (problem := key_problem(p)) is not None:
@@ -585,17 +584,22 @@ def _check_statistics(
         check_bounds(r.min, r.max, kinds, f"{at}: summary of metadata object {r.path}")
 
 
-def _check_totals(
-    where: str, version: int, totals: Totals, files: tuple[DataFile, ...], refs: tuple[MetaRef, ...]
-) -> None:
+def _lineage(obj: dict[str, Any], version: int, where: str) -> tuple[int | None, datetime]:
+    """A manifest's ``previous`` (below ``version``) and ``created_at``."""
+    previous = obj.get("previous")
+    if previous is not None and (not isinstance(previous, int) or isinstance(previous, bool) or previous >= version):
+        raise FormatError(f"{where}: 'previous' must be an integer below version {version}, got {previous!r}")
+    try:
+        return previous, parse_time(obj["created_at"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise FormatError(f"{where}: 'created_at' is not an ISO-8601 time: {obj.get('created_at')!r}") from None
+
+
+def _check_totals(where: str, version: int, totals: Totals, found: tuple[int, int, int]) -> None:
     """A version-2 manifest's totals are the sums of its objects' summaries and
-    its inline entries (the summaries are checked against the objects when
-    they are read): what a count answered from metadata relies on."""
-    found = (
-        len(files) + sum(r.entries for r in refs),
-        sum(f.total_rows for f in files) + sum(r.rows for r in refs),
-        sum(f.size_bytes for f in files) + sum(r.bytes for r in refs),
-    )
+    its inline entries (``found``: files, rows, bytes; the summaries are
+    checked against the objects when they are read): what a count answered
+    from metadata relies on."""
     said = (totals.files, totals.rows, totals.bytes)
     if found != said:
         raise FormatError(
@@ -681,15 +685,10 @@ def parse_record(data: bytes, where: str, *, expected_version: int) -> VersionRe
         raise FormatError(f"{where}: manifest must be a JSON object")
     if obj.get("format_version", 1) != 2:
         return None
-    version, previous = obj.get("version"), obj.get("previous")
+    version = obj.get("version")
     if version != expected_version or isinstance(version, bool):
         raise FormatError(f"{where}: holds version {version!r}, but its key names version {expected_version}")
-    if previous is not None and (not isinstance(previous, int) or isinstance(previous, bool) or previous >= version):
-        raise FormatError(f"{where}: 'previous' must be an integer below version {version}, got {previous!r}")
-    try:
-        created_at = parse_time(obj["created_at"])
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise FormatError(f"{where}: 'created_at' is not an ISO-8601 time: {obj.get('created_at')!r}") from None
+    previous, created_at = _lineage(obj, version, where)
     op = obj.get("operation")
     if op is not None and not isinstance(op, str):
         raise FormatError(f"{where}: 'operation' must be a string")
@@ -713,10 +712,6 @@ def parse_record(data: bytes, where: str, *, expected_version: int) -> VersionRe
         sum(rows) + sum(r[1] for r in refs),
         sum(size) + sum(r[2] for r in refs),
     )
-    if found != (totals.files, totals.rows, totals.bytes):
-        raise FormatError(
-            f"{where} (version {version}): totals say {totals.files} files, {totals.rows} rows, {totals.bytes} "
-            f"bytes; its files objects and inline entries hold {found[0]} files, {found[1]} rows, {found[2]} bytes"
-        )
+    _check_totals(where, version, totals, found)
     change = ChangeLog.from_json(obj.get("change", {}), where)
     return VersionRecord(version, previous, created_at, op, totals, change)

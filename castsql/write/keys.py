@@ -178,7 +178,8 @@ def existing_keys(
     return found[:limit]
 
 
-def _open(storage: Storage, f: ResolvedFile) -> Any:
+def open_data_file(storage: Storage, f: ResolvedFile) -> Any:
+    """Data file ``f`` as a ``pyarrow.parquet.ParquetFile``: by path on local disk, else by ranged reads."""
     import pyarrow.parquet as pq
 
     from castsql.storage.ranged import open_ranged
@@ -192,7 +193,7 @@ def _file_hits(
     storage: Storage, f: ResolvedFile, pk: str, want: pa.DataType, probe: Any, lo: Any, hi: Any, integer: bool
 ) -> list:
     """The input keys live rows of data file ``f`` hold."""
-    pf = _open(storage, f)
+    pf = open_data_file(storage, f)
     md = pf.metadata
     names = pf.schema_arrow.names
     if pk not in names:

@@ -519,7 +519,7 @@ def _commit_merge(
         insert_key_span=span,
         schema=snap.schema if new_schema is not None else None,
         new_schema=new_schema,  # merge_schema: the schema changes in this version (FORMAT.md §3.4)
-        change_data=_change_data(engine, snap, found, files) if records else None,
+        change_data=_change_data(engine, snap, found, files),  # None without deleted rows
     )
     metrics.version = m.version
     metrics.num_target_files_added = len(files)

@@ -6,7 +6,7 @@ version reads that small file instead of the row groups its tombstones hit
 in the table's large files (one random update in a 10M-row table costs a
 122,880-row row group otherwise). It is what Delta's ``_change_data`` files
 are, written by the same code whichever engine ran the write: the engine
-says which rows it deletes (``Found.gone``), this module reads exactly those
+says which rows it deletes (``Found.deleted_positions``), this module reads exactly those
 from the data files through the table's storage and writes them.
 
 Example::
@@ -43,6 +43,7 @@ from castsql.format import DataFile
 from castsql.format.manifest import KEYS_MAX, ChangeData, json_stat
 from castsql.format.writer import conform, write_file
 from castsql.storage.ranged import open_ranged
+from castsql.write.keys import open_data_file
 from castsql.write.records import FILE_COL, POS_COL, key_range_type
 
 if TYPE_CHECKING:
@@ -117,9 +118,7 @@ def read_preimages(storage: Storage, entry: DataFile) -> pa.Table:
 def _rows_at(storage: Storage, f: ResolvedFile, positions: BitMap, names: list[str]) -> pa.Table:
     """The rows of data file ``f`` at ``positions`` (ascending), the columns of
     ``names`` it has: only the row groups holding one are read."""
-    pf = pq.ParquetFile(f.uri) if "://" not in f.uri else pq.ParquetFile(
-        open_ranged(storage, f.key, f.entry.size_bytes, buffer_size=1 << 20)
-    )  # fmt: skip
+    pf = open_data_file(storage, f)
     md = pf.metadata
     rgr = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
     if sum(rgr) != f.total_rows:
@@ -129,9 +128,9 @@ def _rows_at(storage: Storage, f: ResolvedFile, positions: BitMap, names: list[s
     pos = np.asarray(positions.to_array(), dtype=np.int64)
     starts = np.concatenate(([0], np.cumsum(rgr)))
     rg_of = np.searchsorted(starts, pos, side="right") - 1
-    wanted = np.unique(rg_of).tolist()
-    table = pf.read_row_groups(wanted, columns=cols)
+    wanted = np.unique(rg_of)
+    table = pf.read_row_groups(wanted.tolist(), columns=cols)
     # Positions within the concatenation of the row groups read.
-    offset = {rg: int(sum(rgr[w] for w in wanted[:i])) for i, rg in enumerate(wanted)}
-    local = pos - starts[rg_of] + np.array([offset[int(r)] for r in rg_of], dtype=np.int64)
+    read_start = np.concatenate(([0], np.cumsum(np.asarray(rgr)[wanted])[:-1]))
+    local = pos - starts[rg_of] + read_start[np.searchsorted(wanted, rg_of)]
     return table.take(pa.array(local))
