@@ -186,3 +186,59 @@ def test_an_error_inside_duckdbs_read_of_the_store_is_one_line(cloud_root):
     p = cli(uri, "-c", f"SELECT count(*) FROM read_parquet('{dotted}')")
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert p.stderr.count("\n") == 1 and "At:" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("cloud", CLOUDS)
+def test_a_first_query_asks_the_store_nothing_it_was_told_already(cloud, request, monkeypatch):
+    """Requests at the floor (issue 36): the open's check that the URI is a
+    table reads the pointer, and the first query uses that read instead of
+    its own; DuckDB's first open of a data file takes the file's size from
+    the manifest instead of asking the store for it."""
+    from faultproxy import FaultProxy
+
+    server = request.getfixturevalue(f"{cloud}_server")
+    uri = f"{request.getfixturevalue(f'{cloud}_root')}/t"
+    castsql.write_table(uri, events(0, 100), primary_key="id")
+    proxy = FaultProxy(server.port, rate=0)
+    proxy.start()
+    try:
+        if cloud == "gcs":
+            monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.endpoint_url)
+        else:
+            cs = os.environ["AZURE_STORAGE_CONNECTION_STRING"]
+            monkeypatch.setenv(
+                "AZURE_STORAGE_CONNECTION_STRING", cs.replace(f"http://127.0.0.1:{server.port}", proxy.endpoint_url)
+            )
+        con = castsql.connect(uri)
+        assert con.sql("SELECT v FROM t WHERE id = 42").to_pylist() == [{"v": 420}]
+        pointer = [(m, p) for m, p, _ in proxy.requests if "_latest_manifest" in p]
+        assert len(pointer) == 1 and pointer[0][0] == "GET", proxy.requests
+        # The data file is only read, in ranges: no HEAD (Azure) or metadata GET (GCS) for its size.
+        assert all(r for _, p, r in proxy.requests if ".parquet" in p), proxy.requests
+        # A pointer read at open stands in for one query's read only: the next reads it again.
+        proxy.requests.clear()
+        castsql.write_table(uri, events(100, 101), mode="append")
+        proxy.requests.clear()
+        assert con.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 101}]
+        assert [m for m, p, _ in proxy.requests if "_latest_manifest" in p] == ["GET"]
+    finally:
+        proxy.stop()
+
+
+def test_a_manifest_that_lies_about_a_files_size_fails_that_read_naming_it(cloud_root):
+    """GCS and Azure reads take a data file's size from its manifest: a wrong
+    one fails the query in one line naming the table, the version and the
+    file (as a damaged footer would), and never returns other rows."""
+    import json
+
+    uri = f"{cloud_root}/t"
+    castsql.write_table(uri, events(0, 100), primary_key="id")
+    st = open_storage(uri)
+    m = json.loads(st.get("manifest/v00000001.json"))
+    m["files"]["inline"][0]["size_bytes"] += 100
+    m["totals"]["bytes"] += 100
+    st.delete("manifest/v00000001.json")
+    st.put("manifest/v00000001.json", json.dumps(m).encode())
+    p = cli(uri, "-c", "SELECT sum(v) FROM t")
+    assert p.returncode == 1 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr
+    assert "version 1" in p.stderr and m["files"]["inline"][0]["path"] in p.stderr

@@ -193,7 +193,7 @@ def test_a_stalled_endpoint_fails_the_open_within_one_requests_attempts(proxied,
         second = open_storage(wh + "/more", s3=dataclasses.replace(cfg, endpoint_url=cfg.endpoint_url))
         TableLog.create(second, pa.schema([("id", pa.int64())]))
         uri = wh
-        proxy.stall = lambda method, path: method == "HEAD"
+        proxy.stall = lambda method, path: "_latest_manifest" in path
     else:
         uri = root
         proxy.stall = lambda method, path: True

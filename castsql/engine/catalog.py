@@ -16,14 +16,21 @@ from castsql.format import TableLog
 from castsql.format.layout import POINTER_KEY, manifest_key
 from castsql.format.manifest import parse_time
 from castsql.snapshot import Snapshot, resolve
-from castsql.storage import Storage, StorageUnreachable
+from castsql.storage import ObjectNotFound, Storage, StorageUnreachable
 
 
-def is_table(storage: Storage) -> bool:
-    # ``exists`` is False only when the store says the object is absent; a
+def is_table(storage: Storage) -> tuple[bytes, str] | bool:
+    """Whether ``storage`` holds a table: its pointer's bytes and ETag where
+    it has one (a GET costs what a HEAD does, and the table's first query
+    then need not read the pointer again: ``TableLog.prime_pointer``),
+    else whether version 0 exists (a creator that died before the pointer)."""
+    # ObjectNotFound only when the store says the object is absent; a
     # request that fails (StorageUnreachable after all its attempts) raises
     # and ends the open, so a stalled endpoint costs one request's budget.
-    return storage.exists(POINTER_KEY) or storage.exists(manifest_key(0))
+    try:
+        return storage.get_with_etag(POINTER_KEY)
+    except ObjectNotFound:
+        return storage.exists(manifest_key(0))
 
 
 class Catalog:
@@ -44,15 +51,20 @@ class Catalog:
         ``skipped``; two tables whose names differ only in case cannot both be
         queried (SQL names are case-insensitive) and are refused together.
         """
-        if is_table(storage):
+        pointers: dict[str, tuple[bytes, str]] = {}
+        if held := is_table(storage):
             found = {name or storage.root.rstrip("/").rsplit("/", 1)[-1]: storage}
+            if isinstance(held, tuple):
+                pointers[next(iter(found))] = held
         else:
             found = {}
             for child in storage.list_dirs():
                 try:
                     sub = storage.child(child)
-                    if is_table(sub):
+                    if held := is_table(sub):
                         found[child] = sub
+                        if isinstance(held, tuple):
+                            pointers[child] = held
                 except StorageUnreachable:
                     raise  # the endpoint, not this entry: every other probe would wait as long
                 except StorageError as e:
@@ -81,7 +93,9 @@ class Catalog:
                 "open one of them directly (castsql URI/NAME)"
             )
         for n, st in found.items():
-            self.logs[n.lower()] = TableLog(st)
+            log = self.logs[n.lower()] = TableLog(st)
+            if n in pointers:
+                log.prime_pointer(*pointers[n])
             self.display[n.lower()] = n
         self.uris.append(storage.root)
         self.generation += 1

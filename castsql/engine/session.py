@@ -34,13 +34,12 @@ import tempfile
 import weakref
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
 
 from castsql.engine import names, policy
-from castsql.engine.audit import Audits, Version
 from castsql.engine.catalog import Catalog
 from castsql.engine.duck import configure_s3, load_httpfs, new_connection
 from castsql.engine.executor import Executor
@@ -54,6 +53,9 @@ from castsql.engine.views import Views
 from castsql.format import TableLog
 from castsql.snapshot import Predicate, Snapshot
 from castsql.storage import S3Config, Storage, open_storage
+
+if TYPE_CHECKING:
+    from castsql.engine.audit import Audits, Version
 
 __all__ = ["QueryError", "Session"]
 
@@ -86,7 +88,7 @@ class Session:
         self._cleanup = weakref.finalize(self, _release, self._workdir, self.views)
         self.s3 = s3
         self.catalog = Catalog()
-        self.audits = Audits(self.con, self.views)
+        self._audits: Audits | None = None
         self.planner = Planner(self.con, self.catalog, self.views, self._audit)
         self.executor = Executor(self.con, self.catalog, self.planner, self._workdir, own=self._own_connection)
         self._s3_ready = False
@@ -322,6 +324,16 @@ class Session:
         """
         log, disp = self.log(table), self.catalog.name(table)
         return self._arrow(disp, "row_history", lambda name: self.audits.row_history(log, disp, name, key, key_hi))
+
+    @property
+    def audits(self) -> Audits:
+        """The audits' reader, made on first use: a session that audits
+        nothing does not import it."""
+        if self._audits is None:
+            from castsql.engine.audit import Audits
+
+            self._audits = Audits(self.con, self.views)
+        return self._audits
 
     def _arrow(self, disp: str, kind: str, make: Any) -> pa.Table:
         name = names.internal(kind, "api", owner=disp)

@@ -36,6 +36,7 @@ from pyroaring import BitMap
 from castsql.engine import names, native
 from castsql.engine.physical import Group, Signatures, duck_type, projection
 from castsql.engine.quoting import ident, sql_str, sql_value
+from castsql.engine.stores import know_sizes
 from castsql.errors import SchemaMismatch
 from castsql.format.schema import type_from_name
 from castsql.format.tombstone import key_bound
@@ -163,6 +164,7 @@ class Views:
         when the view is queried again).
         """
         files = prune_files(snap.files, predicates, {c.name: c.type for c in snap.schema.columns})
+        know_sizes((f.uri, f.entry.size_bytes) for f in files)
         con = self.con
         self._drop_tables(self._new_tables)  # left by a create that failed before its view existed
         self._new_tables = []

@@ -99,6 +99,10 @@ def _schema_text(schema: Schema) -> str:
     return text
 
 
+# How long a pointer read at open stands in for the first head read's own GET.
+PRIMED_FOR = 1.0
+
+
 class TableMetadata:
     """What the table rooted at ``storage`` has committed, read on demand and cached."""
 
@@ -117,6 +121,7 @@ class TableMetadata:
         # The last head read, with the pointer's version and ETag: a commit
         # planned on it starts from there instead of reading the pointer again.
         self._seen: tuple[Manifest, int | None, str | None] | None = None
+        self._primed: tuple[bytes, str, float] | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -258,11 +263,24 @@ class TableMetadata:
             tombstones=len(m.tombstones),
         )
 
+    def prime_pointer(self, data: bytes, etag: str) -> None:
+        """The pointer's bytes and ETag as whoever opened the table just read
+        them (the catalog's check that a URI is a table): the next head read
+        uses them instead of a GET of its own, if it comes within
+        ``PRIMED_FOR`` seconds. An older pointer is still right, as any
+        pointer is: the head read rolls forward past it (FORMAT.md §6), and
+        the window bounds what that costs."""
+        self._primed = (data, etag, time.monotonic())
+
     def _read_pointer(self) -> tuple[int | None, str | None]:
-        try:
-            data, etag = self.storage.get_with_etag(POINTER_KEY)
-        except ObjectNotFound:
-            return None, None
+        primed, self._primed = self._primed, None
+        if primed is not None and time.monotonic() - primed[2] < PRIMED_FOR:
+            data, etag = primed[0], primed[1]
+        else:
+            try:
+                data, etag = self.storage.get_with_etag(POINTER_KEY)
+            except ObjectNotFound:
+                return None, None
         return parse_pointer(data, self.storage.uri(POINTER_KEY)), etag
 
     def _head(self, roll_forward: bool = True) -> tuple[Manifest, int | None, str | None]:

@@ -1,0 +1,119 @@
+"""The fsspec filesystem through which DuckDB reads GCS and Azure objects:
+CastSQL's own storage (its credentials, timeouts and errors), registered on a
+connection by :func:`castsql.engine.stores.make_readable`. Kept apart so a
+process that reads no such store does not import fsspec.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+
+from castsql.errors import CastSQLError
+from castsql.format.layout import canonical_uri
+from castsql.storage import Storage
+from castsql.storage.azure import AzureStorage
+from castsql.storage.gcs import GCSStorage
+
+
+class _ObjectFile(AbstractBufferedFile):
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        storage, key = self.fs.storage_of(self.path)
+        return storage.get_range(key, start, end - start)
+
+
+class StorageFileSystem(AbstractFileSystem):
+    """A read-only fsspec filesystem over CastSQL's own storage, for DuckDB.
+
+    DuckDB hands it ``bucket/key`` paths; each bucket (or container) gets one
+    storage. The size of an object under an opened table root is asked once
+    per process: the format never rewrites such an object in place (data,
+    tombstone, metadata and manifest objects have names of their own; only
+    ``_latest_manifest`` moves, and DuckDB never reads it); a data file's
+    size is usually not asked at all, as its manifest told it
+    (:meth:`know_size`). Every other object's size is asked each time DuckDB
+    opens it.
+    """
+
+    cachable = False
+
+    def __init__(self, scheme: str, storage: Storage, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scheme = scheme
+        self.protocol = ("gs", "gcs") if scheme == "gs" else ("az", "azure", "abfss", "abfs")
+        self.config = storage.config  # type: ignore[attr-defined]
+        self._base = storage
+        self._buckets: dict[str, Storage] = {}
+        self._tables: set[str] = set()
+        self._sizes: dict[str, int] = {}
+
+    def know_size(self, uri: str, size: int) -> None:
+        self._sizes[self._strip_protocol(uri)] = size
+
+    def add_table(self, storage: Storage) -> None:
+        self._tables.add(storage.root.split("://", 1)[1].rstrip("/") + "/")
+
+    def _immutable(self, path: str) -> bool:
+        return not path.endswith("/_latest_manifest") and any(path.startswith(t) for t in self._tables)
+
+    def _strip_protocol(self, path: str) -> str:  # type: ignore[override]
+        return canonical_uri(path if "://" in path else f"{self.scheme}://{path}").split("://", 1)[1]
+
+    def storage_of(self, path: str) -> tuple[Storage, str]:
+        path = self._strip_protocol(path)
+        bucket, _, key = path.partition("/")
+        st = self._buckets.get(bucket)
+        if st is None:
+            st = self._buckets[bucket] = _sibling(self._base, bucket)
+        return st, key
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        path = self._strip_protocol(path)
+        size = self._sizes.get(path)
+        if size is None:
+            st, key = self.storage_of(path)
+            size = st.size(key)  # type: ignore[attr-defined]
+            if self._immutable(path):
+                self._sizes[path] = size
+        return {"name": path, "size": size, "type": "file"}
+
+    def size(self, path: str) -> int:
+        return self.info(path)["size"]
+
+    def modified(self, path: str) -> datetime:
+        return datetime.fromtimestamp(0, UTC)
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        st, key = self.storage_of(path)
+        bucket = self._strip_protocol(path).partition("/")[0]
+        prefix = key.rstrip("/") + "/" if key else ""
+        found = [
+            {"name": f"{bucket}/{o.key}", "size": o.size, "type": "file"}
+            for o in st.list(prefix)
+            if "/" not in o.key[len(prefix) :]
+        ]
+        if not found and key:
+            found = [self.info(path)]
+        return found if detail else [f["name"] for f in found]
+
+    def _open(self, path: str, mode: str = "rb", block_size: int | None = None, **kwargs: Any) -> _ObjectFile:
+        if mode != "rb":
+            raise CastSQLError(
+                f"{self.scheme}://{self._strip_protocol(path)}: CastSQL reads objects here, it does not write them"
+            )
+        return _ObjectFile(
+            self, path, mode, block_size=block_size or 4 * 2**20, cache_type="readahead", size=self.size(path)
+        )
+
+
+def _sibling(storage: Storage, bucket: str) -> Storage:
+    """A storage rooted at ``bucket`` with ``storage``'s settings and connections."""
+    if isinstance(storage, GCSStorage):
+        return GCSStorage(f"gs://{bucket}", storage.config, _http=storage._http)
+    if isinstance(storage, AzureStorage):
+        if bucket == storage.container:
+            return AzureStorage(f"az://{bucket}", storage.config, _store=storage._store)
+        return AzureStorage(f"az://{bucket}", storage.config)
+    raise TypeError(storage)
