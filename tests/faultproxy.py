@@ -8,6 +8,7 @@ client never learns its write landed), and slow responses.
     proxy.stall = lambda method, path: path.endswith(".parquet")  # accept, never answer, until stop()
     FaultProxy(upstream_port, rate=0, delay=0.02)  # no faults: every request 20 ms late, each one logged
     proxy.requests  # (method, path, Range header) of every request, in arrival order
+    proxy.headers  # the headers of each of them (lower-case names), in the same order
     proxy.whole = {"/bucket/key": b"..."}  # GETs of it answered 200 with all of it, Range or not
 
 SigV4 signs the Host header, so it is forwarded as the client sent it.
@@ -39,6 +40,7 @@ class FaultProxy:
         self.max_delay = max_delay
         self.delay = delay  # added to every request: an object store's first-byte latency
         self.requests: list[tuple[str, str, str]] = []
+        self.headers: list[dict[str, str]] = []
         self.counts: Counter[str] = Counter()
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -86,6 +88,7 @@ class FaultProxy:
                 body = self.rfile.read(length) if length else b""
                 with proxy._lock:
                     proxy.requests.append((self.command, self.path, self.headers.get("Range") or ""))
+                    proxy.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if proxy.delay:
                     time.sleep(proxy.delay)
                 if proxy.stall is not None and proxy.stall(self.command, self.path):

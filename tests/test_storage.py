@@ -3,6 +3,7 @@ rely on (round trips, conditional writes, listing, races)."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import threading
 import time
@@ -350,20 +351,21 @@ def test_s3_uri_forms():
 
 @pytest.mark.s3
 def test_s3_conditional_puts_send_the_headers(s3_server, s3_root):
-    """Create-only and CAS are the server's decision, not a check-then-put."""
-    st = open_storage(s3_root, s3=s3_server.config)
-    sent: list[dict[str, str]] = []
+    """Create-only and CAS are the server's decision, not a check-then-put:
+    the requests a proxy sees carry the conditions, and nothing else is asked."""
+    from faultproxy import FaultProxy
 
-    def record(request, **_):
-        sent.append({k.lower(): v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()})
-
-    st.exists("x")  # connects
-    st._fs.s3.meta.events.register("before-send.s3.PutObject", record)
-    etag = st.put_if_absent("x", b"1")
-    st.put_if_match("x", b"2", etag)
-    assert sent[0].get("if-none-match") == "*"
-    assert sent[1].get("if-match") == f'"{etag}"'
-    st.close()
+    proxy = FaultProxy(s3_server.ports["s3"], rate=0)
+    proxy.start()
+    try:
+        st = open_storage(s3_root, s3=dataclasses.replace(s3_server.config, endpoint_url=proxy.endpoint_url))
+        etag = st.put_if_absent("x", b"1")
+        st.put_if_match("x", b"2", etag)
+        assert [m for m, _, _ in proxy.requests] == ["PUT", "PUT"]
+        assert proxy.headers[0].get("if-none-match") == "*"
+        assert proxy.headers[1].get("if-match") == f'"{etag}"'
+    finally:
+        proxy.stop()
 
 
 @pytest.mark.s3

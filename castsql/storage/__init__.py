@@ -1,5 +1,5 @@
-"""Storage backends behind one interface: a local directory, S3 (s3fs), Google
-Cloud Storage (its JSON API) and Azure Blob Storage / ADLS Gen2 (obstore)."""
+"""Storage backends behind one interface: a local directory, S3 and Azure Blob
+Storage / ADLS Gen2 (obstore), and Google Cloud Storage (its JSON API)."""
 
 from __future__ import annotations
 
