@@ -242,3 +242,28 @@ def test_a_manifest_that_lies_about_a_files_size_fails_that_read_naming_it(cloud
     p = cli(uri, "-c", "SELECT sum(v) FROM t")
     assert p.returncode == 1 and p.stdout == "" and p.stderr.count("\n") == 1, p.stderr
     assert "version 1" in p.stderr and m["files"]["inline"][0]["path"] in p.stderr
+
+
+@pytest.mark.s3
+def test_on_s3_a_session_asks_a_data_files_size_once(s3_server, s3_root):
+    """httpfs HEADs a file each time a query opens it (4 times in a first
+    query, twice in each after): a table's data files never change, so a
+    session asks once, and a query after the first asks nothing but the
+    pointer, the probe past it and the column ranges."""
+    import dataclasses
+
+    from faultproxy import FaultProxy
+
+    uri = f"{s3_root}/t"
+    castsql.write_table(uri, events(0, 100), primary_key="id", s3=s3_server.config)
+    proxy = FaultProxy(s3_server.ports["s3"], rate=0)
+    proxy.start()
+    try:
+        with Session(uri, s3=dataclasses.replace(s3_server.config, endpoint_url=proxy.endpoint_url)) as s:
+            assert s.sql("SELECT v FROM t WHERE id = 42").to_pylist() == [{"v": 420}]
+            assert [m for m, p, _ in proxy.requests if ".parquet" in p].count("HEAD") == 1, proxy.requests
+            proxy.requests.clear()
+            assert s.sql("SELECT v FROM t WHERE id = 43").to_pylist() == [{"v": 430}]
+            assert not [p for m, p, _ in proxy.requests if m == "HEAD"], proxy.requests
+    finally:
+        proxy.stop()

@@ -136,6 +136,12 @@ class Session:
         if storage.root.startswith("s3://"):
             if not self._s3_ready:
                 configure_s3(self.con, self.s3_config(storage))  # credentials in the secret manager only
+                # httpfs HEADs a file each time a query opens it (4 times in a
+                # fresh query, 2 in each one after). A table's data files never
+                # change (FORMAT.md §2), so their sizes are kept for the
+                # session; docs/OBJECT_STORES.md says what that means for a
+                # user's own S3 objects read through the same session.
+                self.con.execute("SET enable_http_metadata_cache = true")
                 self._s3_ready = self.executor.httpfs = True
         elif "://" in storage.root:
             make_readable(self.con, storage)  # GCS, Azure: castsql.engine.stores

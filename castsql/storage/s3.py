@@ -51,10 +51,11 @@ def _make_store(bucket: str, config: S3Config) -> Any:
     }
     kwargs: dict[str, Any] = {"region": config.region}
     if config.key and config.secret:
+        # Given keys are a whole identity: obstore would otherwise add an
+        # AWS_SESSION_TOKEN of the environment to them (empty means none).
         kwargs["access_key_id"] = config.key
         kwargs["secret_access_key"] = config.secret
-        if config.session_token:
-            kwargs["session_token"] = config.session_token
+        kwargs["session_token"] = config.session_token or ""
     if config.endpoint_url:
         kwargs["endpoint"] = config.endpoint_url
         # S3-compatible servers on an IP or localhost have no per-bucket DNS names.
