@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -395,3 +396,25 @@ def test_file_uris_in_every_spelling_are_the_local_path(tmp_path):
     for uri in (f"file:{root}", f"file://{root}", f"file://localhost{root}"):
         assert open_storage(uri).root == root
         assert open_storage(uri).get("k") == b"v"
+
+
+def test_a_local_key_cannot_leave_the_root_through_a_symbolic_link(tmp_path):
+    """Keys are looked up below the root with a symlink check per component
+    (not a resolve from "/"): a link leading out is refused wherever it sits,
+    one leading to another place inside the root is followed."""
+    root, outside = tmp_path / "t", tmp_path / "outside"
+    (root / "data").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"s")
+    (root / "data" / "real").write_bytes(b"r")
+    os.symlink(outside / "secret", root / "data" / "file-link")
+    os.symlink(outside, root / "dir-link")
+    os.symlink(root / "data" / "real", root / "data" / "inner-link")
+    st = open_storage(str(root))
+    for key in ("data/file-link", "dir-link/secret"):
+        with pytest.raises(StorageError, match="escapes the storage root"):
+            st.get(key)
+    assert st.get("data/inner-link") == b"r"
+    assert st.get("data/real") == b"r"
+    with pytest.raises(ObjectNotFound):
+        st.get("data/missing/deeper")
