@@ -418,3 +418,29 @@ def test_a_local_key_cannot_leave_the_root_through_a_symbolic_link(tmp_path):
     assert st.get("data/real") == b"r"
     with pytest.raises(ObjectNotFound):
         st.get("data/missing/deeper")
+
+
+@pytest.mark.s3
+def test_s3_keys_and_region_come_from_the_shared_aws_files(s3_server, s3_root, tmp_path, monkeypatch):
+    """Without AWS_* keys in the environment, the profile AWS_PROFILE names in
+    the AWS CLI's shared files gives them (and the region), as the AWS SDKs do."""
+    cfg = s3_server.config
+    (tmp_path / "credentials").write_text(
+        f"[default]\naws_access_key_id = wrong\naws_secret_access_key = wrong\n\n"
+        f"[team]\naws_access_key_id = {cfg.key}\naws_secret_access_key = {cfg.secret}\n"
+    )
+    (tmp_path / "config").write_text("[profile team]\nregion = eu-west-3\n")
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_PROFILE", "team")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", cfg.endpoint_url)
+    found = S3Config.from_env()
+    assert (found.key, found.secret, found.region) == (cfg.key, cfg.secret, "eu-west-3")
+    st = open_storage(s3_root)
+    st.put("x", b"1")
+    assert st.get("x") == b"1"
+    monkeypatch.setenv("AWS_PROFILE", "default")
+    with pytest.raises(StorageError, match="access denied"):
+        open_storage(s3_root).get("x")

@@ -50,16 +50,50 @@ class S3Config:
 
     @classmethod
     def from_env(cls) -> S3Config:
+        key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+        token = os.environ.get("AWS_SESSION_TOKEN")
+        profile = _shared_profile()
+        if not (key and secret):
+            key, secret = profile.get("aws_access_key_id"), profile.get("aws_secret_access_key")
+            token = profile.get("aws_session_token")
         return cls(
             endpoint_url=os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"),
-            key=os.environ.get("AWS_ACCESS_KEY_ID"),
-            secret=os.environ.get("AWS_SECRET_ACCESS_KEY"),
-            session_token=os.environ.get("AWS_SESSION_TOKEN"),
-            region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            key=key,
+            secret=secret,
+            session_token=token,
+            region=os.environ.get("AWS_REGION")
+            or os.environ.get("AWS_DEFAULT_REGION")
+            or profile.get("region")
+            or "us-east-1",
             connect_timeout=env_number("CASTSQL_S3_CONNECT_TIMEOUT", 10.0),
             read_timeout=env_number("CASTSQL_S3_READ_TIMEOUT", 30.0),
             max_attempts=int(env_number("AWS_MAX_ATTEMPTS", 3)),
         )
+
+
+def _shared_profile() -> dict[str, str]:
+    """The keys and region of the AWS profile (``AWS_PROFILE``, else
+    ``default``) in the shared files the AWS CLI and SDKs read
+    (``~/.aws/credentials``, ``~/.aws/config``, or where
+    ``AWS_SHARED_CREDENTIALS_FILE`` / ``AWS_CONFIG_FILE`` point). Profiles
+    that need an SDK to resolve (SSO, an assumed role, a credential process)
+    give nothing here: use their exported variables or an instance role."""
+    import configparser
+
+    name = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or "default"
+    out: dict[str, str] = {}
+    for var, default, section in (
+        ("AWS_CONFIG_FILE", "~/.aws/config", name if name == "default" else f"profile {name}"),
+        ("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", name),
+    ):
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read(os.path.expanduser(os.environ.get(var) or default))
+        except (configparser.Error, OSError, UnicodeDecodeError):
+            continue  # an unreadable file gives nothing, as the SDKs' chain moves on
+        if parser.has_section(section):
+            out.update({k: v.strip() for k, v in parser.items(section) if v.strip()})
+    return out
 
 
 def env_number(name: str, default: float) -> float:
