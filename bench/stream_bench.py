@@ -80,8 +80,9 @@ def batches(n: int, count: int, size: int, rng: np.random.Generator) -> list[pa.
 class CastSQL:
     name = "castsql"
 
-    def __init__(self, uri: str, base: pa.Table, s3=None) -> None:
-        castsql.write_table(uri, base, primary_key="id", properties=PROPS, s3=s3)
+    def __init__(self, uri: str, base: pa.Table | None, s3=None) -> None:
+        if base is not None:
+            castsql.write_table(uri, base, primary_key="id", properties=PROPS, s3=s3)
         self.t = castsql.open(uri, s3=s3)
         self.uri, self.s3 = uri, s3
 
@@ -98,12 +99,14 @@ class CastSQL:
 class Delta:
     name = "deltalake"
 
-    def __init__(self, uri: str, base: pa.Table, options: dict[str, str] | None = None) -> None:
+    def __init__(self, uri: str, base: pa.Table | None, options: dict[str, str] | None = None) -> None:
         import duckdb
         from deltalake import DeltaTable, write_deltalake
 
-        write_deltalake(uri, base, storage_options=options)
+        if base is not None:
+            write_deltalake(uri, base, storage_options=options)
         self.dt = DeltaTable(uri, storage_options=options)
+        self.uri, self.options, self.refresh = uri, options or {}, False
         self.con = duckdb.connect()
 
     def upsert(self, src: pa.Table) -> None:
@@ -115,6 +118,8 @@ class Delta:
         )
 
     def query(self, sql: str):
+        if self.refresh:
+            self.dt.update_incremental()  # as CastSQL's queries do: the newest version, not the handle's
         ds = self.dt.to_pyarrow_dataset()  # noqa: F841 - read by name
         return self.con.sql(sql.format(t="ds")).fetchall()
 
@@ -192,6 +197,41 @@ def compaction_race(root: Path, feed: list[pa.Table], base: pa.Table) -> tuple[f
     return c, d
 
 
+def delayed_queries(server, engines: list, full: str, recent: str, delay: float, repeat: int) -> None:
+    """The S3 tables' warm queries through a proxy that delays every request
+    by ``delay`` (an object store's first-byte latency): CastSQL (each query
+    reads the pointer and probes past it), deltalake as a handle that never
+    looks for new versions, and deltalake refreshing its handle per query."""
+    import dataclasses
+
+    from faultproxy import FaultProxy
+
+    proxy = FaultProxy(server.ports["s3"], rate=0, delay=delay)
+    proxy.start()
+    try:
+        handles = []
+        for e in engines:
+            if isinstance(e, CastSQL) and e.s3 is not None:
+                h = CastSQL(e.uri, None, dataclasses.replace(e.s3, endpoint_url=proxy.endpoint_url))
+                handles.append(("castsql on S3", h))
+            elif isinstance(e, Delta) and e.name == "deltalake on S3":
+                opts = dict(e.options, AWS_ENDPOINT_URL=proxy.endpoint_url)
+                stale, fresh = Delta(e.uri, None, opts), Delta(e.uri, None, opts)
+                fresh.refresh = True
+                handles += [("deltalake, stale handle", stale), ("deltalake, refreshed", fresh)]
+        print(f"\nwarm queries through a proxy adding {delay * 1000:.0f} ms per request (ms, requests per query)")
+        for label, q in (("full aggregate", full), ("recent 1% of times", recent)):
+            cells = []
+            for name, h in handles:
+                m = median_time(lambda h=h, q=q: h.query(q), repeat)
+                proxy.requests.clear()
+                h.query(q)
+                cells.append(f"{name} {m * 1000:.1f} ({len(proxy.requests)})")
+            print(f"  {label:<20}" + "; ".join(cells))
+    finally:
+        proxy.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=200_000)
@@ -202,6 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--min-files", type=int, help="castsql.autoCompact.minNumFiles (default: the table default)")
     ap.add_argument("--dir")
+    ap.add_argument(
+        "--delay",
+        type=float,
+        default=0.0,
+        help="with --s3: also query the S3 tables through a proxy adding this many seconds to each request",
+    )
     args = ap.parse_args(argv)
     if args.min_files:
         PROPS["castsql.autoCompact.minNumFiles"] = str(args.min_files)
@@ -284,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
             ratio = m / floor[label] if label in floor else float("nan")
             cells += f"{m * 1000:>15.1f}{ratio:>6.2f}"
         print(f"{label:<22}{floor.get(label, float('nan')) * 1000:>9.1f}{cells}")
+    if server is not None and args.delay:
+        delayed_queries(server, engines, full, recent, args.delay, args.repeat)
     if "castsql" in names and "ducklake" in names and args.batches >= 300:
         c, d = compaction_race(root, feed, base)
         print(f"\ncompact 300 one-batch files into one: castsql {c * 1000:.0f} ms, "

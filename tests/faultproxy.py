@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import http.client
 import random
+import socket
 import threading
 import time
 from collections import Counter
@@ -73,6 +74,13 @@ class FaultProxy:
 
             def log_message(self, *args) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                # The answer's headers and body go out in two writes: with Nagle's
+                # algorithm and the client's delayed ACK, the body waited ~40 ms,
+                # which no store adds (every GET through the proxy paid it).
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def _reply(self, status: int, body: bytes, **headers: str) -> None:
                 """An answer the proxy makes itself, without the server."""
