@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/stream_bench.py [--rows 200000] [--batches 300] [--batch-rows 40]
                                            [--engines castsql,deltalake,ducklake] [--s3] [--repeat 5]
-                                           [--min-files N]
+                                           [--min-files N] [--delay SECONDS]
 
 A table of ``--rows`` events (id, ts, user, kind, amount) takes ``--batches``
 upserts of ``--batch-rows`` rows each (half updates of random existing keys,
@@ -13,7 +13,10 @@ on (``castsql.compact.sortBy = ts``), deltalake through ``DeltaTable.merge``,
 DuckLake through ``MERGE INTO`` on an attached catalog. The engines take the
 batches in turns, rotating who goes first, so load on the machine hits all
 alike. ``--s3`` runs CastSQL (and deltalake, if asked for) on the S3 test
-server as well; DuckLake stays local.
+server as well; DuckLake stays local. ``--delay`` (with ``--s3``) then also
+queries the S3 tables through a proxy adding that many seconds to every
+request (an object store's first-byte latency): CastSQL, a deltalake handle
+that never looks for new versions, and one refreshed per query.
 
 Printed: commit latency per engine (p50, p99, the median of batches 90-110
 against the last 20), then, after the stream, medians of ``--repeat`` warm
