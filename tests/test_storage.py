@@ -444,3 +444,31 @@ def test_s3_keys_and_region_come_from_the_shared_aws_files(s3_server, s3_root, t
     monkeypatch.setenv("AWS_PROFILE", "default")
     with pytest.raises(StorageError, match="access denied"):
         open_storage(s3_root).get("x")
+
+
+def test_a_missing_aws_profile_or_a_broken_aws_file_is_named(tmp_path, monkeypatch):
+    """As botocore's ProfileNotFound and ConfigParseError: named at once, not
+    skipped (which sent the request on to the instance metadata service and
+    blamed the S3 endpoint after its timeouts)."""
+    (tmp_path / "credentials").write_text("[default]\naws_access_key_id = k\naws_secret_access_key = s\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    monkeypatch.setenv("AWS_PROFILE", "nope")
+    with pytest.raises(StorageError, match=r"AWS profile 'nope' not found \(.*credentials\)"):
+        S3Config.from_env()
+    monkeypatch.delenv("AWS_PROFILE")
+    (tmp_path / "credentials").write_text("[default]\na = 1\n[default]\nb = 2\n")
+    with pytest.raises(StorageError, match="credentials: not a readable AWS credentials file"):
+        S3Config.from_env()
+
+
+@pytest.mark.s3
+def test_an_s3_request_obstore_cannot_make_is_one_error(s3_server):
+    """A bucket name or endpoint that cannot be put in a URL makes obstore's
+    signer panic (pyo3's PanicException, a BaseException): one StorageError
+    naming the object, not a traceback."""
+    with pytest.raises(StorageError, match=r"s3://bu cket/t/x: cannot read: not a valid request"):
+        open_storage("s3://bu cket/t", s3=s3_server.config).get("x")
+    bad = dataclasses.replace(s3_server.config, endpoint_url="not a url")
+    with pytest.raises(StorageError, match=r"not a valid request|cannot reach S3"):
+        open_storage("s3://bench/t", s3=bad).get("x")

@@ -80,19 +80,34 @@ def _shared_profile() -> dict[str, str]:
     give nothing here: use their exported variables or an instance role."""
     import configparser
 
-    name = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or "default"
+    asked = os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE")
+    name = asked or "default"
     out: dict[str, str] = {}
+    found, read = False, []
     for var, default, section in (
         ("AWS_CONFIG_FILE", "~/.aws/config", name if name == "default" else f"profile {name}"),
         ("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", name),
     ):
+        path = os.path.expanduser(os.environ.get(var) or default)
+        if not os.path.exists(path):
+            continue
         parser = configparser.RawConfigParser()
         try:
-            parser.read(os.path.expanduser(os.environ.get(var) or default))
-        except (configparser.Error, OSError, UnicodeDecodeError):
-            continue  # an unreadable file gives nothing, as the SDKs' chain moves on
+            parser.read(path)
+        except (configparser.Error, UnicodeDecodeError) as e:
+            # As botocore's ConfigParseError: a broken file is named, not skipped
+            # (skipping it sent the request on to the instance metadata service).
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise StorageError(f"{path}: not a readable AWS {var.split('_')[-2].lower()} file: {first}") from None
+        except OSError as e:
+            raise StorageError(f"{path}: cannot read it: {e.strerror or e}") from None
+        read.append(path)
         if parser.has_section(section):
+            found = True
             out.update({k: v.strip() for k, v in parser.items(section) if v.strip()})
+    if asked and not found:  # as botocore's ProfileNotFound
+        where = " or ".join(read) or "no AWS config or credentials file"
+        raise StorageError(f"AWS profile {asked!r} not found ({where})")
     return out
 
 

@@ -95,6 +95,15 @@ class ObstoreStorage(ObjectStore):
             raise
         except Exception as e:
             raise self._translate(e, key, action) from None
+        except BaseException as e:
+            # A panic inside obstore (an endpoint or bucket name its signer
+            # cannot put in a URL) is pyo3's PanicException, a BaseException.
+            if type(e).__name__ != "PanicException":
+                raise
+            raise StorageError(
+                f"{self.uri(key)}: cannot {action}: not a valid request for {self._endpoint} "
+                f"(check the endpoint URL and the bucket name): {_first_line(e)}"
+            ) from None
 
     def _translate(self, e: Exception, key: str, action: str) -> StorageError:
         from obstore import exceptions as ox
