@@ -23,13 +23,21 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from castsql.format.layout import canonical_uri
 from castsql.storage import S3Config, Storage
 
 if TYPE_CHECKING:
     from castsql.engine.objectfs import StorageFileSystem
 
-# The registered filesystem's name for each spelling of a store's URLs.
-_SCHEME_OF = {"gs": "gs", "gcs": "gs", "az": "az", "azure": "az", "abfss": "az", "abfs": "az"}
+# The stores DuckDB reads through a registered filesystem, by canonical scheme.
+_REGISTERED = ("gs", "az")
+
+
+def _scheme(uri: str) -> str:
+    """The canonical scheme of ``uri`` (``gcs`` is ``gs``, ``abfss`` is ``az``: :func:`canonical_uri`)."""
+    scheme, sep, _ = uri.partition("://")
+    return canonical_uri(scheme + sep).partition("://")[0] if sep else ""
+
 
 # One filesystem per store and process: what it caches (the sizes of immutable
 # table objects) holds for every connection.
@@ -43,7 +51,7 @@ def make_readable(con: duckdb.DuckDBPyConnection, storage: Storage, s3: S3Config
         from castsql.engine.duck import configure_s3
 
         configure_s3(con, getattr(storage, "config", None) or s3 or S3Config.from_env())
-    elif (scheme := _SCHEME_OF.get(root.partition("://")[0])) is not None:
+    elif (scheme := _scheme(root)) in _REGISTERED:
         register(con, scheme, storage)
 
 
@@ -69,7 +77,7 @@ def know_sizes(files: Iterable[tuple[str, int]]) -> None:
     >>> know_sizes([("/tmp/t/data/a.parquet", 10)])  # a local file: nothing to tell
     """
     for uri, size in files:
-        fs = _FILESYSTEMS.get(_SCHEME_OF.get(uri.partition("://")[0], ""))
+        fs = _FILESYSTEMS.get(_scheme(uri))
         if fs is None:
             return  # a view's files are on one store: none registered, nothing to tell
         fs.know_size(uri, size)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from castsql.errors import StorageError
+from castsql.errors import StorageError, one_line
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,9 @@ def _shared_profile() -> dict[str, str]:
     name = asked or "default"
     out: dict[str, str] = {}
     found, read = False, []
-    for var, default, section in (
-        ("AWS_CONFIG_FILE", "~/.aws/config", name if name == "default" else f"profile {name}"),
-        ("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", name),
+    for kind, var, default, section in (
+        ("config", "AWS_CONFIG_FILE", "~/.aws/config", name if name == "default" else f"profile {name}"),
+        ("credentials", "AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials", name),
     ):
         path = os.path.expanduser(os.environ.get(var) or default)
         if not os.path.exists(path):
@@ -97,8 +97,7 @@ def _shared_profile() -> dict[str, str]:
         except (configparser.Error, UnicodeDecodeError) as e:
             # As botocore's ConfigParseError: a broken file is named, not skipped
             # (skipping it sent the request on to the instance metadata service).
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise StorageError(f"{path}: not a readable AWS {var.split('_')[-2].lower()} file: {first}") from None
+            raise StorageError(f"{path}: not a readable AWS {kind} file: {one_line(e, excerpt=False)}") from None
         except OSError as e:
             raise StorageError(f"{path}: cannot read it: {e.strerror or e}") from None
         read.append(path)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+from castsql.errors import one_line
 from castsql.storage.base import (
     ObjectInfo,
     ObjectNotFound,
@@ -102,7 +103,7 @@ class ObstoreStorage(ObjectStore):
                 raise
             raise StorageError(
                 f"{self.uri(key)}: cannot {action}: not a valid request for {self._endpoint} "
-                f"(check the endpoint URL and the bucket name): {_first_line(e)}"
+                f"(check the endpoint URL and the bucket name): {one_line(e, excerpt=False)}"
             ) from None
 
     def _translate(self, e: Exception, key: str, action: str) -> StorageError:
@@ -115,14 +116,14 @@ class ObstoreStorage(ObjectStore):
         if isinstance(e, ox.NotFoundError | FileNotFoundError):
             return ObjectNotFound(where)
         if isinstance(e, ox.PermissionDeniedError | ox.UnauthenticatedError):
-            return StorageError(f"{where}: cannot {action}: access denied: {_first_line(e)}")
+            return StorageError(f"{where}: cannot {action}: access denied: {one_line(e, excerpt=False)}")
         if any(s in text for s in _NO_ANSWER):
             c = self.config
             return StorageUnreachable(
                 f"{where}: cannot {action}: {self._endpoint} did not answer "
                 f"({c.max_attempts} attempt(s), {c.connect_timeout:g} s to connect, {c.read_timeout:g} s to read each)"
             )
-        return StorageError(f"{where}: cannot {action}: {_first_line(e)}")
+        return StorageError(f"{where}: cannot {action}: {one_line(e, excerpt=False)}")
 
     # -- reads ---------------------------------------------------------------
 
@@ -239,7 +240,3 @@ class ObstoreStorage(ObjectStore):
 
 def strip_etag(etag: str | None) -> str:
     return (etag or "").strip().removeprefix("W/").strip('"')
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
