@@ -130,10 +130,14 @@ class ObstoreStorage(ObjectStore):
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         import obstore
 
-        # One GET: the ETag in its answer is the ETag of the body read.
-        result = self._call(key, "read", obstore.get, self._key(key))
-        data = self._call(key, "read", lambda _store: bytes(result.bytes()))
-        return data, strip_etag(result.meta.get("e_tag"))
+        def get(store: Any, path: str) -> tuple[bytes, str | None]:
+            # One GET, its body read in the same wait: the ETag in its answer
+            # is the ETag of the bytes returned.
+            result = obstore.get(store, path)
+            return bytes(result.bytes()), result.meta.get("e_tag")
+
+        data, etag = self._call(key, "read", get, self._key(key))
+        return data, strip_etag(etag)
 
     def _read_range(self, key: str, start: int, length: int) -> bytes:
         import obstore
