@@ -202,7 +202,7 @@ def measure(n: int, cs: str, dl: str | None, dv: int, file_rows: int, repeat: in
 
         for k in (k for k in (1, 10, 100) if k < last):
             for what, sel in (("count(*)", "count(*)"), ("*", "*")):
-                q = f"SELECT {sel} FROM table_changes('events', {last - k}, {last})"
+                q = f"SELECT {sel} FROM table_changes('events', {last - k + 1}, {last})"
                 row(f"table_changes {k} versions, {what}", q, f"changes {k} {what}")
         if dl is not None:
             from deltalake import DeltaTable
@@ -217,7 +217,7 @@ def measure(n: int, cs: str, dl: str | None, dv: int, file_rows: int, repeat: in
                     repeat,
                 )
                 nd = DeltaTable(dl).load_cdf(starting_version=top - k + 1, ending_version=top).read_all().num_rows
-                q = f"SELECT * FROM table_changes('events', {top + shift - k}, {top + shift})"
+                q = f"SELECT * FROM table_changes('events', {top + shift - k + 1}, {top + shift})"
                 row(f"same {k} merges as load_cdf, *", q, f"vs delta {k}", d)
                 print(f"{'':<40}  load_cdf: {d * 1000:.1f} ms, {nd} rows")
         for label, key in (("table_row_history, one key", HOT % n), ("table_row_history, another key", 5)):

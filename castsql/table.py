@@ -231,9 +231,10 @@ class Table:
         return self._session.history(self.name)
 
     def changes(self, start: int | str | datetime, end: int | str | datetime | None = None) -> pa.Table:
-        """Rows inserted, updated and deleted by each version in (``start``,
-        ``end``] (``end`` defaults to this object's version), or by the commits
-        made between two timestamps, both included. ``_change_type`` is
+        """Rows inserted, updated and deleted by each version from ``start`` to
+        ``end``, both included (as Delta's ``table_changes``; ``end`` defaults
+        to this object's version), or by the commits made between two
+        timestamps. ``_change_type`` is
         ``insert``, ``delete``, ``update_preimage`` or ``update_postimage``
         (updates paired by primary key), with ``_commit_version`` and
         ``_commit_timestamp``. Reads only what those versions changed.

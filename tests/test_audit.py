@@ -25,10 +25,10 @@ def test_history_counts_are_exact(session, events):
     assert [r["version"] for r in h] == list(range(7))
     assert [r["operation"] for r in h] == ["CREATE", "APPEND", "APPEND", "DELETE", "DELETE", "DELETE", "APPEND"]
     assert [r["live_rows"] for r in h] == [len(events.live[v]) for v in range(7)]
-    assert [r["rows_inserted"] for r in h] == [None, 1000, 1000, 0, 0, 0, 100]
-    assert [r["rows_updated"] for r in h] == [None, 0, 0, 0, 0, 0, 0]  # the table has a primary key
-    assert [r["rows_deleted"] for r in h] == [None, 0, 0, 100, 100, 4, 0]
-    assert [r["files_added"] for r in h] == [None, 1, 1, 0, 0, 0, 1]
+    assert [r["rows_inserted"] for r in h] == [0, 1000, 1000, 0, 0, 0, 100]
+    assert [r["rows_updated"] for r in h] == [0, 0, 0, 0, 0, 0, 0]  # the table has a primary key
+    assert [r["rows_deleted"] for r in h] == [0, 0, 0, 100, 100, 4, 0]
+    assert [r["files_added"] for r in h] == [0, 1, 1, 0, 0, 0, 1]
     assert h[6]["tombstone_files"] == 3 and h[6]["data_files"] == 3
     assert all(a["committed_at"] <= b["committed_at"] for a, b in itertools.pairwise(h))
 
@@ -41,19 +41,23 @@ def test_history_in_sql(session):
     assert n["d"][0].as_py() == 204
 
 
-@pytest.mark.parametrize(("start", "end"), [(0, 6), (2, 5), (3, 4), (0, 1), (5, 6), (4, 4)])
+@pytest.mark.parametrize(("start", "end"), [(0, 6), (3, 5), (4, 4), (1, 1), (6, 6), (0, 0), (1, 2)])
 def test_changes_match_the_model(session, events, start, end):
+    """Both ends included, as Delta's and DuckLake's table_changes."""
     got = session.changes("events", start, end).to_pylist()
-    for v in range(start + 1, end + 1):
+    for v in range(start, end + 1):
         inserted = {r["id"] for r in got if r["_commit_version"] == v and r["_change_type"] == "insert"}
         deleted = {r["id"] for r in got if r["_commit_version"] == v and r["_change_type"] == "delete"}
-        assert inserted == events.live[v] - events.live[v - 1]
-        assert deleted == events.live[v - 1] - events.live[v]
-    assert all(start < r["_commit_version"] <= end for r in got)
+        before = events.live[v - 1] if v else set()
+        assert inserted == events.live[v] - before
+        assert deleted == before - events.live[v]
+    assert all(start <= r["_commit_version"] <= end for r in got)
+    changed = {v for v in range(start, end + 1) if events.live[v] != (events.live[v - 1] if v else set())}
+    assert {r["_commit_version"] for r in got} == changed
 
 
 def test_changes_carry_the_row_and_commit_time(session, events):
-    got = session.sql("SELECT * FROM table_changes('events', 4, 5) ORDER BY id").to_pylist()
+    got = session.sql("SELECT * FROM table_changes('events', 5, 5) ORDER BY id").to_pylist()
     assert [r["id"] for r in got] == [0, 5, 17, 1999]
     assert {r["_change_type"] for r in got} == {"delete"}
     assert got[0]["grp"] == "g0" and got[3]["val"] == 999.5
@@ -65,6 +69,10 @@ def test_changes_errors(session):
         session.changes("events", 1, 9)
     with pytest.raises(CastSQLError, match="start version 5 is after end version 2"):
         session.sql("SELECT * FROM table_changes('events', 5, 2)")
+    with pytest.raises(CastSQLError, match="start version 5 is after end version 4"):
+        session.changes("events", 5, 4)
+    with pytest.raises(CastSQLError, match="table events: table_changes start version -1 is negative"):
+        session.changes("events", -1, 2)
     with pytest.raises(CastSQLError, match="table_changes takes"):
         session.sql("SELECT * FROM table_changes('events')")
 
@@ -100,7 +108,7 @@ def test_updates_come_paired_by_key(people):
     t.update(set={"score": "score + 1000"}, where="id IN (3, 7)")  # v2
     t.delete("id = 50")  # v3
     t.merge(people_rows([7, 200], score=5.0), on="id").when_matched_update_all().when_not_matched_insert_all().execute()
-    got = kinds(t.changes(1).to_pylist())
+    got = kinds(t.changes(2).to_pylist())
     assert got == [
         (2, 3, "update_preimage", 3.0),
         (2, 3, "update_postimage", 1003.0),
@@ -119,16 +127,16 @@ def test_updates_come_paired_by_key(people):
     ]
     assert [h[v]["live_rows"] for v in (1, 2, 3, 4)] == [100, 100, 99, 100]
     # SQL gives the same rows, and a count reads no column it does not need.
-    sql = t._session.sql("SELECT id, _change_type FROM table_changes('people', 1, 4)").to_pylist()
+    sql = t._session.sql("SELECT id, _change_type FROM table_changes('people', 2, 4)").to_pylist()
     assert [(r["id"], r["_change_type"]) for r in sql] == [(v[1], v[2]) for v in got]
-    n = t._session.sql("SELECT count(*) AS n FROM table_changes('people', 1, 4)")["n"][0].as_py()
+    n = t._session.sql("SELECT count(*) AS n FROM table_changes('people', 2, 4)")["n"][0].as_py()
     assert n == len(got)
 
 
 def test_a_key_moved_by_an_update_is_a_delete_and_an_insert(people):
     t, _ = people
     t.update(set={"id": "id + 1000"}, where="id = 4")
-    got = kinds(t.changes(1).to_pylist())
+    got = kinds(t.changes(2).to_pylist())
     assert got == [(2, 4, "delete", 4.0), (2, 1004, "insert", 4.0)]
 
 
@@ -138,7 +146,7 @@ def test_a_table_without_a_key_keeps_inserts_and_deletes(tmp_path):
     log.append(write_data_files(st, people_rows(range(10))))
     with castsql.open(st.root) as t:
         t.update(set={"score": "-1"}, where="id = 2")
-        got = sorted(kinds(t.changes(1).to_pylist()))
+        got = sorted(kinds(t.changes(2).to_pylist()))
         assert got == [(2, 2, "delete", 2.0), (2, 2, "insert", -1.0)]
         h = t.history().to_pylist()[-1]
         assert (h["rows_inserted"], h["rows_updated"], h["rows_deleted"]) == (1, None, 1)
@@ -151,7 +159,7 @@ def test_changes_by_timestamp_name_the_commits_between_them(people):
     for i in range(3):
         t.update(set={"score": "score + 1"}, where=f"id = {i}")  # v2, v3, v4
     at = {v: log.manifest(v).created_at for v in range(1, 5)}
-    want = t.changes(2, 4).to_pylist()
+    want = t.changes(3, 4).to_pylist()
     assert t.changes(at[3], at[4]).to_pylist() == want
     assert t.changes(at[3].isoformat()).to_pylist() == want  # end: this handle's version
     # Between two commits: the later one only; before the first: from the first kept version.
@@ -171,15 +179,15 @@ def test_changes_read_only_the_files_the_versions_touched(tmp_path):
     log = TableLog.create(st, PEOPLE, primary_key="id")
     log.append(write_data_files(st, people_rows(range(100)), row_group_size=10))
     with castsql.open(st.root) as t:
-        t.append(people_rows(range(100, 110)))  # v2: a file the range (2, 4] never touches
+        t.append(people_rows(range(100, 110)))  # v2: a file versions 3 and 4 never touch
         t.update(set={"score": "0"}, where="id = 1")  # v3
         t.delete("id = 2")  # v4
-        want = kinds(t.changes(2, 4).to_pylist())
+        want = kinds(t.changes(3, 4).to_pylist())
         first = {f.path for f in log.manifest(1).data_files}
         untouched = next(f for f in log.manifest(2).data_files if f.path not in first)
         (tmp_path / "people" / untouched.path).unlink()
         assert (
-            kinds(t.changes(2, 4).to_pylist())
+            kinds(t.changes(3, 4).to_pylist())
             == want
             == [
                 (3, 1, "update_preimage", 1.0),
@@ -232,7 +240,7 @@ def test_diff_compares_values_and_compaction_cancels_out(people):
     sql = t._session.sql("SELECT id, _change_type FROM table_diff('people', 1, 5)").to_pylist()
     assert [(r["id"], r["_change_type"]) for r in sql] == [g[:2] for g in got]
     # table_changes skips the compaction: it changed no row.
-    assert {r["_commit_version"] for r in t.changes(1).to_pylist()} == {2, 3, 5}
+    assert {r["_commit_version"] for r in t.changes(2).to_pylist()} == {2, 3, 5}
 
 
 def test_row_history_follows_one_key_through_its_versions(people):
@@ -264,7 +272,7 @@ def test_changes_span_schema_evolution(people):
     t, _ = people
     wider = people_rows([7]).append_column("tag", pa.array(["new"]))
     t.merge(wider, on="id", merge_schema=True).when_matched_update_all().execute()  # v2 adds "tag"
-    got = t.changes(1).to_pylist()
+    got = t.changes(2).to_pylist()
     assert [(r["_change_type"], r["tag"]) for r in got] == [("update_preimage", None), ("update_postimage", "new")]
     assert t.row_history(7).column_names[:4] == ["id", "name", "score", "tag"]
 
@@ -275,3 +283,46 @@ def test_a_column_named_like_an_audit_column_is_refused_clearly(tmp_path):
     log.append(write_data_files(st, pa.table({"id": [1], "_change_type": ["x"]})))
     with Session(st.root) as s, pytest.raises(CastSQLError, match="table odd: its column '_change_type'"):
         s.changes("odd", 0)
+
+
+def test_version_0_written_by_hand_with_rows_is_their_insert(tmp_path):
+    """A version 0 that holds data (a writer may create a table with rows, as
+    FORMAT.md §3.1 allows) shows its live rows as inserts: the changes from
+    version 0 are the table's whole history, as in Delta's change feed."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "hand"
+    (root / "data").mkdir(parents=True)
+    (root / "manifest").mkdir()
+    (root / "tombstone").mkdir()
+    pq.write_table(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}), root / "data" / "f0.parquet")
+    (root / "tombstone" / "t0.del").write_text('{"file": "f0.parquet", "row_group": 0, "deleted_rows": [1]}\n')
+    m0 = {
+        "version": 0,
+        "previous": None,
+        "created_at": "2026-11-01T00:00:00Z",
+        "schema": {"columns": [{"name": "id", "type": "int64"}, {"name": "v", "type": "string"}]},
+        "primary_key": "id",
+        "data_files": [{"path": "data/f0.parquet", "size_bytes": (root / "data" / "f0.parquet").stat().st_size,
+                        "row_group_count": 1, "total_rows": 3, "min": {"id": 1}, "max": {"id": 3}}],
+        "tombstones": ["tombstone/t0.del"],
+    }  # fmt: skip
+    (root / "manifest" / "v00000000.json").write_text(json.dumps(m0))
+    (root / "_latest_manifest").write_text('{"version": 0}')
+    with castsql.open(str(root)) as t:
+        assert [(r["id"], r["_change_type"], r["_commit_version"]) for r in t.changes(0).to_pylist()] == [
+            (1, "insert", 0),
+            (3, "insert", 0),
+        ]
+        h = t.history().to_pylist()
+        assert (h[0]["rows_inserted"], h[0]["rows_deleted"], h[0]["files_added"]) == (2, 0, 1)
+        t.delete("id = 3")  # v1
+        got = t._session.sql("SELECT id, _change_type, _commit_version FROM table_changes('hand', 0, 1)").to_pylist()
+        assert [tuple(r.values()) for r in got] == [(1, "insert", 0), (3, "insert", 0), (3, "delete", 1)]
+        assert [r["_commit_version"] for r in t.changes(1).to_pylist()] == [1]
+        assert [(r["_commit_version"], r["_change_type"]) for r in t.row_history(3).to_pylist()] == [
+            (0, "insert"),
+            (1, "delete"),
+        ]

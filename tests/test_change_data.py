@@ -15,7 +15,7 @@ from pyroaring import BitMap
 from stores import every_store  # noqa: F401 - on every store: local, S3, GCS, Azure
 
 import castsql
-from castsql.errors import CastSQLError, QueryError
+from castsql.errors import CastSQLError, QueryError, VersionNotFound
 from castsql.format import PositionDelete, TableLog, write_data_files
 from castsql.snapshot import resolve
 from castsql.storage import open_storage
@@ -100,7 +100,7 @@ def test_audits_with_change_data_say_what_audits_of_the_content_say(storage_root
         assert plain.version == last
         recorded = [v for v in range(2, last + 1) if log.manifest(v).change.preimages is not None]
         assert len(recorded) >= 8  # the feed was written, so the fast audit ran
-        for a, b in [(1, last), (1, 2), (2, 5), (5, 9), (last - 3, last), (8, 8)]:
+        for a, b in [(0, last), (2, 2), (3, 5), (6, 9), (last - 2, last), (8, 8)]:
             assert changes(fed, a, b) == changes(plain, a, b), (a, b)
         for key in (5, 41, 110, 1000, 5001):
             want = sorted(map(str, plain.row_history(key).drop_columns(["_commit_timestamp"]).to_pylist()))
@@ -123,7 +123,7 @@ def test_a_recorded_version_is_audited_without_the_files_its_tombstones_hit(tmp_
             (4, 8, "update_preimage", 8.0), (4, 8, "update_postimage", 8.5), (4, 400, "insert", 400.5),
         ]  # fmt: skip
         (tmp_path / "t" / log.manifest(1).data_files[0].path).unlink()
-        got = [(r["_commit_version"], r["id"], r["_change_type"], r["score"]) for r in t.changes(1, 4).to_pylist()]
+        got = [(r["_commit_version"], r["id"], r["_change_type"], r["score"]) for r in t.changes(2, 4).to_pylist()]
         assert got == want
 
 
@@ -136,7 +136,7 @@ def test_without_the_feed_an_audit_reads_the_files_the_tombstones_hit(tmp_path):
         assert log.manifest(2).change.preimages is None
         (tmp_path / "t" / log.manifest(1).data_files[0].path).unlink()
         with pytest.raises(QueryError, match=r"table t: version 2: .*\.parquet \(the rows it deleted\) cannot be read"):
-            t.changes(1, 2)
+            t.changes(2, 2)
 
 
 def test_a_missing_change_data_file_is_named_with_its_version(tmp_path):
@@ -146,7 +146,7 @@ def test_a_missing_change_data_file_is_named_with_its_version(tmp_path):
         path = log.manifest(2).change.preimages.path
         (tmp_path / "t" / path).unlink()
         with pytest.raises(QueryError) as e:
-            t.changes(1, 2)
+            t.changes(2, 2)
         assert str(e.value).startswith(f"table t: version 2: {tmp_path / 't' / path} (the rows it deleted) cannot")
         assert "\n" not in str(e.value)
 
@@ -180,7 +180,7 @@ def test_a_delete_rebased_over_other_deletes_keeps_exact_change_data(tmp_path):
         pre = write_preimages(log.storage, snap, {other.key: BitMap([1])})
         m = log.commit(Change("DELETE", add_tombstones=(key,), read_version=4, change_data=pre))
         assert m.version == 6 and m.change.preimages is None
-        got = [(r["_commit_version"], r["id"]) for r in t.changes(2, 6).to_pylist()]
+        got = [(r["_commit_version"], r["id"]) for r in t.changes(3, 6).to_pylist()]
         assert got == [(3, 5), (4, 300), (5, 9), (6, 301)]
 
 
@@ -193,7 +193,9 @@ def test_gc_keeps_a_change_data_file_while_its_version_is_kept(tmp_path):
         t.delete("id = 3")  # v4
         report = t.gc(keep_versions=3, grace=timedelta(0))
         assert report.removed_versions == [0, 1] and (tmp_path / "t" / key).exists()
-        assert [r["id"] for r in t.changes(2, 4).to_pylist()] == [2, 3]
+        assert [r["id"] for r in t.changes(3, 4).to_pylist()] == [2, 3]
+        with pytest.raises(VersionNotFound, match="version 1 was garbage-collected"):
+            t.changes(2, 4)
         report = t.gc(keep_versions=1, grace=timedelta(0))
         assert key in report.removed_data_files and not (tmp_path / "t" / key).exists()
 
@@ -210,7 +212,7 @@ def test_the_setting_is_checked_and_can_be_turned_on_later(tmp_path):
         assert log.manifest(2).change.preimages is None
         pre = log.manifest(4).change.preimages
         assert pre is not None and pre.total_rows == 1
-        assert [(r["_commit_version"], r["id"]) for r in t.changes(1, 4).to_pylist()] == [(2, 1), (4, 2)]
+        assert [(r["_commit_version"], r["id"]) for r in t.changes(2, 4).to_pylist()] == [(2, 1), (4, 2)]
 
 
 def test_a_row_history_skips_the_versions_whose_recorded_keys_miss_it(tmp_path):
@@ -250,6 +252,6 @@ def test_every_key_type_writes_change_data_a_fresh_process_reads(tmp_path, key_t
     keys = log.manifest(2).change.keys
     assert (keys is None) == pa.types.is_floating(key_type)
     with castsql.open(uri) as t:  # a fresh handle, a fresh parse of the manifest
-        got = t.changes(1, 2).to_pylist()
+        got = t.changes(2, 2).to_pylist()
         assert [(r["v"], r["_change_type"]) for r in got] == [("y", "delete")]
         assert [r["_change_type"] for r in t.row_history(ids[1].as_py()).to_pylist()] == ["insert", "delete"]

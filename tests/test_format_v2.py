@@ -177,7 +177,7 @@ def test_a_v1_table_reads_as_before_and_becomes_v2_on_its_next_commit(v1_table, 
         for v in range(6):
             got = s.sql(f'SELECT id FROM "{name}" AS OF VERSION {v}').column("id").to_pylist()
             assert sorted(got) == sorted(live[v]), v
-        changes = s.sql(f"SELECT id, _change_type, _commit_version FROM table_changes('{name}', 2, 5)").to_pylist()
+        changes = s.sql(f"SELECT id, _change_type, _commit_version FROM table_changes('{name}', 3, 5)").to_pylist()
         assert sorted((r["_commit_version"], r["_change_type"], r["id"]) for r in changes) == sorted(
             [(3, "delete", 50), (3, "delete", 51), (5, "delete", 3)] + [(4, "insert", i) for i in range(100, 110)]
         )

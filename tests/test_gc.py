@@ -361,5 +361,7 @@ def test_a_long_lived_session_refuses_versions_collected_after_it_read_them(tmp_
         with pytest.raises(VersionNotFound, match="version 2 was garbage-collected"):
             s.scan("t", ["id"], version=2)
         with pytest.raises(VersionNotFound, match="version 1 was garbage-collected"):
-            s.changes("t", 1, 3)
+            s.changes("t", 2, 3)  # version 2's changes need version 1
+        with pytest.raises(VersionNotFound, match="version 3 need the version before it: version 2 was garbage"):
+            s.changes("t", 3)
         assert s.sql("SELECT count(*) AS n FROM t AS OF VERSION 3").to_pylist() == [{"n": 30}]

@@ -67,7 +67,7 @@ def test_upsert_is_one_version_with_delete_and_insert_together(storage_root, s3_
     # Bytes written: one data file of the 20 changed rows (its size is what was written) and one tombstone.
     [f] = log.latest().change.added_files
     assert f.total_rows == 20 and m.bytes_written == f.size_bytes
-    ch = t.changes(1, 2).to_pylist()
+    ch = t.changes(2, 2).to_pylist()
     assert len(ch) == 30  # 10 old rows out, 20 rows in, all in version 2
     t.close()
 

@@ -177,7 +177,7 @@ def test_timestamps_pick_the_version_committed_at_or_before(tmp_path):
         assert events.at().to_arrow().num_rows == 9
         assert events.at(timestamp=log.latest().created_at).version == 2
         assert events.history().num_rows == 3
-        changes = events.at().changes(1)
+        changes = events.at().changes(2)
         assert sorted(changes.column("id").to_pylist()) == [5, 6, 7, 8]
 
 

@@ -265,16 +265,21 @@ def make_machine(root: str, s3, spark):
             if not hasattr(self, "session") or len(self.model) < 2:
                 return
             latest, oldest = max(self.model), min(self.model)
-            # Two ranges per step: the newer half up to the head, and from the
-            # oldest kept version to one before the head.
-            for a, b in ((max(latest // 2, oldest), latest), (oldest, max(oldest, latest - 1))):
+            # Two ranges per step, both ends included: the newer half up to the
+            # head, and from the oldest kept version to one before the head (the
+            # oldest's own change needs the one before it: after it, or from 0).
+            first = oldest + 1 if oldest else 0
+            for a, b in ((max(latest // 2, first), latest), (first, latest - 1)):
+                if a > b:
+                    continue
                 got = self.session.changes("t", a, b).to_pylist()
-                assert {r["_commit_version"] for r in got} <= set(range(a + 1, b + 1))
-                for v in range(a + 1, b + 1):
+                assert {r["_commit_version"] for r in got} <= set(range(a, b + 1))
+                for v in range(a, b + 1):
+                    before = set(self.model[v - 1]) if v else set()
                     ins = sorted(r["id"] for r in got if r["_commit_version"] == v and r["_change_type"] == "insert")
                     dels = sorted(r["id"] for r in got if r["_commit_version"] == v and r["_change_type"] == "delete")
-                    assert ins == sorted(set(self.model[v]) - set(self.model[v - 1])), (a, b, v)
-                    assert dels == sorted(set(self.model[v - 1]) - set(self.model[v])), (a, b, v)
+                    assert ins == sorted(set(self.model[v]) - before), (a, b, v)
+                    assert dels == sorted(before - set(self.model[v])), (a, b, v)
 
     return History
 

@@ -24,7 +24,7 @@ def safe(events, s3_config):
 def test_safe_session_reads_its_tables(safe, events):
     assert safe.sql("SELECT count(*) AS n FROM events")["n"][0].as_py() == len(events.live[6])
     assert safe.sql("SELECT count(*) AS n FROM events AS OF VERSION 4")["n"][0].as_py() == len(events.live[4])
-    assert safe.sql("SELECT count(*) AS n FROM table_changes('events', 2, 5)")["n"][0].as_py() == 204
+    assert safe.sql("SELECT count(*) AS n FROM table_changes('events', 3, 5)")["n"][0].as_py() == 204
     assert "EXPLAIN" not in safe.sql("EXPLAIN SELECT * FROM events").column_names
 
 

@@ -137,7 +137,7 @@ def test_every_version_reads_with_its_own_schema(history):
 
 def test_table_changes_across_schema_changes(history):
     t = history
-    for start in range(0, 6):
+    for start in range(1, 7):  # both ends included
         ch = t.changes(start, 6)
         cols, _ = expected(6)
         assert ch.column_names[: len(cols)] == cols  # the end version's columns and types
@@ -147,16 +147,16 @@ def test_table_changes_across_schema_changes(history):
         want_ins = {
             i: r
             for i, r in want_ins.items()
-            if (i < 10 and start < 1) or (10 <= i < 15 and start < 3) or (i >= 15 and start < 6)
+            if (i < 10 and start <= 1) or (10 <= i < 15 and start <= 3) or (i >= 15 and start <= 6)
         }
         # rows inserted and deleted within the range show both
         assert set(inserted) == set(want_ins), start
-        assert deleted == ({3, 12} if start < 4 else set())
+        assert deleted == ({3, 12} if start <= 4 else set())
         for i, r in inserted.items():
             if r is not None and i not in (3, 12):
                 assert r["c"] == (f"c{i}" if 10 <= i < 15 else ("z" if i >= 15 else None))
                 assert r["e"] == (True if i >= 15 else None)
-        if start < 4:  # ending before the widening: version 4's columns and types
+        if start <= 4:  # ending before the widening: version 4's columns and types
             mid = t.changes(start, 4)
             assert mid.column_names[:6] == ["id", "n", "d", "f", "p", "c"]
             assert mid.schema.field("n").type == pa.int32() and mid.schema.field("d").type == pa.date32()

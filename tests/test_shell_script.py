@@ -172,7 +172,7 @@ def test_time_travel_and_audits_in_scripts(run) -> None:
         [],
         stdin="SELECT count(*) AS n FROM events AT (VERSION => 4);\n"
         "SELECT version, operation FROM table_history('events') WHERE version = 3;\n"
-        "SELECT count(*) AS n FROM table_changes('events', 4, 5) WHERE _change_type = 'delete';\n",
+        "SELECT count(*) AS n FROM table_changes('events', 5, 5) WHERE _change_type = 'delete';\n",
     )
     assert status == 0, err
     assert out == "n\n1800\nversion,operation\n3,DELETE\nn\n4\n"

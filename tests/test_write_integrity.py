@@ -116,7 +116,7 @@ def test_column_names_never_steer_a_write(tmp_path, name):
     assert e.merge(pa.table({"id": [2, 9], name: [7, 8]}), "id", upsert) == 4
     assert [(r["id"], r[name]) for r in live(uri)] == [(1, 100), (2, 7), (3, 0), (9, 8)]
     with castsql.open(uri) as t:
-        changes = t.changes(1, 4).to_pylist()
+        changes = t.changes(2, 4).to_pylist()
     assert sorted((r["id"], r["_change_type"]) for r in changes if r["_change_type"] != "update_postimage") == [
         (0, "delete"), (1, "update_preimage"), (2, "update_preimage"), (9, "insert")
     ]  # fmt: skip

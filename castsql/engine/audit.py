@@ -8,9 +8,10 @@ claimed. On a table with a primary key a row whose key left and came back in
 one version is one update (counted in ``rows_updated`` only); without a key
 ``rows_updated`` is NULL and an update is a delete and an insert.
 
-``changes`` — every row inserted, updated or deleted by each version in
-(start, end], with the table's columns plus ``_change_type``, ``_commit_version``
-and ``_commit_timestamp`` (Delta Lake's change data feed's names and values:
+``changes`` — every row inserted, updated or deleted by each version from
+start to end, both included (Delta's and DuckLake's ``table_changes``), with
+the table's columns plus ``_change_type``, ``_commit_version`` and
+``_commit_timestamp`` (Delta Lake's change data feed's names and values:
 ``insert``, ``delete``, ``update_preimage``, ``update_postimage``; updates are
 paired by primary key). Nothing has to be enabled in advance: a row is
 identified by (data file, row position), so a version's changes are the rows
@@ -21,6 +22,9 @@ alone: its new files and its change-data file, the rows its tombstones
 delete as they were; any other is found from its and its previous version's
 content, reading its deleted rows from the row groups they lie in.
 Compactions rewrite rows without changing them and contribute no changes.
+Version 0's changes are its rows, inserted. A version's changes need the
+version before it: where GC collected that one, the range is refused with
+the earliest start the table still keeps.
 
 ``diff`` — the rows version ``b`` has and version ``a`` lacks and the reverse,
 compared as values (``EXCEPT ALL``), updates paired by key: only files that
@@ -125,7 +129,10 @@ class Audits:
                 snap = resolve(log, m.version)
                 snap.read_objects()  # a missing or bad files object breaks the version: say so here
                 row["live_rows"] = self.views.live_rows(snap)
-                if prev is not None and prev.version == m.version - 1:
+                if m.version == 0:  # its rows are its change
+                    row.update(files_added=m.file_count, files_removed=0, rows_inserted=row["live_rows"])
+                    row.update(rows_deleted=0, rows_updated=0 if pk else None)
+                elif prev is not None and prev.version == m.version - 1:
                     # Counted from the two versions' content, not from what the
                     # manifest's change record claims.
                     if (m.operation or "").upper() in _NO_DATA_CHANGE:
@@ -189,10 +196,11 @@ class Audits:
     # ------------------------------------------------------------ changes
 
     def changes(self, log: TableLog, disp: str, name: str, start: Version, end: Version | None = None) -> str:
-        """Create the view ``name`` of the rows each version in (``start``,
-        ``end``] inserted, updated or deleted; returns its quoted name.
-        Timestamps (``str`` or ``datetime``) name the commits made from
-        ``start`` up to ``end``, both included (Delta's ``table_changes``)."""
+        """Create the view ``name`` of the rows each version from ``start`` to
+        ``end``, both included, inserted, updated or deleted (Delta's and
+        DuckLake's ``table_changes``); returns its quoted name. Timestamps
+        (``str`` or ``datetime``) name the commits made from ``start`` up to
+        ``end``."""
         first, last = self._range(log, disp, start, end)
         steps = self._steps(log, first, last)
         m = log.manifest(last)  # its schema and key: nothing of the version's files is read
@@ -210,9 +218,12 @@ class Audits:
         lo, hi = self._key(disp, pk, col.type, lo), self._key(disp, pk, col.type, lo if hi is None else hi)
         types = {pk: col.type}
         preds = [Predicate(pk, ">=", lo), Predicate(pk, "<=", hi)]
-        versions = log.versions()
+        earliest = log.versions()[0]
         span = (json_stat(lo), json_stat(hi))
-        steps = self._steps(log, versions[0], latest.version, lambda entry: may_match(entry, preds, types), span)
+        # Version 0's rows are its changes; a later earliest kept version's
+        # change cannot be told (the one before it is collected).
+        first = -1 if earliest == 0 else earliest
+        steps = self._steps(log, first, latest.version, lambda entry: may_match(entry, preds, types), span)
         return self._paired(name, disp, latest.schema, pk, steps, KeyFilter(pk, lo, hi))
 
     def _key(self, disp: str, pk: str, type_: str, value: Any) -> Any:
@@ -290,7 +301,8 @@ class Audits:
     def _steps(
         self, log: TableLog, first: int, last: int, wanted: Callable | None = None, keys: tuple | None = None
     ) -> list[Step]:
-        """What each version in (first, last] changed; compactions change nothing.
+        """What each version in (first, last] changed; compactions change
+        nothing, and version 0 (``first`` -1) inserted its rows.
         ``wanted``: only files whose statistics it accepts; ``keys``: (lo, hi),
         leaving out versions whose recorded keys hold none in that range.
 
@@ -308,6 +320,9 @@ class Audits:
                 self._cache.move_to_end(ck)
                 step = self._cache[ck]
                 prev = None
+            elif v == 0:
+                step = self._origin(log)
+                self._cache[ck] = step
             else:
                 # Each version's record alone (raises VersionNotFound for a collected one).
                 before = rec if rec is not None and rec.version == v - 1 else log.record(v - 1)
@@ -335,20 +350,53 @@ class Audits:
         return out
 
     def _range(self, log: TableLog, disp: str, start: Version, end: Version | None) -> tuple[int, int]:
+        """(first, last): the versions after ``first`` up to ``last`` are the
+        ones ``start`` to ``end`` name, ``start`` included."""
         # With both ends given the latest version is never read: changes between
         # old versions stay readable when the latest one is broken.
         try:
-            # Commits made at or after a time: from the version before the first of them.
-            first = start if isinstance(start, int) else self._before(log, _when(start, disp))
+            if isinstance(start, int):
+                if start < 0:
+                    raise CastSQLError(f"table {disp}: table_changes start version {start} is negative")
+                first = start - 1
+            else:  # the commits made at or after a time: from the version before the first of them
+                first = self._before(log, disp, _when(start, disp))
             last = log.latest_version() if end is None else self._version(log, disp, end)
-            if first > last:
-                raise CastSQLError(f"table {disp}: table_changes start version {first} is after end version {last}")
-            # GC keeps a contiguous run of versions up to the latest: if start is
-            # still stored, so is every version after it.
-            log.manifest(first, probe=True)
+            if first >= last and isinstance(start, int):  # a time span without commits has no changes
+                raise CastSQLError(f"table {disp}: table_changes start version {first + 1} is after end version {last}")
+            if first >= 0:
+                # GC keeps a contiguous run of versions up to the latest: if the
+                # one before start is still stored, so is every version after it.
+                try:
+                    log.manifest(first, probe=True)
+                except VersionNotFound as e:
+                    raise self._collected(log, disp, first + 1, str(e).split(": ", 1)[-1]) from None
         except VersionNotFound as e:
             raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
         return first, last
+
+    def _collected(self, log: TableLog, disp: str, start: int, why: str | None = None) -> VersionNotFound:
+        """Why the changes from ``start`` on cannot be read: the version before
+        it is collected (``why``: what reading it said)."""
+        kept = log.versions()
+        why = why or f"version {start - 1} was garbage-collected (oldest kept is {kept[0]})"
+        if kept[0] == 0 or kept[0] < kept[-1]:
+            tail = f"changes can start from version {0 if kept[0] == 0 else kept[0] + 1}"
+        else:
+            tail = "no kept version's changes can be read"
+        return VersionNotFound(
+            f"table {disp}: the changes of version {start} need the version before it: {why}; {tail}"
+        )
+
+    def _origin(self, log: TableLog) -> Step | None:
+        """Version 0's change: every live row it holds, inserted."""
+        snap = resolve(log, 0)
+        inserted = []
+        for f in snap.files:
+            live = all_positions(f.total_rows) - self.views.deleted(snap, f)
+            if live:
+                inserted.append(FileRows(f, live))
+        return Step(0, snap.manifest.created_at, _bare(inserted), []) if inserted else None
 
     def _version(self, log: TableLog, disp: str, v: Version) -> int:
         try:
@@ -358,11 +406,16 @@ class Audits:
         except VersionNotFound as e:
             raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
 
-    def _before(self, log: TableLog, when: datetime) -> int:
+    def _before(self, log: TableLog, disp: str, when: datetime) -> int:
         try:
             return log.version_at(when - timedelta(microseconds=1))
         except VersionNotFound:
-            return log.versions()[0]  # every kept commit is at or after ``when``
+            # Every kept commit is at or after ``when``: from version 0 when it
+            # is kept, else the earliest kept one's change is unknown.
+            earliest = log.versions()[0]
+            if earliest == 0:
+                return -1
+            raise self._collected(log, disp, earliest) from None
 
 
 def _recorded(log: TableLog, before: VersionRecord | Manifest, m: VersionRecord | Manifest) -> tuple[bool, Step | None]:

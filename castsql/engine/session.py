@@ -293,8 +293,8 @@ class Session:
         return self.audits.history(self.log(table))
 
     def changes(self, table: str, start: Version, end: Version | None = None) -> pa.Table:
-        """Rows inserted, updated and deleted by each version in (``start``,
-        ``end``], or by the commits between two timestamps (both included), with
+        """Rows inserted, updated and deleted by each version from ``start`` to
+        ``end``, both included, or by the commits between two timestamps, with
         Delta's ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
 
         Example::
