@@ -364,4 +364,6 @@ def test_a_long_lived_session_refuses_versions_collected_after_it_read_them(tmp_
             s.changes("t", 2, 3)  # version 2's changes need version 1
         with pytest.raises(VersionNotFound, match="version 3 need the version before it: version 2 was garbage"):
             s.changes("t", 3)
+        with pytest.raises(VersionNotFound, match="version 3 need the version before it"):
+            s.changes("t", "2000-01-01")  # every kept commit is later: from version 3, whose change is unknown
         assert s.sql("SELECT count(*) AS n FROM t AS OF VERSION 3").to_pylist() == [{"n": 30}]
