@@ -179,3 +179,50 @@ def test_a_session_following_a_busy_table_keeps_a_bounded_work_directory(tmp_pat
         for v in sorted(models)[:: KEEP_VERSIONS // 2]:
             assert _ids(s, f"SELECT id FROM t AS OF VERSION {v}") == sorted(models[v]), v
             assert _ids(s, f"SELECT id FROM t AS OF VERSION {v}") == sorted(models[v]), v
+
+
+def test_a_fresh_process_audits_a_folded_table_without_pandas(storage, worker_env):
+    """A table past its inline limit (its files in metadata objects, as any
+    table that took many commits): a filtered query, the history, changes,
+    a row's history and a diff in a fresh process, none importing pandas
+    (pyarrow imports it on its first conversion of Python or NumPy values;
+    castsql.format.arrays)."""
+    from castsql.format.fold import FILES_INLINE_MAX
+
+    storage = storage.child("folded")
+    log = TableLog.create(storage, SCHEMA, primary_key="id")
+    for k in range(FILES_INLINE_MAX + 8):
+        ids = list(range(k * 10, k * 10 + 10))
+        log.append(write_data_files(storage, pa.table({"id": ids, "v": ids}, schema=SCHEMA)))
+    f = next(e for e in log.state(log.latest()).entries() if e.min["id"] == 100)
+    log.delete([PositionDelete(f.path, None, BitMap([1, 2]))])
+    last = log.latest().version
+    assert log.latest().format_version == 2 and log.latest().file_objects  # folded
+    child = (
+        "import json, sys, traceback\n"
+        "class Spy:\n"
+        "    where = None\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'pandas' and Spy.where is None:\n"
+        "            Spy.where = ''.join(traceback.format_stack(limit=14))\n"
+        "sys.meta_path.insert(0, Spy())\n"
+        "import castsql\n"
+        "c = castsql.connect(sys.argv[1])\n"
+        "last = int(sys.argv[2])\n"
+        "out = [c.sql(q).num_rows for q in (\n"
+        "    'SELECT * FROM folded WHERE id BETWEEN 35 AND 44',\n"
+        "    'DESCRIBE HISTORY folded',\n"
+        "    f'SELECT * FROM table_changes(\\'folded\\', {last - 1})',\n"
+        "    'SELECT * FROM table_row_history(\\'folded\\', 5)',\n"
+        "    f'SELECT * FROM table_diff(\\'folded\\', 1, {last})')]\n"
+        "print(json.dumps({'rows': out, 'pandas': Spy.where}))\n"
+    )
+    env = {**os.environ, **worker_env, "PYTHONPATH": str(ROOT)}
+    uri = storage.root.rsplit("/", 1)[0]
+    out = subprocess.run([sys.executable, "-c", child, uri, str(last)], capture_output=True, text=True, env=env,
+                         timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    n = FILES_INLINE_MAX + 8
+    assert got["rows"] == [10, last + 1, 10 + 2, 1, (n - 1) * 10 - 2]
+    assert got["pandas"] is None, got["pandas"]

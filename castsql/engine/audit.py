@@ -58,6 +58,7 @@ from castsql.engine.quoting import ident, sql_value
 from castsql.engine.views import Views
 from castsql.errors import CastSQLError, QueryError, VersionNotFound, one_line
 from castsql.format import DataFile, Manifest, TableLog
+from castsql.format.arrays import py_array
 from castsql.format.layout import to_table_key
 from castsql.format.manifest import VersionRecord, json_stat, parse_time
 from castsql.format.schema import Schema
@@ -162,7 +163,8 @@ class Audits:
                     r.update(rows_inserted=None, rows_updated=None, rows_deleted=None, error=n)
                 else:
                     r.update(rows_updated=n, rows_inserted=r["rows_inserted"] - n, rows_deleted=r["rows_deleted"] - n)
-        return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
+        cols = [py_array([r.get(f.name) for r in rows], f.type) for f in HISTORY_SCHEMA]
+        return pa.Table.from_arrays(cols, schema=HISTORY_SCHEMA)
 
     def _updates(self, log: TableLog, pk: str, schema: Schema, steps: dict[int, Step]) -> dict[int, int | str]:
         """Per version, how many keys it both deleted and inserted (its

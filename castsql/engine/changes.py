@@ -36,11 +36,13 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from castsql.engine import names
+from castsql.engine.arrow_tables import temp_table
 from castsql.engine.physical import Group, duck_type, projection
 from castsql.engine.quoting import ident, sql_str, sql_value
 from castsql.engine.views import Views
 from castsql.errors import SchemaMismatch
 from castsql.format import DataFile
+from castsql.format.arrays import from_numpy
 from castsql.format.schema import Schema
 from castsql.snapshot import ResolvedFile
 from castsql.snapshot.changes import FileRows
@@ -225,19 +227,13 @@ class ChangeRows:
                 ver.append(np.full(len(p), v, dtype=np.int64))
                 ts.append(np.full(len(p), (t - _EPOCH) // timedelta(microseconds=1), dtype=np.int64))
         cols = {
-            "fid": pa.array(np.concatenate(fid)),
-            "pos": pa.array(np.concatenate(pos).astype(np.int64)),
-            "k": pa.array(np.concatenate(kind)),
-            "v": pa.array(np.concatenate(ver)),
-            "ts": pa.array(np.concatenate(ts)).cast(pa.timestamp("us", tz="UTC")),
+            "fid": from_numpy(np.concatenate(fid)),
+            "pos": from_numpy(np.concatenate(pos).astype(np.int64)),
+            "k": from_numpy(np.concatenate(kind)),
+            "v": from_numpy(np.concatenate(ver)),
+            "ts": from_numpy(np.concatenate(ts), pa.timestamp("us", tz="UTC")),
         }
-        stream = names.internal("arrow", owner=table)
-        # Through the C stream: registering an Arrow table imports pandas (quoting.py).
-        self.con.register(stream, pa.table(cols).__arrow_c_stream__())
-        try:
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {ident(table)} AS SELECT * FROM {ident(stream)}")
-        finally:
-            self.con.unregister(stream)
+        temp_table(self.con, table, pa.table(cols))
 
     def _empty(self, name: str, schema: Schema) -> str:
         cols = ", ".join(f"NULL::{duck_type(c.type)} AS {ident(c.name)}" for c in schema.columns)

@@ -40,6 +40,7 @@ import duckdb
 import pyarrow as pa
 
 from castsql.engine import names, policy
+from castsql.engine.arrow_tables import temp_table
 from castsql.engine.catalog import Catalog
 from castsql.engine.duck import configure_s3, load_httpfs, new_connection
 from castsql.engine.executor import Executor
@@ -355,7 +356,7 @@ class Session:
         """Make an audit call of a query's plan a relation under its label."""
         log, disp = self.log(call.table), self.catalog.name(call.table)
         if call.kind == "history":
-            self.con.register(call.label, self.audits.history(log))
+            temp_table(self.con, call.label, self.audits.history(log))
         elif call.kind == "changes":
             self.audits.changes(log, disp, call.label, *call.args)
         elif call.kind == "diff":

@@ -34,6 +34,7 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from castsql.engine import names, native
+from castsql.engine.arrow_tables import temp_table
 from castsql.engine.physical import Group, Signatures, duck_type, projection
 from castsql.engine.quoting import ident, sql_str, sql_value
 from castsql.engine.stores import know_sizes
@@ -321,19 +322,11 @@ class Views:
         return f'SELECT {proj} FROM read_parquet({uris}) WHERE "castsql/live"({set_id}, file_index, file_row_number)'
 
     def _positions_table(self, name: str, columns: dict[str, pa.Array]) -> str:
-        """A temp table of ``columns`` (BIGINT), named ``name``; returns its quoted name.
-
-        The Arrow data goes in through its C stream: registering an Arrow table
-        itself makes DuckDB's client import pandas (quoting.py)."""
-        arrow = name.replace("/del/", "/arrow/", 1)
-        self.con.register(arrow, pa.table(columns).__arrow_c_stream__())
-        try:
-            cols = ", ".join(f"CAST({c} AS BIGINT) AS {c}" for c in columns)
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {ident(name)} AS SELECT {cols} FROM {ident(arrow)}")
-        finally:
-            self.con.unregister(arrow)
+        """A temp table of ``columns`` (BIGINT), named ``name``; returns its quoted name."""
+        cols = ", ".join(f"CAST({c} AS BIGINT) AS {c}" for c in columns)
+        quoted = temp_table(self.con, name, pa.table(columns), cols)
         self._new_tables.append(name)
-        return ident(name)
+        return quoted
 
     def _reachable(self, uri: str, group: Group, snap: Snapshot, within: Sequence) -> BitMap | None:
         """``_row_groups``, remembered: data files never change, and the first

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from pyroaring import BitMap
 
 from castsql.errors import FormatError, ObjectNotFound
+from castsql.format.arrays import from_numpy, py_array, scalar, to_numpy
 from castsql.format.jsonio import loads_text
 from castsql.format.layout import new_meta_key
 from castsql.format.manifest import DataFile, MetaRef, json_stat, parse_time
@@ -115,6 +116,7 @@ def files_to_arrow(entries: Sequence[DataFile], schema: Schema) -> pa.Table:
         "total_rows": [f.total_rows for f in entries],
         "row_group_rows": [list(f.row_group_rows) if f.row_group_rows is not None else None for f in entries],
     }
+    cols = {k: py_array(v, target.field(k).type) for k, v in cols.items()}
     stats = stat_fields(schema)
     if stats:
         for side in ("min", "max"):
@@ -122,13 +124,14 @@ def files_to_arrow(entries: Sequence[DataFile], schema: Schema) -> pa.Table:
             for fld in stats:
                 vals = [_typed(getattr(f, side).get(fld.name), fld.type) for f in entries]
                 try:
-                    arrays.append(pa.array(vals, fld.type))
+                    arrays.append(py_array(vals, fld.type))
                 except (pa.ArrowException, OverflowError):
                     arrays.append(pa.nulls(len(entries), fld.type))
             cols[side] = (
-                pa.StructArray.from_arrays(arrays, fields=stats) if entries else pa.array([], target.field(side).type)
+                pa.StructArray.from_arrays(arrays, fields=stats) if entries else pa.nulls(0, target.field(side).type)
             )
-    cols["extra"] = [json.dumps(f.extra, separators=(",", ":")) if f.extra else None for f in entries]
+    extra = [json.dumps(f.extra, separators=(",", ":")) if f.extra else None for f in entries]
+    cols["extra"] = py_array(extra, pa.string())
     return pa.table(cols, schema=target)
 
 
@@ -299,30 +302,32 @@ def check_entries(table: pa.Table, what: str) -> None:
     paths = table.column("path")
 
     def refuse(bad: Any, problem: str) -> None:
-        bad = pc.fill_null(bad, False)
-        if pc.any(bad).as_py():
+        if pc.any(bad).as_py():  # nulls are not bad, and filter() drops them
             raise FormatError(f"{what}: data file {paths.filter(bad)[0].as_py()}: {problem}")
 
     for name in ("size_bytes", "row_group_count", "total_rows"):
-        refuse(pc.less(table.column(name), 0), f"{name!r} is negative")
+        refuse(pc.less(table.column(name), _ZERO), f"{name!r} is negative")
     rgr = table.column("row_group_rows").combine_chunks()
     if rgr.null_count < len(rgr):
         refuse(pc.not_equal(pc.list_value_length(rgr), table.column("row_group_count")),
                "'row_group_rows' does not list row_group_count counts")  # fmt: skip
         # Per-file sums from the prefix sums of the flattened counts (no
         # per-file Python work): counts are bounded first, so no sum overflows.
-        offsets = rgr.offsets.to_numpy()
-        counts = rgr.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
+        offsets = to_numpy(rgr.offsets)
+        values = rgr.values
+        counts = (to_numpy(values) if not values.null_count else values.to_numpy(zero_copy_only=False))[
+            offsets[0] : offsets[-1]
+        ]
         offsets = offsets - offsets[0]
         if len(counts) and (counts.min() < 0 or counts.max() > _MAX_COUNT):
             bad = np.zeros(len(rgr), dtype=bool)
             wrong = np.flatnonzero((counts < 0) | (counts > _MAX_COUNT))
             bad[np.searchsorted(offsets, wrong, side="right") - 1] = True
-            refuse(pa.array(bad), "'row_group_rows' holds a negative or impossible count")
+            refuse(from_numpy(bad), "'row_group_rows' holds a negative or impossible count")
         if len(offsets) > 1 and np.diff(offsets).max() > _MAX_GROUPS:
             refuse(pc.greater(pc.list_value_length(rgr), _MAX_GROUPS), "'row_group_rows' lists too many row groups")
         prefix = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
-        sums = pa.array(prefix[offsets[1:]] - prefix[offsets[:-1]])
+        sums = from_numpy(prefix[offsets[1:]] - prefix[offsets[:-1]])
         total = table.column("total_rows").combine_chunks()
         refuse(pc.and_(pc.is_valid(rgr), pc.not_equal(sums, total)), "'row_group_rows' do not add up to 'total_rows'")
     if "min" in table.column_names and "max" in table.column_names:
@@ -340,7 +345,8 @@ def check_entries(table: pa.Table, what: str) -> None:
     if extra is not None and extra.null_count < len(extra):
         # Parsed again when entries are built, maybe deeper in the stack: a
         # fixed depth limit makes every read of the object agree.
-        deep = pc.fill_null(pc.greater(pc.count_substring_regex(extra, r"[\[{]"), _EXTRA_DEPTH), False)
+        deep = pc.count_substring_regex(extra, r"[\[{]")
+        deep = pc.fill_null(pc.greater(deep, scalar(_EXTRA_DEPTH, deep.type)), False)
         deep_rows = set(pc.indices_nonzero(deep).to_pylist()) if pc.any(deep).as_py() else set()
         for i, (path, text) in enumerate(zip(paths.to_pylist(), extra.to_pylist(), strict=True)):
             if text is None:
@@ -353,6 +359,7 @@ def check_entries(table: pa.Table, what: str) -> None:
 
 
 _EXTRA_DEPTH = 64
+_ZERO = scalar(0, pa.int64())
 _MAX_COUNT = 1 << 48  # rows in one row group: far past any real file, and 2^15 of them cannot overflow an int64
 _MAX_GROUPS = 1 << 15
 

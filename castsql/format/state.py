@@ -23,7 +23,7 @@ Example::
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, KeysView
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -75,7 +75,7 @@ class FilePart:
     ref: MetaRef | None
     table: pa.Table  # columns of castsql.format.metafiles (path holds table keys)
     _names: dict[str, str | None] | None = field(default=None, repr=False)
-    _keys: frozenset[str] | None = field(default=None, repr=False)
+    _index: dict[str, int] | None = field(default=None, repr=False)  # key -> its first row
     _entries: dict[str, DataFile] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -85,9 +85,9 @@ class FilePart:
         over versions asks for the same files again and again."""
         f = self._entries.get(key)
         if f is None:
-            if key not in self.key_set:
+            idx = self.index.get(key)
+            if idx is None:
                 raise KeyError(key)
-            idx = pc.index(self.table.column("path"), key).as_py()
             f = files_from_arrow(self.table.slice(idx, 1))[0]
             with self._lock:
                 if len(self._entries) >= 4096:
@@ -96,11 +96,18 @@ class FilePart:
         return f
 
     @property
-    def key_set(self) -> frozenset[str]:
+    def index(self) -> dict[str, int]:
+        """Key -> the row of its entry (a lookup without ``pc.index``, which
+        imports pandas for its Python argument: see castsql.format.arrays)."""
         with self._lock:
-            if self._keys is None:
-                self._keys = frozenset(self.table.column("path").to_pylist())
-            return self._keys
+            if self._index is None:
+                paths = self.table.column("path").to_pylist()
+                self._index = {k: i for i, k in reversed(list(enumerate(paths)))}  # a repeated key: its first row
+            return self._index
+
+    @property
+    def key_set(self) -> KeysView[str]:
+        return self.index.keys()
 
     @property
     def by_name(self) -> dict[str, str | None]:
@@ -335,7 +342,7 @@ def inline_entries(m: Manifest, root: str, where: str) -> list[DataFile]:
 def check_unique(parts: list[FilePart], where: str) -> None:
     """FormatError naming the first data file two parts (or one part twice) list:
     a reader would return its rows twice."""
-    paths = pa.chunked_array([p.table.column("path") for p in parts], pa.string())
+    paths = pa.chunked_array([c for p in parts for c in p.table.column("path").chunks], pa.string())
     if pc.count_distinct(paths).as_py() == len(paths):
         return
     counts = pc.value_counts(paths)

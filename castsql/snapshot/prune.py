@@ -18,12 +18,15 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from castsql.format import DataFile
+from castsql.format.arrays import from_numpy, scalar
 from castsql.format.manifest import json_stat
 
+_FALSE = from_numpy(np.zeros(1, dtype=bool))[0]
 _OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">="}
 
 
@@ -104,7 +107,7 @@ def prune_refs(refs: Sequence, preds: Sequence[Predicate], types: dict[str, str]
 def prune_mask(table: pa.Table, preds: Sequence[Predicate], types: dict[str, str]) -> pa.Array:
     """For each row of a files table (castsql.format.metafiles), whether its
     typed min/max statistics may match every predicate (nulls: may match)."""
-    keep = pa.array([True] * table.num_rows, pa.bool_())
+    keep = from_numpy(np.ones(table.num_rows, dtype=bool))
     if "min" not in table.column_names or table.num_rows == 0:
         return keep
     mins, maxs = table.column("min").combine_chunks(), table.column("max").combine_chunks()
@@ -113,7 +116,7 @@ def prune_mask(table: pa.Table, preds: Sequence[Predicate], types: dict[str, str
             continue
         lo, hi = mins.field(p.column), maxs.field(p.column)
         try:
-            v = pa.scalar(p.value, lo.type)
+            v = scalar(p.value, lo.type)
             op = p.op
             if op in ("=", "=="):
                 out = pc.or_(pc.greater(lo, v), pc.less(hi, v))
@@ -129,5 +132,5 @@ def prune_mask(table: pa.Table, preds: Sequence[Predicate], types: dict[str, str
                 out = pc.and_(pc.equal(lo, v), pc.equal(hi, v))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             continue  # a value of another kind than the column: no pruning on it
-        keep = pc.and_(keep, pc.invert(pc.fill_null(out, False)))
+        keep = pc.and_(keep, pc.invert(pc.fill_null(out, _FALSE)))
     return keep
