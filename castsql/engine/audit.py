@@ -316,6 +316,8 @@ class Audits:
         files: dict = {}  # entries looked up once for the whole walk
         prev: Snapshot | None = None
         rec: VersionRecord | Manifest | None = None  # the last version's record read
+        todo = [v for v in range(max(first + 1, 1), last + 1) if (log.uri, v) not in self._cache]
+        fetched = log.prefetch_records(sorted({u for v in todo for u in (v - 1, v)})) if len(todo) > 1 else {}
         for v in range(first + 1, last + 1):
             ck = (log.uri, v)
             if ck in self._cache:
@@ -327,8 +329,8 @@ class Audits:
                 self._cache[ck] = step
             else:
                 # Each version's record alone (raises VersionNotFound for a collected one).
-                before = rec if rec is not None and rec.version == v - 1 else log.record(v - 1)
-                rec = log.record(v)
+                before = rec if rec is not None and rec.version == v - 1 else fetched.get(v - 1) or log.record(v - 1)
+                rec = fetched.pop(v, None) or log.record(v)
                 known, step = _recorded(log, before, rec)
                 if known:
                     prev = None

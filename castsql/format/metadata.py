@@ -27,12 +27,14 @@ import random
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from castsql.errors import FormatError, TableNotFound, VersionNotFound
+from castsql.errors import FormatError, StorageError, TableNotFound, VersionNotFound
 from castsql.format.jsonio import load_json
 from castsql.format.layout import MANIFEST_DIR, POINTER_KEY, manifest_key, manifest_version, to_table_key
 from castsql.format.manifest import (
@@ -165,6 +167,38 @@ class TableMetadata:
             r = parse_record(data, self.storage.uri(key), expected_version=version)
             return r if r is not None else self.manifest(version)
         return VersionRecord.of(m) or m
+
+    def prefetch_records(self, versions: Sequence[int]) -> dict[int, VersionRecord | Manifest]:
+        """:meth:`record` of each of ``versions`` that reads, their manifests
+        fetched 16 at a time: a walk over many versions on an object store
+        waits for one round trip per 16 versions, not one per version. A
+        version that does not read is left out, for :meth:`record` to say why
+        where the walk reaches it."""
+        with self._lock:
+            out = {v: VersionRecord.of(m) or m for v in versions if (m := self._manifests.get(v)) is not None}
+        todo = [v for v in versions if v not in out]
+
+        def fetch(v: int) -> bytes | None:
+            try:
+                return self.storage.get(manifest_key(v))
+            except (ObjectNotFound, StorageError):
+                return None
+
+        if len(todo) > 1:
+            with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+                raw = list(pool.map(fetch, todo))
+        else:
+            raw = [fetch(v) for v in todo]
+        for v, data in zip(todo, raw, strict=True):
+            if data is None:
+                continue
+            try:
+                r = parse_record(data, self.storage.uri(manifest_key(v)), expected_version=v)
+            except FormatError:
+                continue
+            if r is not None:
+                out[v] = r
+        return out
 
     def where(self, version: int) -> str:
         """``<manifest URI> (version N)``: how errors about a version's metadata name it."""
