@@ -52,12 +52,12 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine.changes import KIND, TIME, VERSION, ChangeRows, KeyFilter, Step
+from castsql.engine.changes import KIND, TIME, VERSION, ChangeRows, KeyFilter, Step, may_hold
 from castsql.engine.physical import duck_type
 from castsql.engine.quoting import ident, sql_value
 from castsql.engine.views import Views
 from castsql.errors import CastSQLError, QueryError, VersionNotFound, one_line
-from castsql.format import DataFile, Manifest, TableLog
+from castsql.format import DataFile, Manifest, TableLog, keyindex
 from castsql.format.arrays import py_array
 from castsql.format.layout import to_table_key
 from castsql.format.manifest import VersionRecord, json_stat, parse_time
@@ -87,7 +87,6 @@ HISTORY_SCHEMA = pa.schema(
 
 CHANGE_TYPE = "_change_type"
 AUDIT_COLUMNS = (CHANGE_TYPE, VERSION, TIME)
-_NO_DATA_CHANGE = {"COMPACT", "OPTIMIZE"}
 _STEPS = 8192  # versions' steps a session keeps
 
 Version = int | str | datetime
@@ -136,7 +135,7 @@ class Audits:
                 elif prev is not None and prev.version == m.version - 1:
                     # Counted from the two versions' content, not from what the
                     # manifest's change record claims.
-                    if (m.operation or "").upper() in _NO_DATA_CHANGE:
+                    if keyindex.changes_no_rows(m):
                         new_keys, gone_keys = snap.file_diff(prev)
                         row.update(files_added=len(new_keys), files_removed=len(gone_keys))
                         row.update(rows_inserted=0, rows_deleted=0, rows_updated=0 if pk else None)
@@ -316,10 +315,14 @@ class Audits:
         files: dict = {}  # entries looked up once for the whole walk
         prev: Snapshot | None = None
         rec: VersionRecord | Manifest | None = None  # the last version's record read
-        todo = [v for v in range(max(first + 1, 1), last + 1) if (log.uri, v) not in self._cache]
+        skip = self._indexed_out(log, first, last, keys) if keys is not None else set()
+        todo = [v for v in range(max(first + 1, 1), last + 1) if (log.uri, v) not in self._cache and v not in skip]
         fetched = log.prefetch_records(sorted({u for v in todo for u in (v - 1, v)})) if len(todo) > 1 else {}
         for v in range(first + 1, last + 1):
             ck = (log.uri, v)
+            if v in skip:
+                prev = None
+                continue
             if ck in self._cache:
                 self._cache.move_to_end(ck)
                 step = self._cache[ck]
@@ -351,6 +354,16 @@ class Audits:
                 step = step.only(wanted)
             if step is not None and (step.inserted or step.deleted):
                 out.append(step)
+        return out
+
+    def _indexed_out(self, log: TableLog, first: int, last: int, keys: tuple) -> set[int]:
+        """Versions in (first, last] that the key indexes (FORMAT.md §3.6) say
+        changed no key in ``keys`` (lo, hi): a row's history need not read them."""
+        out: set[int] = set()
+        for end in range(keyindex.block_end(max(first + 1, 1)), last + 1, keyindex.BLOCK):
+            index = keyindex.read_index(log, end)
+            if index is not None:
+                out |= {v for v, k in index.items() if first < v <= last and not may_hold(k, *keys)}
         return out
 
     def _range(self, log: TableLog, disp: str, start: Version, end: Version | None) -> tuple[int, int]:
@@ -424,29 +437,17 @@ class Audits:
 
 def _recorded(log: TableLog, before: VersionRecord | Manifest, m: VersionRecord | Manifest) -> tuple[bool, Step | None]:
     """``(True, step)`` when version ``m``'s change is known from its own
-    manifest (FORMAT.md §3.5): a compaction changes no row; a version that
-    only adds data files and tombstones whose rows its change-data file holds
-    inserted its files' rows and deleted those. ``(False, None)`` when the
-    change must be found from the two versions' content: a version without
-    a change record or a change-data file, an overwrite, a restore, and one
-    whose change record disagrees with the two versions' totals (which the
-    reader checks against their objects): files, rows and tombstones added."""
-    if (m.operation or "").upper() in _NO_DATA_CHANGE:
+    manifest (FORMAT.md §3.5, :func:`castsql.format.keyindex.is_recorded`): a
+    compaction changes no row; a version that only adds data files and
+    tombstones whose rows its change-data file holds inserted its files' rows
+    and deleted those. ``(False, None)`` when the change must be found from
+    the two versions' content."""
+    if keyindex.changes_no_rows(m):
         return True, None
-    if not isinstance(m, VersionRecord) or not isinstance(before, VersionRecord):
-        return False, None  # a version-1 manifest (TableMetadata.record): no change record
+    if not keyindex.is_recorded(before, m):
+        return False, None
+    assert isinstance(m, VersionRecord)
     c = m.change
-    if m.previous != m.version - 1 or c.removed_files or c.removed_tombstones:
-        return False, None
-    if c.added_tombstones and c.preimages is None:
-        return False, None
-    t, b = m.totals, before.totals
-    if (t.files - b.files, t.rows - b.rows, t.tombstones - b.tombstones) != (
-        len(c.added_files),
-        sum(e.total_rows for e in c.added_files),
-        len(c.added_tombstones),
-    ):
-        return False, None
     inserted = [_whole(log, e, "data file") for e in c.added_files if e.total_rows]
     p = c.preimages
     deleted = [_whole(log, p, "change-data file")] if p and p.total_rows else []

@@ -29,6 +29,7 @@ import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -81,13 +82,18 @@ class Step:
 
     def may_change(self, lo: object, hi: object) -> bool:
         """False when its recorded keys hold none in [lo, hi] (JSON statistics)."""
-        if self.keys is None:
-            return True
-        try:
-            i = bisect.bisect_left(self.keys, lo)
-            return i < len(self.keys) and self.keys[i] <= hi  # type: ignore[operator]
-        except TypeError:  # keys of another JSON type: cannot tell
-            return True
+        return may_hold(self.keys, lo, hi)
+
+
+def may_hold(keys: Sequence[Any] | None, lo: object, hi: object) -> bool:
+    """False when the sorted ``keys`` (JSON statistics; None: unknown) hold none in [lo, hi]."""
+    if keys is None:
+        return True
+    try:
+        i = bisect.bisect_left(keys, lo)
+        return i < len(keys) and keys[i] <= hi
+    except TypeError:  # keys of another JSON type: cannot tell
+        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from castsql.errors import CommitConflict, FormatError, SchemaMismatch, StorageError, TableExists
-from castsql.format import evolution
+from castsql.format import evolution, keyindex
 from castsql.format.change import Change, RestoreRaced
 from castsql.format.layout import POINTER_KEY, manifest_key, new_tombstone_key, to_table_key
 from castsql.format.manifest import DataFile, Manifest, Totals, added_summary, format_time
@@ -186,6 +186,8 @@ class TableLog(TableMetadata):
             with self._lock:
                 self._manifests[new.version] = new
             self._advance_pointer(new.version, commit_id, pv, etag)
+            if new.version % keyindex.BLOCK == 0:
+                keyindex.write_index(self, new.version)  # after the commit point: best effort (§3.6)
             return new
         raise CommitConflict(
             f"{self.storage.root}: {change.operation} lost the commit race {self.retry.max_attempts} times; "

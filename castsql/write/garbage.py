@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from castsql.errors import CastSQLError, VersionNotFound
-from castsql.format import Manifest, TableLog
+from castsql.format import Manifest, TableLog, keyindex
 from castsql.format.layout import (
     DATA_DIR,
     MANIFEST_DIR,
@@ -222,6 +222,7 @@ def gc(
         i.key: i for prefix in (DATA_DIR + "/", TOMBSTONE_DIR + "/", META_DIR + "/") for i in storage.list(prefix)
     }
     manifests = {v: i for i in storage.list(MANIFEST_DIR + "/") if (v := manifest_version(i.key)) is not None}
+    indexes = list(storage.list(keyindex.INDEX_DIR + "/"))
     temps = _temp_files(storage)
 
     # 2. The chain as it is now.
@@ -280,6 +281,12 @@ def gc(
             held += 1
             continue
         report.bytes_freed += info.size
+    for info in indexes:
+        # A key index serves only its block's versions (FORMAT.md §3.6).
+        end = keyindex.index_version(info.key)
+        if end is not None and end < min(keep):
+            report.removed_metadata.append(info.key)
+            report.bytes_freed += info.size
     for info in temps:
         if info.mtime < old:
             report.removed_temp_files.append(info.key)
@@ -292,4 +299,9 @@ def gc(
     if not dry_run:
         for key in report.removed_keys:
             storage.delete(key)
+        # Complete what writers may have left out (FORMAT.md §3.6): every whole kept block has its key index.
+        have = {keyindex.index_version(i.key) for i in indexes}
+        for end in range(keyindex.BLOCK, head.version + 1, keyindex.BLOCK):
+            if end not in have and end - keyindex.BLOCK >= min(keep):
+                keyindex.write_index(log, end)
     return report
