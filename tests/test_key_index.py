@@ -1,5 +1,5 @@
 """The key index (FORMAT.md §3.6): a row's history reads one object per
-block of 256 versions and the manifests of the versions that may hold its
+block of 64 versions and the manifests of the versions that may hold its
 key, not every manifest; a missing or damaged index costs speed, never rows."""
 
 from __future__ import annotations
@@ -16,26 +16,26 @@ from castsql.storage import open_storage
 
 CDF = {"castsql.changeDataFeed": "true"}
 SCHEMA = pa.schema([("id", pa.int64()), ("score", pa.float64())])
-HOT = 42  # updated at versions 10 and 200 only
+HOT = 42  # updated at versions 10 and 50 only
 
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
     """A keyed table with the change data feed: version 1 appends ids 0-99,
-    then 259 one-row updates (versions 2-260), key 42 at versions 10 and 200,
-    version 130 a compaction."""
+    then one-row updates (versions 2-70), key 42 at versions 10 and 50,
+    version 30 a compaction."""
     root = str(tmp_path_factory.mktemp("keyindex") / "t")
     st = open_storage(root)
     log = TableLog.create(st, SCHEMA, primary_key="id", properties=CDF)
     log.append(write_data_files(st, pa.table({"id": range(100), "score": [0.0] * 100}, schema=SCHEMA)))
     with castsql.open(root) as t:
-        for v in range(2, 261):
-            if v == 130:
+        for v in range(2, 71):
+            if v == 30:
                 t.compact()
             else:
-                key = HOT if v in (10, 200) else (v * 7) % 100 if (v * 7) % 100 != HOT else 1
+                key = HOT if v in (10, 50) else (v * 7) % 100 if (v * 7) % 100 != HOT else 1
                 t.update(set={"score": f"{v}"}, where=f"id = {key}")
-        assert t.version == 260
+        assert t.version == 70
     return root
 
 
@@ -45,15 +45,15 @@ def history(root: str, key: int) -> list[tuple]:
 
 
 WANT = [(1, "insert", 0.0), (10, "update_preimage", 0.0), (10, "update_postimage", 10.0),
-        (200, "update_preimage", 10.0), (200, "update_postimage", 200.0)]  # fmt: skip
+        (50, "update_preimage", 10.0), (50, "update_postimage", 50.0)]  # fmt: skip
 
 
 def test_the_writer_of_a_blocks_last_version_indexes_its_keys(table):
     st = open_storage(table)
-    index = keyindex.read_index(TableLog(st), 256)
-    assert index is not None and sorted(index) == list(range(1, 257))
-    assert index[10] == [HOT] and index[130] == [] and index[1] is None  # v1: before the feed's first record
-    assert keyindex.read_index(TableLog(st), 512) is None  # not reached yet
+    index = keyindex.read_index(TableLog(st), 64)
+    assert index is not None and sorted(index) == list(range(1, 65))
+    assert index[10] == [HOT] and index[30] == [] and index[1] is None  # v1: before the feed's first record
+    assert keyindex.read_index(TableLog(st), 128) is None  # not reached yet
 
 
 def test_a_rows_history_reads_only_the_manifests_the_index_leaves(table, tmp_path):
@@ -65,11 +65,11 @@ def test_a_rows_history_reads_only_the_manifests_the_index_leaves(table, tmp_pat
     root = str(tmp_path / "t")
     shutil.copytree(table, root)
     assert history(root, HOT) == WANT
-    needed = {0, 1, 9, 10, 199, 200} | set(range(256, 261))
-    for v in set(range(2, 256)) - needed:
+    needed = {0, 1, 9, 10, 49, 50} | set(range(64, 71))
+    for v in set(range(2, 64)) - needed:
         (tmp_path / "t" / manifest_key(v)).write_text("{")
     assert history(root, HOT) == WANT
-    (tmp_path / "t" / keyindex.index_key(256)).unlink()
+    (tmp_path / "t" / keyindex.index_key(64)).unlink()
     with pytest.raises(castsql.errors.CastSQLError, match=r"manifest/v0000000\d\.json"):
         history(root, HOT)
 
@@ -79,9 +79,9 @@ def test_a_damaged_index_is_passed_over(table, tmp_path):
 
     root = str(tmp_path / "t")
     shutil.copytree(table, root)
-    bools = '{"first": 1, "last": 256, "keys": [' + ",".join(["[true]"] * 256) + "]}"
-    for text in ("{", '{"first": 1, "last": 256, "keys": [[1]]}', bools, "[]"):
-        (tmp_path / "t" / keyindex.index_key(256)).write_text(text)
+    bools = '{"first": 1, "last": 64, "keys": [' + ",".join(["[true]"] * 64) + "]}"
+    for text in ("{", '{"first": 1, "last": 64, "keys": [[1]]}', bools, "[]"):
+        (tmp_path / "t" / keyindex.index_key(64)).write_text(text)
         assert history(root, HOT) == WANT
 
 
@@ -90,16 +90,16 @@ def test_gc_writes_a_missing_index_and_removes_one_whose_block_is_collected(tabl
 
     root = str(tmp_path / "t")
     shutil.copytree(table, root)
-    index = tmp_path / "t" / keyindex.index_key(256)
+    index = tmp_path / "t" / keyindex.index_key(64)
     written = index.read_bytes()
     index.unlink()  # as a writer that died after its commit leaves it
     with castsql.open(root) as t:
         t.gc(grace=timedelta(0))  # keeps every version: writes the block's missing index
         assert index.read_bytes() == written
         report = t.gc(keep_versions=10, grace=timedelta(0))
-        assert keyindex.index_key(256) not in report.removed_metadata  # versions 251-256 are kept
-        assert (tmp_path / "t" / keyindex.index_key(256)).exists()
+        assert keyindex.index_key(64) not in report.removed_metadata  # versions 61-70 are kept
+        assert (tmp_path / "t" / keyindex.index_key(64)).exists()
         report = t.gc(keep_versions=1, grace=timedelta(0))
-        assert keyindex.index_key(256) in report.removed_metadata
-        assert not (tmp_path / "t" / keyindex.index_key(256)).exists()
+        assert keyindex.index_key(64) in report.removed_metadata
+        assert not (tmp_path / "t" / keyindex.index_key(64)).exists()
         assert [r["_commit_version"] for r in t.row_history(HOT).to_pylist()] == []

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -100,6 +101,7 @@ class Audits:
         self.views = views
         self.rows = ChangeRows(con, views)
         self._cache: OrderedDict[tuple[str, int], Step | None] = OrderedDict()  # see _steps
+        self._indexes: OrderedDict[tuple[str, int], dict] = OrderedDict()  # key indexes read (FORMAT.md §3.6)
 
     # ------------------------------------------------------------ history
 
@@ -359,9 +361,21 @@ class Audits:
     def _indexed_out(self, log: TableLog, first: int, last: int, keys: tuple) -> set[int]:
         """Versions in (first, last] that the key indexes (FORMAT.md §3.6) say
         changed no key in ``keys`` (lo, hi): a row's history need not read them."""
+        ends = list(range(keyindex.block_end(max(first + 1, 1)), last + 1, keyindex.BLOCK))
+        todo = [e for e in ends if (log.uri, e) not in self._indexes]
+        if len(todo) > 1:  # on an object store the reads overlap
+            with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+                read = list(pool.map(lambda end: keyindex.read_index(log, end), todo))
+        else:
+            read = [keyindex.read_index(log, end) for end in todo]
+        for e, index in zip(todo, read, strict=True):
+            if index is not None:  # an index never changes; a missing one may yet be written
+                self._indexes[(log.uri, e)] = index
+        while len(self._indexes) > _STEPS // keyindex.BLOCK:
+            self._indexes.popitem(last=False)
+        indexes = [self._indexes.get((log.uri, e)) for e in ends]
         out: set[int] = set()
-        for end in range(keyindex.block_end(max(first + 1, 1)), last + 1, keyindex.BLOCK):
-            index = keyindex.read_index(log, end)
+        for index in indexes:
             if index is not None:
                 out |= {v for v, k in index.items() if first < v <= last and not may_hold(k, *keys)}
         return out

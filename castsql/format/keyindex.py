@@ -18,8 +18,8 @@ manifests, as before. It never decides what a query returns.
 
 Example::
 
-    >>> block_end(1), block_end(256), block_end(257), index_key(512)
-    (256, 256, 512, 'audit/keys/v00000512.json')
+    >>> block_end(1), block_end(64), block_end(65), index_key(128)
+    (64, 64, 128, 'audit/keys/v00000128.json')
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from castsql.format.manifest import Manifest, VersionRecord
 if TYPE_CHECKING:
     from castsql.format.metadata import TableMetadata
 
-BLOCK = 256
+BLOCK = 64
 INDEX_DIR = "audit/keys"
 NO_DATA_CHANGE = frozenset({"COMPACT", "OPTIMIZE"})  # operations that rewrite rows without changing them
 
