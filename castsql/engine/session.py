@@ -60,6 +60,8 @@ if TYPE_CHECKING:
 
 __all__ = ["QueryError", "Session"]
 
+REMOTE_THREADS = 16  # DuckDB threads of a session with a table on an object store (at least)
+
 
 class Session:
     """SQL over CastSQL tables. Open a table (named by the last component of
@@ -93,6 +95,7 @@ class Session:
         self.planner = Planner(self.con, self.catalog, self.views, self._audit)
         self.executor = Executor(self.con, self.catalog, self.planner, self._workdir, own=self._own_connection)
         self._s3_ready = False
+        self._threads_set = threads is not None or not self._own_connection
         if uri is not None:
             self.open(uri)
         if safe:
@@ -146,6 +149,15 @@ class Session:
                 self._s3_ready = self.executor.httpfs = True
         elif "://" in storage.root:
             make_readable(self.con, storage)  # GCS, Azure: castsql.engine.stores
+        if "://" in storage.root and not self._threads_set:
+            # DuckDB 1.5 reads a remote file on the thread that scans it, so
+            # its threads are its requests in flight: as many as cores leave a
+            # many-file read (an audit's new files, a stream's small files)
+            # waiting one round trip per file per core. Threads waiting on the
+            # network cost no CPU; docs/OBJECT_STORES.md has the figures.
+            cores = self.con.execute("SELECT current_setting('threads')").fetchone()[0]
+            self.con.execute(f"SET threads = {max(int(cores), REMOTE_THREADS)}")
+            self._threads_set = True
         return self.catalog.add(storage, name)
 
     def s3_config(self, storage: Storage) -> S3Config:
