@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["QueryError", "Session"]
 
-REMOTE_THREADS = 16  # DuckDB threads of a session with a table on an object store (at least)
+REMOTE_THREADS = 16  # DuckDB threads of a session with a table on S3 (at least)
 
 
 class Session:
@@ -149,12 +149,14 @@ class Session:
                 self._s3_ready = self.executor.httpfs = True
         elif "://" in storage.root:
             make_readable(self.con, storage)  # GCS, Azure: castsql.engine.stores
-        if "://" in storage.root and not self._threads_set:
+        if storage.root.startswith("s3://") and not self._threads_set:
             # DuckDB 1.5 reads a remote file on the thread that scans it, so
             # its threads are its requests in flight: as many as cores leave a
             # many-file read (an audit's new files, a stream's small files)
             # waiting one round trip per file per core. Threads waiting on the
-            # network cost no CPU; docs/OBJECT_STORES.md has the figures.
+            # network cost no CPU. Not on GCS and Azure: there each thread
+            # opens its own handle of the fsspec filesystem, and a one-file
+            # scan's requests grow with them (docs/OBJECT_STORES.md).
             cores = self.con.execute("SELECT current_setting('threads')").fetchone()[0]
             self.con.execute(f"SET threads = {max(int(cores), REMOTE_THREADS)}")
             self._threads_set = True
