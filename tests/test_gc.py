@@ -366,4 +366,8 @@ def test_a_long_lived_session_refuses_versions_collected_after_it_read_them(tmp_
             s.changes("t", 3)
         with pytest.raises(VersionNotFound, match="version 3 need the version before it"):
             s.changes("t", "2000-01-01")  # every kept commit is later: from version 3, whose change is unknown
+        with pytest.raises(
+            VersionNotFound, match=r"^table t: version 0 was garbage-collected \(oldest kept is 3\); no kept"
+        ):
+            s.changes("t", 0)
         assert s.sql("SELECT count(*) AS n FROM t AS OF VERSION 3").to_pylist() == [{"n": 30}]

@@ -4,6 +4,7 @@ key, not every manifest; a missing or damaged index costs speed, never rows."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pyarrow as pa
@@ -75,12 +76,17 @@ def test_a_rows_history_reads_only_the_manifests_the_index_leaves(table, tmp_pat
 
 
 def test_a_damaged_index_is_passed_over(table, tmp_path):
+    """Malformed, or a list out of order (the lookup bisects: a red-team pass
+    lost rows to one), the index is read as saying nothing."""
     import shutil
 
     root = str(tmp_path / "t")
     shutil.copytree(table, root)
     bools = '{"first": 1, "last": 64, "keys": [' + ",".join(["[true]"] * 64) + "]}"
-    for text in ("{", '{"first": 1, "last": 64, "keys": [[1]]}', bools, "[]"):
+    index = tmp_path / "t" / keyindex.index_key(64)
+    doc = json.loads(index.read_text())
+    backwards = json.dumps({**doc, "keys": [sorted([*k, -1, 10**6], reverse=True) if k else k for k in doc["keys"]]})
+    for text in ("{", '{"first": 1, "last": 64, "keys": [[1]]}', bools, "[]", backwards):
         (tmp_path / "t" / keyindex.index_key(64)).write_text(text)
         assert history(root, HOT) == WANT
 
@@ -103,3 +109,19 @@ def test_gc_writes_a_missing_index_and_removes_one_whose_block_is_collected(tabl
         assert keyindex.index_key(64) in report.removed_metadata
         assert not (tmp_path / "t" / keyindex.index_key(64)).exists()
         assert [r["_commit_version"] for r in t.row_history(HOT).to_pylist()] == []
+
+
+def test_keys_out_of_order_in_a_manifest_say_nothing(table, tmp_path):
+    """The walk bisects a version's change.keys too: a list out of order is
+    read as no list (the version is read), not as a list without the key."""
+    import shutil
+
+    root = str(tmp_path / "t")
+    shutil.copytree(table, root)
+    shutil.rmtree(tmp_path / "t" / keyindex.INDEX_DIR)
+    path = tmp_path / "t" / manifest_key(50)
+    doc = json.loads(path.read_text())
+    assert doc["change"]["keys"] == [HOT]
+    doc["change"]["keys"] = [1000, HOT, -5]
+    path.write_text(json.dumps(doc))
+    assert history(root, HOT) == WANT

@@ -395,13 +395,16 @@ class Audits:
             last = log.latest_version() if end is None else self._version(log, disp, end)
             if first >= last and isinstance(start, int):  # a time span without commits has no changes
                 raise CastSQLError(f"table {disp}: table_changes start version {first + 1} is after end version {last}")
-            if first >= 0:
-                # GC keeps a contiguous run of versions up to the latest: if the
-                # one before start is still stored, so is every version after it.
-                try:
-                    log.manifest(first, probe=True)
-                except VersionNotFound as e:
-                    raise self._collected(log, disp, first + 1, str(e).split(": ", 1)[-1]) from None
+            # GC keeps a contiguous run of versions up to the latest: if the one
+            # before start (or version 0 itself) is still stored, so is every
+            # version after it.
+            try:
+                log.manifest(max(first, 0), probe=True)
+            except VersionNotFound as e:
+                why = str(e).split(": ", 1)[-1]
+                if first < 0:
+                    raise VersionNotFound(f"table {disp}: {why}; {self._earliest(log)}") from None
+                raise self._collected(log, disp, first + 1, why) from None
         except VersionNotFound as e:
             raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None
         return first, last
@@ -409,15 +412,17 @@ class Audits:
     def _collected(self, log: TableLog, disp: str, start: int, why: str | None = None) -> VersionNotFound:
         """Why the changes from ``start`` on cannot be read: the version before
         it is collected (``why``: what reading it said)."""
-        kept = log.versions()
-        why = why or f"version {start - 1} was garbage-collected (oldest kept is {kept[0]})"
-        if kept[0] == 0 or kept[0] < kept[-1]:
-            tail = f"changes can start from version {0 if kept[0] == 0 else kept[0] + 1}"
-        else:
-            tail = "no kept version's changes can be read"
+        why = why or f"version {start - 1} was garbage-collected (oldest kept is {log.versions()[0]})"
         return VersionNotFound(
-            f"table {disp}: the changes of version {start} need the version before it: {why}; {tail}"
+            f"table {disp}: the changes of version {start} need the version before it: {why}; {self._earliest(log)}"
         )
+
+    def _earliest(self, log: TableLog) -> str:
+        """Where changes can start now, in words."""
+        kept = log.versions()
+        if kept[0] == 0 or kept[0] < kept[-1]:
+            return f"changes can start from version {0 if kept[0] == 0 else kept[0] + 1}"
+        return "no kept version's changes can be read"
 
     def _origin(self, log: TableLog) -> Step | None:
         """Version 0's change: every live row it holds, inserted."""

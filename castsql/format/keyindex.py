@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from castsql.errors import CastSQLError, FormatError, ObjectNotFound
 from castsql.format.jsonio import load_json
-from castsql.format.manifest import Manifest, VersionRecord
+from castsql.format.manifest import Manifest, VersionRecord, ascending
 
 if TYPE_CHECKING:
     from castsql.format.metadata import TableMetadata
@@ -132,7 +132,8 @@ def read_index(log: TableMetadata, end: int) -> dict[int, list[Any] | None] | No
             raise FormatError(f"{where}: 'keys' must hold {BLOCK} lists of numbers or strings, or nulls")
     except (FormatError, AttributeError):
         return None
-    return {end - BLOCK + 1 + i: k for i, k in enumerate(keys)}
+    # A list out of order would hide keys from the bisecting lookup: it says nothing.
+    return {end - BLOCK + 1 + i: (k if k is None or ascending(k) else None) for i, k in enumerate(keys)}
 
 
 def _is_key_list(k: Any) -> bool:

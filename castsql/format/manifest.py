@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -357,6 +358,8 @@ class ChangeLog:
             or not all(isinstance(k, int | float | str) and not isinstance(k, bool) for k in keys)
         ):
             raise FormatError(f"{where}: change.keys must be a list of numbers or strings")
+        if keys is not None and not ascending(keys):
+            keys = None  # a lookup bisects the list: one out of order would hide keys, so it says nothing
         return cls(added_files=files, preimages=preimages, keys=None if keys is None else tuple(keys), **lists)
 
 
@@ -635,6 +638,15 @@ def json_stat(value: Any) -> Any:
     if type(value).__name__ == "Decimal":
         return str(value)
     return None
+
+
+def ascending(keys: Sequence[Any]) -> bool:
+    """Whether ``keys`` are strictly ascending (numbers by value, strings by
+    code point), as FORMAT.md §3.5 lists a version's keys."""
+    try:
+        return all(a < b for a, b in itertools.pairwise(keys))
+    except TypeError:  # numbers and strings mixed
+        return False
 
 
 KEYS_MAX = 1024  # a version records the keys it changed when at most this many (FORMAT.md §3.5)
