@@ -587,6 +587,16 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"castsql {command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # A version is committed once its manifest is written (FORMAT.md §6);
+        # whether this one got that far is the table's to say.
+        _clear_progress_bar()
+        print(
+            f"castsql {command}: interrupted; a version it committed before that stays "
+            "(DESCRIBE HISTORY shows the latest)",
+            file=sys.stderr,
+        )
+        return 130
     except CastSQLError as e:
         _clear_progress_bar()
         print(f"castsql {command}: error: {_one_line(e)}", file=sys.stderr)

@@ -218,3 +218,39 @@ def test_a_server_that_ignores_range_still_gives_the_bytes_asked_for(proxied):
     assert st.get_range("blob", 10, 5) == bytes(range(10, 15))
     assert st.get_range("blob", 195, 50) == bytes(range(195, 200))
     assert st.get_range("blob", 10, 500) == bytes(range(10, 200))
+
+
+def test_ctrl_c_stops_a_writer_in_one_line(proxied, shell_env):
+    """The writer CLI stalled on S3 and interrupted: one line, exit 130, no
+    traceback, and the table as it was (the stall is before the commit)."""
+    import signal
+
+    proxy, root, cfg = proxied
+    env = {
+        **shell_env,
+        "AWS_ENDPOINT_URL": cfg.endpoint_url or "",
+        "AWS_ACCESS_KEY_ID": cfg.key or "",
+        "AWS_SECRET_ACCESS_KEY": cfg.secret or "",
+    }  # the default, long timeouts: only Ctrl-C ends this wait
+    proxy.stall = lambda method, path: method == "PUT" and "/manifest/" in path
+    p = subprocess.Popen(
+        [sys.executable, "-m", "castsql.cli", "delete", root, "--where", "id = 7"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(m == "PUT" and "/manifest/" in path for m, path, *_ in list(proxy.requests)):
+            assert time.monotonic() < deadline and p.poll() is None, p.communicate()
+            time.sleep(0.1)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=10)
+    finally:
+        p.kill()
+        proxy.stall = None
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("castsql delete: interrupted")
+    assert TableLog(open_storage(root, s3=dataclasses.replace(cfg, **FAST))).latest_version() == 1
