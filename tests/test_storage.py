@@ -442,8 +442,8 @@ def test_s3_keys_and_region_come_from_the_shared_aws_files(s3_server, s3_root, t
     st.put("x", b"1")
     assert st.get("x") == b"1"
     monkeypatch.setenv("AWS_PROFILE", "default")
-    with pytest.raises(StorageError, match="access denied"):
-        open_storage(s3_root).get("x")
+    with pytest.raises(StorageError, match=r"access denied \(InvalidAccessKeyId\): .*403 Forbidden$"):
+        open_storage(s3_root).get("x")  # the store's own reason, from its XML answer
 
 
 def test_a_missing_aws_profile_or_a_broken_aws_file_is_named(tmp_path, monkeypatch):
@@ -460,6 +460,30 @@ def test_a_missing_aws_profile_or_a_broken_aws_file_is_named(tmp_path, monkeypat
     (tmp_path / "credentials").write_text("[default]\na = 1\n[default]\nb = 2\n")
     with pytest.raises(StorageError, match="credentials: not a readable AWS credentials file"):
         S3Config.from_env()
+
+
+def test_half_a_key_pair_or_a_fractional_attempt_count_is_refused(monkeypatch, tmp_path):
+    """As botocore: a key without its secret (or the reverse) is an error, not
+    a silent fall back to the profile's identity; AWS_MAX_ATTEMPTS is a whole
+    number (2.5 was taken as 2)."""
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    with pytest.raises(StorageError, match=r"\$AWS_ACCESS_KEY_ID is set but \$AWS_SECRET_ACCESS_KEY is not"):
+        S3Config.from_env()
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    with pytest.raises(StorageError, match=r"\$AWS_SECRET_ACCESS_KEY is set but \$AWS_ACCESS_KEY_ID is not"):
+        S3Config.from_env()
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    for bad in ("2.5", "0", "-1", "three"):
+        monkeypatch.setenv("AWS_MAX_ATTEMPTS", bad)
+        with pytest.raises(StorageError, match=r"\$AWS_MAX_ATTEMPTS must be a whole number of attempts"):
+            S3Config.from_env()
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "5")
+    assert S3Config.from_env().max_attempts == 5
 
 
 @pytest.mark.s3

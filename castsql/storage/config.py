@@ -52,6 +52,11 @@ class S3Config:
     def from_env(cls) -> S3Config:
         key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
         token = os.environ.get("AWS_SESSION_TOKEN")
+        if bool(key) != bool(secret):
+            # As botocore's PartialCredentialsError: half a pair is a mistake,
+            # not a reason to take another identity from the shared files.
+            have, missing = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")[:: 1 if key else -1]
+            raise StorageError(f"${have} is set but ${missing} is not: set both, or neither to use the AWS profile")
         profile = _shared_profile()
         if not (key and secret):
             key, secret = profile.get("aws_access_key_id"), profile.get("aws_secret_access_key")
@@ -67,7 +72,7 @@ class S3Config:
             or "us-east-1",
             connect_timeout=env_number("CASTSQL_S3_CONNECT_TIMEOUT", 10.0),
             read_timeout=env_number("CASTSQL_S3_READ_TIMEOUT", 30.0),
-            max_attempts=int(env_number("AWS_MAX_ATTEMPTS", 3)),
+            max_attempts=_attempts(),
         )
 
 
@@ -108,6 +113,16 @@ def _shared_profile() -> dict[str, str]:
         where = " or ".join(read) or "no AWS config or credentials file"
         raise StorageError(f"AWS profile {asked!r} not found ({where})")
     return out
+
+
+def _attempts() -> int:
+    """``$AWS_MAX_ATTEMPTS``: a whole number of tries, 1 or more (default 3)."""
+    raw = os.environ.get("AWS_MAX_ATTEMPTS")
+    if raw is None or not raw.strip():
+        return 3
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise StorageError(f"$AWS_MAX_ATTEMPTS must be a whole number of attempts, 1 or more, got {raw!r}")
+    return int(raw)
 
 
 def env_number(name: str, default: float) -> float:

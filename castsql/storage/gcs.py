@@ -185,7 +185,7 @@ class GCSStorage(ObjectStore):
         c = self.config
         raise StorageUnreachable(
             f"{self.uri(key)}: cannot {action}: {self._endpoint} did not answer "
-            f"({c.max_attempts} attempt(s), {c.connect_timeout:g} s to connect, {c.read_timeout:g} s to read each"
+            f"(up to {c.max_attempts} attempt(s), {c.connect_timeout:g} s to connect, {c.read_timeout:g} s to read each"
             + (f"; {type(last).__name__}" if last else "")
             + ")"
         )

@@ -10,6 +10,7 @@ every fresh process, importing obstore ~5 ms, with the same requests.
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -116,12 +117,18 @@ class ObstoreStorage(ObjectStore):
         if isinstance(e, ox.NotFoundError | FileNotFoundError):
             return ObjectNotFound(where)
         if isinstance(e, ox.PermissionDeniedError | ox.UnauthenticatedError):
-            return StorageError(f"{where}: cannot {action}: access denied: {one_line(e, excerpt=False)}")
+            # The store's own reason is its error code, in the XML body after
+            # the first line (SignatureDoesNotMatch, InvalidAccessKeyId, …).
+            code = re.search(r"<Code>([A-Za-z0-9.]{1,64})</Code>", text)
+            first = one_line(e, excerpt=False).removesuffix('<?xml version="1.0" encoding="UTF-8"?>').rstrip(": ")
+            why = f" ({code.group(1)})" if code else ""
+            return StorageError(f"{where}: cannot {action}: access denied{why}: {first}")
         if any(s in text for s in _NO_ANSWER):
             c = self.config
             return StorageUnreachable(
                 f"{where}: cannot {action}: {self._endpoint} did not answer "
-                f"({c.max_attempts} attempt(s), {c.connect_timeout:g} s to connect, {c.read_timeout:g} s to read each)"
+                f"(up to {c.max_attempts} attempt(s), {c.connect_timeout:g} s to connect, "
+                f"{c.read_timeout:g} s to read each)"
             )
         return StorageError(f"{where}: cannot {action}: {one_line(e, excerpt=False)}")
 
