@@ -135,12 +135,7 @@ def test_ctrl_c_in_the_shell_stops_the_wait(proxied, shell_env):
     from test_shell_pty import Shell
 
     proxy, root, cfg = proxied
-    env = {
-        **shell_env,
-        "AWS_ENDPOINT_URL": cfg.endpoint_url or "",
-        "AWS_ACCESS_KEY_ID": cfg.key or "",
-        "AWS_SECRET_ACCESS_KEY": cfg.secret or "",
-    }  # the default, long timeouts: only Ctrl-C ends this wait
+    env = _s3_env(shell_env, cfg)  # the default, long timeouts: only Ctrl-C ends this wait
     sh = Shell([root], env)
     try:
         proxy.stall = lambda method, path: "_latest_manifest" in path
@@ -160,12 +155,19 @@ def test_ctrl_c_in_the_shell_stops_the_wait(proxied, shell_env):
         sh.close()
 
 
-def _stalled_shell(cfg: S3Config, shell_env: dict[str, str], uri: str, read_timeout: float, attempts: int):
-    env = {
+def _s3_env(shell_env: dict[str, str], cfg: S3Config) -> dict[str, str]:
+    """A child process's environment reaching S3 as ``cfg`` says."""
+    return {
         **shell_env,
         "AWS_ENDPOINT_URL": cfg.endpoint_url or "",
         "AWS_ACCESS_KEY_ID": cfg.key or "",
         "AWS_SECRET_ACCESS_KEY": cfg.secret or "",
+    }
+
+
+def _stalled_shell(cfg: S3Config, shell_env: dict[str, str], uri: str, read_timeout: float, attempts: int):
+    env = {
+        **_s3_env(shell_env, cfg),
         "CASTSQL_S3_CONNECT_TIMEOUT": "1",
         "CASTSQL_S3_READ_TIMEOUT": str(read_timeout),
         "AWS_MAX_ATTEMPTS": str(attempts),
@@ -226,12 +228,7 @@ def test_ctrl_c_stops_a_writer_in_one_line(proxied, shell_env):
     import signal
 
     proxy, root, cfg = proxied
-    env = {
-        **shell_env,
-        "AWS_ENDPOINT_URL": cfg.endpoint_url or "",
-        "AWS_ACCESS_KEY_ID": cfg.key or "",
-        "AWS_SECRET_ACCESS_KEY": cfg.secret or "",
-    }  # the default, long timeouts: only Ctrl-C ends this wait
+    env = _s3_env(shell_env, cfg)  # the default, long timeouts: only Ctrl-C ends this wait
     proxy.stall = lambda method, path: method == "PUT" and "/manifest/" in path
     p = subprocess.Popen(
         [sys.executable, "-m", "castsql.cli", "delete", root, "--where", "id = 7"],
