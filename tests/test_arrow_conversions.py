@@ -19,6 +19,10 @@ CASES = [
     ([2**40], pa.uint64()),
     ([1.5, None, 2], pa.float64()),
     ([1.5], pa.float32()),
+    ([1e300, -(2**24), 2**24], pa.float32()),
+    ([-(2**53), 2**53], pa.float64()),
+    ([2**64 - 1, 0], pa.uint64()),
+    ([-(2**63), 2**63 - 1], pa.int64()),
     (["a", None, "héllo", ""], pa.string()),
     (["x"], pa.large_string()),
     ([True, None, False], pa.bool_()),
@@ -43,6 +47,8 @@ def test_built_arrays_equal_pa_array(values, type_):
 @pytest.mark.parametrize(
     ("values", "type_"),
     [([2**70], pa.int64()), ([1.5], pa.int64()), (["x"], pa.int64()), ([300], pa.int8()), ([-1], pa.uint8()),
+     ([2**63], pa.int64()), ([2**70], pa.float64()), ([2**53 + 1], pa.float64()),
+     ([-(2**60)], pa.float32()), ([2**24 + 1], pa.float32()),
      ([1], pa.string()), ([1], pa.bool_()), (["2024-01-01"], pa.date32()), ([True], pa.int64())],
 )  # fmt: skip
 def test_values_pa_array_would_refuse_are_left_to_it(values, type_):

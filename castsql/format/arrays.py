@@ -102,7 +102,19 @@ def build(values: Sequence[Any], type: pa.DataType) -> pa.Array:
             isinstance(v, bool) for v in present
         ):
             raise TypeError("not all numbers")
-        data = np.array([v if v is not None else 0 for v in values], dtype=_dtype(type))  # OverflowError
+        # Bounds checked here, not left to NumPy (1.x wraps an integer out of
+        # range): as pa.array, an integer type takes only what it holds, a
+        # float type only integers it holds exactly (|v| <= 2**mantissa bits).
+        ints = [v for v in present if isinstance(v, int)]
+        if whole:
+            lo, hi = int(np.iinfo(_dtype(type)).min), int(np.iinfo(_dtype(type)).max)
+        else:
+            hi = 2 ** {16: 11, 32: 24, 64: 53}[type.bit_width]
+            lo = -hi
+        if ints and (min(ints) < lo or max(ints) > hi):
+            raise OverflowError(f"an integer out of the range of {type}")
+        with np.errstate(over="ignore"):  # a float past float32's range is inf, as pa.array makes it
+            data = np.array([v if v is not None else 0 for v in values], dtype=_dtype(type))
         return pa.Array.from_buffers(type, n, [mask, pa.py_buffer(data)])
     if pa.types.is_list(type) and pa.types.is_integer(type.value_type):
         if not all(isinstance(v, list | tuple) for v in present):
@@ -143,3 +155,6 @@ def _dtype(t: pa.DataType) -> np.dtype:
     if t.bit_width in (8, 16, 32, 64) and not pa.types.is_boolean(t):
         return np.dtype(f"int{t.bit_width}")
     raise TypeError(f"no NumPy view of Arrow type {t}")
+
+
+FALSE = from_numpy(np.zeros(1, dtype=bool))[0]  # for pc.fill_null, which imports pandas for Python's False
