@@ -46,7 +46,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -67,6 +66,7 @@ from castsql.snapshot import Predicate, Snapshot, resolve
 from castsql.snapshot.changes import FileRows, all_positions, between
 from castsql.snapshot.prune import may_match
 from castsql.snapshot.resolve import ResolvedFile
+from castsql.storage.base import overlapped
 
 HISTORY_SCHEMA = pa.schema(
     [
@@ -361,21 +361,17 @@ class Audits:
     def _indexed_out(self, log: TableLog, first: int, last: int, keys: tuple) -> set[int]:
         """Versions in (first, last] that the key indexes (FORMAT.md §3.6) say
         changed no key in ``keys`` (lo, hi): a row's history need not read them."""
-        ends = list(range(keyindex.block_end(max(first + 1, 1)), last + 1, keyindex.BLOCK))
-        todo = [e for e in ends if (log.uri, e) not in self._indexes]
-        if len(todo) > 1:  # on an object store the reads overlap
-            with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
-                read = list(pool.map(lambda end: keyindex.read_index(log, end), todo))
-        else:
-            read = [keyindex.read_index(log, end) for end in todo]
-        for e, index in zip(todo, read, strict=True):
+        ends = range(keyindex.block_end(max(first + 1, 1)), last + 1, keyindex.BLOCK)
+        found = {e: self._indexes.get((log.uri, e)) for e in ends}
+        todo = [e for e, index in found.items() if index is None]
+        for e, index in zip(todo, overlapped(lambda end: keyindex.read_index(log, end), todo), strict=True):
+            found[e] = index
             if index is not None:  # an index never changes; a missing one may yet be written
                 self._indexes[(log.uri, e)] = index
         while len(self._indexes) > _STEPS // keyindex.BLOCK:
             self._indexes.popitem(last=False)
-        indexes = [self._indexes.get((log.uri, e)) for e in ends]
         out: set[int] = set()
-        for index in indexes:
+        for index in found.values():
             if index is not None:
                 out |= {v for v, k in index.items() if first < v <= last and not may_hold(k, *keys)}
         return out

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from castsql.errors import FormatError, ObjectNotFound
 from castsql.format.jsonio import load_json
-from castsql.format.manifest import Manifest, VersionRecord, ascending
+from castsql.format.manifest import Manifest, VersionRecord, ascending, is_key_list
 
 if TYPE_CHECKING:
     from castsql.format.metadata import TableMetadata
@@ -128,13 +128,9 @@ def read_index(log: TableMetadata, end: int) -> dict[int, list[Any] | None] | No
         keys = doc.get("keys") if isinstance(doc, dict) else None
         if doc.get("first") != end - BLOCK + 1 or doc.get("last") != end or not isinstance(keys, list):
             raise FormatError(f"{where}: not a key index of versions {end - BLOCK + 1} to {end}")
-        if len(keys) != BLOCK or not all(k is None or _is_key_list(k) for k in keys):
+        if len(keys) != BLOCK or not all(k is None or is_key_list(k) for k in keys):
             raise FormatError(f"{where}: 'keys' must hold {BLOCK} lists of numbers or strings, or nulls")
     except (FormatError, AttributeError):
         return None
     # A list out of order would hide keys from the bisecting lookup: it says nothing.
     return {end - BLOCK + 1 + i: (k if k is None or ascending(k) else None) for i, k in enumerate(keys)}
-
-
-def _is_key_list(k: Any) -> bool:
-    return isinstance(k, list) and all(isinstance(x, int | float | str) and not isinstance(x, bool) for x in k)

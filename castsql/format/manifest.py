@@ -34,6 +34,7 @@ import pyarrow as pa
 from castsql.errors import FormatError
 from castsql.format.jsonio import load_json
 from castsql.format.schema import Schema, type_from_name
+from castsql.format.tombstone import pk_value
 from castsql.storage.base import is_normal_key, key_problem
 
 FORMAT_VERSION = 2  # the newest this code reads, and what it writes
@@ -353,10 +354,7 @@ class ChangeLog:
         pre = obj.get("preimages")
         preimages = None if pre is None else DataFile.from_json(pre, f"{where}: change.preimages")
         keys = obj.get("keys")
-        if keys is not None and (
-            not isinstance(keys, list)
-            or not all(isinstance(k, int | float | str) and not isinstance(k, bool) for k in keys)
-        ):
+        if keys is not None and not is_key_list(keys):
             raise FormatError(f"{where}: change.keys must be a list of numbers or strings")
         if keys is not None and not ascending(keys):
             keys = None  # a lookup bisects the list: one out of order would hide keys, so it says nothing
@@ -638,6 +636,12 @@ def json_stat(value: Any) -> Any:
     if type(value).__name__ == "Decimal":
         return str(value)
     return None
+
+
+def is_key_list(v: Any) -> bool:
+    """A list of primary keys as JSON statistics (numbers or strings): what
+    ``change.keys`` (§3.5) and a key index's entries (§3.6) hold."""
+    return isinstance(v, list) and all(pk_value(k) for k in v)
 
 
 def ascending(keys: Sequence[Any]) -> bool:

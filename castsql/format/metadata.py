@@ -28,7 +28,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -53,6 +52,7 @@ from castsql.format.schema import Schema
 from castsql.format.state import FilePart, VersionState, read_part, read_records
 from castsql.format.tombstone import TombstoneRecord, parse_tombstones
 from castsql.storage import ObjectNotFound, Storage
+from castsql.storage.base import overlapped
 
 
 @dataclass(frozen=True)
@@ -184,12 +184,7 @@ class TableMetadata:
             except (ObjectNotFound, StorageError):
                 return None
 
-        if len(todo) > 1:
-            with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
-                raw = list(pool.map(fetch, todo))
-        else:
-            raw = [fetch(v) for v in todo]
-        for v, data in zip(todo, raw, strict=True):
+        for v, data in zip(todo, overlapped(fetch, todo), strict=True):
             if data is None:
                 continue
             try:

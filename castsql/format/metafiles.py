@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from pyroaring import BitMap
 
 from castsql.errors import FormatError, ObjectNotFound
-from castsql.format.arrays import from_numpy, py_array, scalar, to_numpy
+from castsql.format.arrays import FALSE, from_numpy, py_array, scalar, to_numpy
 from castsql.format.jsonio import loads_text
 from castsql.format.layout import new_meta_key
 from castsql.format.manifest import DataFile, MetaRef, json_stat, parse_time
@@ -346,7 +346,7 @@ def check_entries(table: pa.Table, what: str) -> None:
         # Parsed again when entries are built, maybe deeper in the stack: a
         # fixed depth limit makes every read of the object agree.
         deep = pc.count_substring_regex(extra, r"[\[{]")
-        deep = pc.fill_null(pc.greater(deep, scalar(_EXTRA_DEPTH, deep.type)), False)
+        deep = pc.fill_null(pc.greater(deep, scalar(_EXTRA_DEPTH, deep.type)), FALSE)
         deep_rows = set(pc.indices_nonzero(deep).to_pylist()) if pc.any(deep).as_py() else set()
         for i, (path, text) in enumerate(zip(paths.to_pylist(), extra.to_pylist(), strict=True)):
             if text is None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, KeysView
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,7 +42,7 @@ from castsql.format.metafiles import (
     read_files_object,
 )
 from castsql.format.tombstone import TombstoneRecord
-from castsql.storage.base import Storage, is_normal_key
+from castsql.storage.base import Storage, is_normal_key, overlapped
 
 
 class MetadataSource(Protocol):
@@ -170,9 +169,8 @@ class VersionState:
     def _objects(self) -> list[FilePart]:
         m = self.manifest
         refs = list(m.file_objects)
-        if len(refs) > 1 and not all(self._meta.has_part(r, m) for r in refs):
-            with ThreadPoolExecutor(max_workers=min(16, len(refs))) as pool:
-                return list(pool.map(lambda r: self._meta.part(r, m), refs))
+        if not all(self._meta.has_part(r, m) for r in refs):
+            return overlapped(lambda r: self._meta.part(r, m), refs)
         return [self._meta.part(r, m) for r in refs]
 
     def unique_objects(self) -> list[FilePart]:

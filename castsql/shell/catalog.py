@@ -21,7 +21,6 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -57,6 +56,8 @@ def latest_versions(session: Session, tables: Sequence[str] | None = None) -> di
 
     Example: ``latest_versions(session)`` -> ``{"events": 6, "users": 1}``.
     """
+    from castsql.storage.base import overlapped
+
     names = list(session.tables if tables is None else tables)
 
     def one(name: str) -> int | None:
@@ -65,10 +66,7 @@ def latest_versions(session: Session, tables: Sequence[str] | None = None) -> di
         except Exception:  # one broken table must not hide the others
             return None
 
-    if len(names) <= 1:
-        return {n: one(n) for n in names}
-    with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
-        return dict(zip(names, pool.map(one, names), strict=True))
+    return dict(zip(names, overlapped(one, names), strict=True))
 
 
 def quote_ident(name: str, reserved: set[str] | frozenset[str] = frozenset()) -> str:

@@ -23,10 +23,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from castsql.format import DataFile
-from castsql.format.arrays import from_numpy, scalar
+from castsql.format.arrays import FALSE, from_numpy, scalar
 from castsql.format.manifest import json_stat
 
-_FALSE = from_numpy(np.zeros(1, dtype=bool))[0]
 _OPS = {"=", "==", "!=", "<>", "<", "<=", ">", ">="}
 
 
@@ -132,5 +131,5 @@ def prune_mask(table: pa.Table, preds: Sequence[Predicate], types: dict[str, str
                 out = pc.and_(pc.equal(lo, v), pc.equal(hi, v))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
             continue  # a value of another kind than the column: no pruning on it
-        keep = pc.and_(keep, pc.invert(pc.fill_null(out, _FALSE)))
+        keep = pc.and_(keep, pc.invert(pc.fill_null(out, FALSE)))
     return keep

@@ -23,10 +23,15 @@ from __future__ import annotations
 import abc
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from castsql.errors import ObjectNotFound, PreconditionFailed, StorageError, StorageUnreachable
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 __all__ = [
     "ObjectInfo",
@@ -99,6 +104,19 @@ def allow_waits() -> None:
 
 def waits_cancelled() -> bool:
     return _cancel.is_set()
+
+
+def overlapped(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``fn`` of each item, in order, up to 16 at a time when there are
+    several: on an object store each is a round trip, and they overlap.
+
+    >>> overlapped(lambda v: v * 2, [1, 2, 3])
+    [2, 4, 6]
+    """
+    if len(items) <= 1:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
+        return list(pool.map(fn, items))
 
 
 @dataclass(frozen=True)

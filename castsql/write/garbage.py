@@ -281,10 +281,11 @@ def gc(
             held += 1
             continue
         report.bytes_freed += info.size
+    oldest = min(keep)
     for info in indexes:
         # A key index serves only its block's versions (FORMAT.md §3.6).
         end = keyindex.index_version(info.key)
-        if end is not None and end < min(keep):
+        if end is not None and end < oldest:
             report.removed_metadata.append(info.key)
             report.bytes_freed += info.size
     for info in temps:
@@ -302,6 +303,6 @@ def gc(
         # Complete what writers may have left out (FORMAT.md §3.6): every whole kept block has its key index.
         have = {keyindex.index_version(i.key) for i in indexes}
         for end in range(keyindex.BLOCK, head.version + 1, keyindex.BLOCK):
-            if end not in have and end - keyindex.BLOCK >= min(keep):
+            if end not in have and end - keyindex.BLOCK >= oldest:
                 keyindex.write_index(log, end)
     return report
