@@ -20,11 +20,14 @@ Example::
 
     >>> block_end(1), block_end(64), block_end(65), index_key(128)
     (64, 64, 128, 'audit/keys/v00000128.json')
+    >>> index_version(index_key(128)), index_version(index_key(10**9)), index_version("audit/keys/v12.json")
+    (128, 1000000000, None)
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from castsql.errors import FormatError, ObjectNotFound
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
 BLOCK = 64
 INDEX_DIR = "audit/keys"
+_INDEX_RE = re.compile(rf"^{INDEX_DIR}/v(\d{{8,}})\.json$")  # as manifest keys: past 10^8, more digits
 NO_DATA_CHANGE = frozenset({"COMPACT", "OPTIMIZE"})  # operations that rewrite rows without changing them
 
 
@@ -45,11 +49,8 @@ def index_key(end: int) -> str:
 
 def index_version(key: str) -> int | None:
     """The last version of the block whose index is at ``key``; None for another key."""
-    name = key.rpartition("/")[2]
-    if not key.startswith(INDEX_DIR + "/") or not (name.startswith("v") and name.endswith(".json")):
-        return None
-    digits = name[1:-5]
-    return int(digits) if digits.isdigit() and len(digits) == 8 else None
+    m = _INDEX_RE.match(key)
+    return int(m.group(1)) if m else None
 
 
 def block_end(version: int) -> int:
