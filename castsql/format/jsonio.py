@@ -47,3 +47,9 @@ def load_json(data: bytes, where: str, what: str) -> Any:
     except UnicodeDecodeError:
         raise FormatError(f"{where}: {what} is not UTF-8 text") from None
     return loads_text(text, where, what)
+
+
+def pk_value(v: Any) -> bool:
+    """A number or a string: what a key range's bound, and a key in
+    ``change.keys`` or a key index, may be (JSON statistics of a key)."""
+    return isinstance(v, int | float | str) and not isinstance(v, bool)

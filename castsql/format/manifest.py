@@ -32,9 +32,8 @@ from typing import Any
 import pyarrow as pa
 
 from castsql.errors import FormatError
-from castsql.format.jsonio import load_json
+from castsql.format.jsonio import load_json, pk_value
 from castsql.format.schema import Schema, type_from_name
-from castsql.format.tombstone import pk_value
 from castsql.storage.base import is_normal_key, key_problem
 
 FORMAT_VERSION = 2  # the newest this code reads, and what it writes

@@ -41,7 +41,7 @@ from pyroaring import BitMap
 
 from castsql.errors import FormatError, ObjectNotFound
 from castsql.format.arrays import FALSE, from_numpy, py_array, scalar, to_numpy
-from castsql.format.jsonio import loads_text
+from castsql.format.jsonio import loads_text, pk_value
 from castsql.format.layout import new_meta_key
 from castsql.format.manifest import DataFile, MetaRef, json_stat, parse_time
 from castsql.format.schema import Schema, json_ordered, type_from_name
@@ -51,7 +51,6 @@ from castsql.format.tombstone import (
     RowGroupDelete,
     TombstoneRecord,
     load_bitmap,
-    pk_value,
 )
 from castsql.storage import Storage
 from castsql.storage.base import key_problem

@@ -27,7 +27,7 @@ import pyarrow as pa
 from pyroaring import BitMap
 
 from castsql.errors import FormatError
-from castsql.format.jsonio import loads_text
+from castsql.format.jsonio import loads_text, pk_value
 from castsql.format.schema import Schema, type_from_name
 from castsql.storage.base import key_problem
 
@@ -62,11 +62,6 @@ TombstoneRecord = RowGroupDelete | KeyRangeDelete | PositionDelete
 
 def _nonneg_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def pk_value(v: Any) -> bool:
-    """A number or a string: what a key range's bound may be."""
-    return isinstance(v, int | float | str) and not isinstance(v, bool)
 
 
 def load_bitmap(data: bytes, where: str) -> BitMap:
