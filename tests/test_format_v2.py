@@ -79,6 +79,27 @@ def test_commits_fold_and_merge_and_every_version_reads(storage, small_policy, s
         assert got == len({i for i in live[m.version] if 100 <= i <= 119})
 
 
+def test_files_objects_a_commit_wrote_are_kept_as_they_read_back(tmp_path, small_policy):
+    """A commit keeps the files objects it writes (the next commit or
+    compaction of a stream reads them without a request): what it keeps is
+    what a reader of the stored object gets, through folds, removals and
+    tier merges alike, and the entries as DataFiles match too."""
+    from castsql.format.state import read_part
+    from castsql.storage import open_storage
+
+    storage = open_storage(str(tmp_path / "t"))
+    log = TableLog.create(storage, SCHEMA, primary_key="id")
+    for i in range(40):
+        m = log.append(write_data_files(storage, rows(10 * i, 10 * i + 10)))
+    entries = log.state(m).entries()
+    m = log.delete([PositionDelete(entries[3].path, None, BitMap(range(10)))])  # a removal rewrites an object
+    assert m.file_objects
+    for ref in m.file_objects:
+        assert log.has_part(ref, m)
+        kept, stored = log.part(ref, m), read_part(storage, ref, m, "test")
+        assert kept.table.equals(stored.table, check_metadata=False) and kept.entries() == stored.entries()
+
+
 def test_a_one_file_append_writes_the_same_however_big_the_table(tmp_path, small_policy, monkeypatch):
     from castsql.storage import open_storage
 

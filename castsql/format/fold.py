@@ -112,6 +112,12 @@ def next_files(
     with ``add``. Also returns the entries removed. CommitConflict if a key to
     remove is not in ``base``."""
     st = meta.storage
+
+    def write(table: pa.Table, level: int | None) -> MetaRef:
+        ref = write_files_object(st, table, level=level)
+        meta.wrote_part(ref, table, schema)
+        return ref
+
     kept = [f for f in inline if f.path not in remove]
     removed = [f for f in inline if f.path in remove]
     left = remove - {f.path for f in removed}
@@ -119,28 +125,29 @@ def next_files(
     for i, ref in enumerate(objects):
         if not left or not any(may_hold(ref, k) for k in left):
             continue
-        table = meta.part(ref, base).table
+        part = meta.part(ref, base)
+        table = part.table
         hit = pc.is_in(table.column("path"), pa.array(sorted(left), pa.string()))
         if not pc.any(hit).as_py():
             continue
         gone = table.filter(hit)
-        removed += meta.entries_of(gone)
+        removed += part.entries_where(hit)
         left -= set(gone.column("path").to_pylist())
         rest = conform_files(table.filter(pc.invert(hit)), schema)
-        objects[i] = write_files_object(st, rest, level=ref.level) if rest.num_rows else None  # type: ignore[call-overload]
+        objects[i] = write(rest, ref.level) if rest.num_rows else None  # type: ignore[call-overload]
     if left:
         raise CommitConflict(f"{where}: data file {sorted(left)[0]} was removed by a concurrent commit")
     objects = [r for r in objects if r is not None]
     kept += list(add)
     if len(kept) > FILES_INLINE_MAX:
         for chunk in _chunks(files_to_arrow(kept, schema)):
-            objects.append(write_files_object(st, chunk, level=level_for(chunk.num_rows, FILES_INLINE_MAX)))
+            objects.append(write(chunk, level_for(chunk.num_rows, FILES_INLINE_MAX)))
         kept = []
     objects = _merge_tiers(
         objects,
         FILES_INLINE_MAX,
         lambda ref: conform_files(meta.part(ref, base).table, schema),
-        lambda table, level: write_files_object(st, table, level=level),
+        write,
     )
     return objects, kept, removed
 

@@ -37,7 +37,6 @@ from castsql.errors import FormatError, StorageError, TableNotFound, VersionNotF
 from castsql.format.jsonio import load_json
 from castsql.format.layout import MANIFEST_DIR, POINTER_KEY, manifest_key, manifest_version, to_table_key
 from castsql.format.manifest import (
-    DataFile,
     Manifest,
     MetaRef,
     Totals,
@@ -47,7 +46,7 @@ from castsql.format.manifest import (
     parse_manifest,
     parse_record,
 )
-from castsql.format.metafiles import files_from_arrow, read_deletes_object
+from castsql.format.metafiles import read_deletes_object
 from castsql.format.schema import Schema
 from castsql.format.state import FilePart, VersionState, read_part, read_records
 from castsql.format.tombstone import TombstoneRecord, parse_tombstones
@@ -228,12 +227,22 @@ class TableMetadata:
                 self._parts.move_to_end(ck)
                 return p
         p = read_part(self.storage, ref, m, self.where(m.version))
+        self._keep_part(ck, p)
+        return p
+
+    def wrote_part(self, ref: MetaRef, table: pa.Table, schema: Schema) -> None:
+        """A files object this process just wrote (``table``, conformed to
+        ``schema``, the schema of the version that will reference it): kept as
+        if read, so the next read of that version (a stream's next commit, a
+        compaction) costs no request for it."""
+        self._keep_part((ref.path, _schema_text(schema)), FilePart(ref, table))
+
+    def _keep_part(self, ck: tuple[str, str], p: FilePart) -> None:
         with self._lock:
             self._parts[ck] = p
             held = sum(x.table.num_rows for x in self._parts.values())
             while held > _PART_ROWS_CACHED and len(self._parts) > 1:
                 held -= self._parts.popitem(last=False)[1].table.num_rows
-        return p
 
     def deletes_table(self, ref: MetaRef, where: str | None = None) -> pa.Table:
         """The rows of deletes object ``ref`` (cached by key); ``where`` names the version in errors."""
@@ -277,9 +286,6 @@ class TableMetadata:
             while len(self._records) > 256:
                 self._records.popitem(last=False)
         return recs
-
-    def entries_of(self, table: pa.Table) -> list[DataFile]:
-        return files_from_arrow(table)
 
     def totals(self, m: Manifest) -> Totals:
         """What ``m`` holds: its own totals (version 2), or counted from its lists (version 1)."""

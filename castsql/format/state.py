@@ -64,6 +64,7 @@ class MetadataSource(Protocol):
 
 # Paths in a files object are keys relative to the root, already normal
 # (FORMAT.md §3.2): checked for a whole object at once.
+ENTRIES_KEPT = 20_000  # a files object's entries kept as DataFiles up to this many (FilePart.entries)
 _NOT_NORMAL_KEY = r"(^$|^/|^\.|/\.|//|/$|[?#*\[\]{}\\\x00-\x1f\x7f])"
 
 
@@ -76,7 +77,26 @@ class FilePart:
     _names: dict[str, str | None] | None = field(default=None, repr=False)
     _index: dict[str, int] | None = field(default=None, repr=False)  # key -> its first row
     _entries: dict[str, DataFile] = field(default_factory=dict, repr=False)
+    _all: list[DataFile] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def entries(self) -> list[DataFile]:
+        """Every entry of the part, in its order (a new list; the entries are
+        shared). Kept for parts of up to ``ENTRIES_KEPT`` entries: a stream's
+        commits and compactions convert the same small objects again and
+        again, while a large table's parts are not held twice in memory."""
+        got = self._all
+        if got is None:
+            got = files_from_arrow(self.table)
+            if len(got) <= ENTRIES_KEPT:
+                self._all = got
+        return list(got)
+
+    def entries_where(self, mask: pa.Array | pa.ChunkedArray) -> list[DataFile]:
+        """The entries of the rows ``mask`` (a boolean column of the part's rows) selects."""
+        if self._all is None and self.table.num_rows > ENTRIES_KEPT:
+            return files_from_arrow(self.table.filter(mask))
+        return [f for f, hit in zip(self.entries(), mask.to_pylist(), strict=True) if hit]
 
     def entry(self, key: str) -> DataFile:
         """The entry of ``key`` (KeyError if the part does not list it), kept:
@@ -206,7 +226,7 @@ class VersionState:
 
     def entries(self) -> list[DataFile]:
         """Every file as a DataFile (one Python object per file: for writers and small tables)."""
-        return [f for p in self.parts for f in files_from_arrow(p.table)]
+        return [f for p in self.parts for f in p.entries()]
 
     def contains(self, key: str) -> bool:
         # The inline entries by key, not as Arrow: a stepped resolve asks this

@@ -172,7 +172,7 @@ class Snapshot:
                 st = self._state
                 assert st is not None
                 # A file listed twice would be read twice: checked.
-                objects = [f for p in st.unique_objects() for f in files_from_arrow(p.table)]
+                objects = [f for p in st.unique_objects() for f in p.entries()]
                 self._files = self._materialize(objects + st.inline_entries())
             return self._files
 
