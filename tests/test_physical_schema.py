@@ -106,3 +106,33 @@ def test_a_lossy_difference_is_one_error_naming_file_column_and_types(table, s3_
         # Other versions still read; a pruned query that never opens the bad file too.
         assert s.sql("SELECT count(*) AS n FROM t AS OF VERSION 2")["n"][0].as_py() == 3
         assert s.sql("SELECT count(*) AS n FROM t WHERE id <= 2")["n"][0].as_py() == 2
+
+
+def test_footers_a_writer_remembers_are_what_the_files_hold(tmp_path):
+    """The embedded writers remember the signature and row groups of the files
+    they write (no footer read when a stream's compaction reads them back):
+    for every column type a table can hold, what they remember is what
+    DuckDB finds in the footer."""
+    import castsql
+    from castsql.engine.duck import new_connection
+    from castsql.engine.physical import Signatures
+    from castsql.format.schema import _SIMPLE
+
+    types = {*_SIMPLE.values(), pa.timestamp("us"), pa.timestamp("us", tz="UTC"), pa.decimal128(10, 2)}
+    types |= {pa.decimal128(38, 5)}
+    data = pa.table({f"c{i}": pa.nulls(3, t) for i, t in enumerate(sorted(types, key=str))})
+    data = data.append_column("id", pa.array([1, 2, 3]))
+    uri = str(tmp_path / "every")
+    castsql.write_table(uri, data)
+    with castsql.open(uri) as t:
+        t.append(data)
+        t.delete("id = 2")
+        paths = [f.uri for f in t._session.snapshot("every").files]
+    remembered = {u: (Signatures._cache[u], Signatures._rows[u]) for u in paths}
+    con = new_connection()
+    read = Signatures(con)._read(paths)  # the footers themselves, not the class's cache
+    for u in paths:
+        groups = con.execute(
+            "SELECT row_group_id, max(row_group_num_rows) FROM parquet_metadata(?) GROUP BY ALL ORDER BY 1", [u]
+        ).fetchall()
+        assert remembered[u] == (read[u], tuple(n for _, n in groups))

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from castsql.engine import names
+from castsql.engine.physical import Signatures
 from castsql.engine.quoting import ident
 from castsql.errors import CastSQLError, CommitConflict
 from castsql.format import DataFile, Manifest
@@ -161,13 +162,11 @@ def _rewrite(
                 rows += b.num_rows
                 yield b
 
+        storage = session.log(table).storage
         written = write_data_files(
-            session.log(table).storage,
-            batches(),
-            snap.schema,
-            row_group_size=row_group_size,
-            target_file_bytes=target_file_bytes,
+            storage, batches(), snap.schema, row_group_size=row_group_size, target_file_bytes=target_file_bytes
         )
+        Signatures.remember(storage, written, snap.schema)
     finally:
         session.views.drop(view)
     return written, rows

@@ -47,7 +47,7 @@ import array
 import itertools
 import re
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -56,7 +56,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from castsql.engine.physical import duck_type
+from castsql.engine.physical import Signatures, duck_type
 from castsql.engine.views import ROW_FILE, ROW_POS, ident, sql_str
 from castsql.errors import SchemaMismatch, WriteError, one_line
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord, write_data_files
@@ -144,11 +144,18 @@ class Writer:
         check = pk is not None and not allow_duplicate_keys
         if check:
             check_input_keys(self.table, pk, t.column(pk))  # before any file is written
-        files = write_data_files(self.log.storage, t, schema)
+        files = self.write_files(t, schema)
         return pipeline.append(
             self.log, self.table, files, schema=schema, new_schema=new_schema,
             keys=t.column(pk) if check else None, base=head, keys_checked=True, attempts=attempts,
         )  # fmt: skip
+
+    def write_files(self, data: pa.Table | Iterator[pa.RecordBatch], schema: Schema, **options: Any) -> list[DataFile]:
+        """``data`` (in ``schema``'s columns and types) as new data files of the
+        table, their footers remembered (:meth:`Signatures.remember`)."""
+        files = write_data_files(self.log.storage, data, schema, **options)
+        Signatures.remember(self.log.storage, files, schema)
+        return files
 
     def _prepare(self, data: Any, where: str, merge_schema: bool) -> tuple[pa.Table, Schema, Schema | None, Manifest]:
         """``data`` as Arrow in the table's columns and types (or the merged
@@ -183,7 +190,7 @@ class Writer:
         pk = head.primary_key
         if pk is not None and not allow_duplicate_keys and t.num_rows:
             check_input_keys(self.table, pk, t.column(pk), "overwrite")
-        files = write_data_files(self.log.storage, t, schema) if t.num_rows else []
+        files = self.write_files(t, schema) if t.num_rows else []
         return commit_overwrite(
             self.log, files, schema=schema, new_schema=new_schema, summary=added_summary(files), attempts=attempts
         )
@@ -799,7 +806,7 @@ class _Found:
             return []
         schema = self.snap.schema
         where = f"table {self.writer.table}: {self.op}"
-        return write_data_files(self.writer.log.storage, conform(self.new, schema, where), schema)
+        return self.writer.write_files(conform(self.new, schema, where), schema)
 
     def close(self) -> None:
         return None

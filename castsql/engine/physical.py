@@ -55,8 +55,10 @@ import pyarrow as pa
 from castsql.engine.quoting import ident as _ident
 from castsql.engine.quoting import sql_list
 from castsql.errors import FormatError, SchemaMismatch
+from castsql.format.manifest import DataFile
 from castsql.format.schema import Schema, type_from_name
 from castsql.snapshot import ResolvedFile
+from castsql.storage import Storage
 
 Signature = tuple[tuple[str, str | None], ...]  # (physical name, DuckDB type or None for nested), in file order
 
@@ -224,6 +226,25 @@ class Signatures:
             if children:
                 stack.append(children)
         return {f: tuple(cols) for f, cols in out.items()}
+
+    @classmethod
+    def remember(cls, storage: Storage, files: Sequence[DataFile], schema: Schema) -> None:
+        """Footers this process wrote itself (``files``, written by
+        :func:`castsql.format.write_data_files` under ``schema``): what a read
+        would find in them, known without reading them. A stream's automatic
+        compaction then plans and reads its small files without a footer read
+        each; files another writer wrote are still read and checked."""
+        if any(f.row_group_rows is None for f in files):
+            return
+        try:
+            sig = tuple((c.name, duck_type(c.type)) for c in schema.columns)
+        except SchemaMismatch:
+            return
+        with cls._lock:
+            for f in files:
+                uri = storage.uri(f.path)
+                cls._cache[uri] = sig
+                cls._rows[uri] = tuple(f.row_group_rows)  # type: ignore[arg-type]
 
     def row_groups(self, uris: Sequence[str]) -> dict[str, tuple[int, ...]]:
         """Rows in each row group of each file, from its footer (read once per process)."""
