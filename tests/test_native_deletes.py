@@ -116,6 +116,32 @@ def test_whole_versions_read_the_live_rows_every_way(table, s3_config, mode):
             )
 
 
+@pytest.mark.parametrize("new_rows", [30, 30_000], ids=["small-new-files", "large-new-files"])
+def test_files_without_deletes_beside_ones_with_deletes(tmp_path, new_rows):
+    """A stream's shape: a base file with deletes and new files without. Small
+    new files join the base's scan (one scan, no bitmap of theirs); larger
+    ones stay a plain read_parquet, whose count(*) comes from their footers.
+    Either way every query sees exactly the live rows."""
+    storage = open_storage(str(tmp_path / "t"))
+    log = TableLog.create(storage, SCHEMA, primary_key="id")
+    base = write_data_files(storage, pa.table({"id": range(20_000), "v": range(20_000)}, schema=SCHEMA))
+    log.append(base)
+    log.delete([PositionDelete(base[0].path, None, BitMap(range(0, 20_000, 3)))])
+    live = {i for i in range(20_000) if i % 3}
+    for k in range(3):
+        ids = range(100_000 + k * new_rows, 100_000 + (k + 1) * new_rows)
+        log.append(write_data_files(storage, pa.table({"id": ids, "v": ids}, schema=SCHEMA)))
+        live |= set(ids)
+    with Session(log.uri) as s:
+        for _ in range(2):  # provisional, then settled
+            assert s.sql("SELECT count(*) AS n, sum(v) AS s FROM t").to_pylist() == [{"n": len(live), "s": sum(live)}]
+            assert sorted(s.sql("SELECT id FROM t WHERE v % 1000 = 1").column("id").to_pylist()) == sorted(
+                i for i in live if i % 1000 == 1
+            )
+        body = s.con.execute("SELECT sql FROM duckdb_views() WHERE view_name = 't'").fetchone()[0]
+        assert ("read_parquet" in body) == (new_rows > 20_000)
+
+
 @pytest.mark.parametrize(
     "sql",
     [

@@ -184,8 +184,7 @@ class Views:
                 proj = self._projection(snap, group, members[0])
                 clean = [f for f in members if not f.has_deletes]
                 dirty = [f for f in members if f.has_deletes]
-                if clean:
-                    branches.append(f"SELECT {proj} FROM read_parquet({_file_list([f.uri for f in clean])})")
+                clean_at = len(branches)  # clean files come first, as they always have
                 lineage = (snap.table_uri, group.signature)
                 # With CastSQL's extension a new version of a table DuckLake
                 # already holds is provisional too: its first query binds the
@@ -209,8 +208,11 @@ class Views:
                     # Deletes skipped inside DuckDB's reader cost a scan no more than
                     # DuckLake's would: such a version is never moved into DuckLake.
                     provisional = provisional or (whole and not self._in_reader(sizes))
-                    if scan := self._anti_join(name, snap, proj, group, dirty, within):
+                    scan, clean = self._anti_join(name, snap, proj, group, dirty, within, clean)
+                    if scan:
                         branches.append(scan)
+                if clean:
+                    branches.insert(clean_at, f"SELECT {proj} FROM read_parquet({_file_list([f.uri for f in clean])})")
             body = " UNION ALL ".join(branches) if branches else self._empty(name, snap)
         made, self._new_tables = self._new_tables, []
         try:
@@ -235,15 +237,28 @@ class Views:
             self._lake.trim(lineage, {v for lk, v in self._lake_at.values() if lk == lineage})
 
     def _anti_join(
-        self, view: str, snap: Snapshot, proj: str, group: Group, files: list[ResolvedFile], within: Sequence
-    ) -> str:
+        self,
+        view: str,
+        snap: Snapshot,
+        proj: str,
+        group: Group,
+        files: list[ResolvedFile],
+        within: Sequence,
+        clean: list[ResolvedFile],
+    ) -> tuple[str, list[ResolvedFile]]:
         """A few files with deletes (a file set pruned for a selective query),
         each scanned and anti-joined with its deleted positions, only those in
         the row groups whose statistics may match ``within`` (the predicates
         every query of this view applies, so rows of the other row groups never
         reach the result): the join builds a few thousand positions, not every
         one of the file, and skips DuckLake's per-query cost
-        (docs/PERFORMANCE.md, "Selective queries")."""
+        (docs/PERFORMANCE.md, "Selective queries"). Returns the SQL and the
+        files of ``clean`` (the group's files without deletes) it did not
+        take: where the deletes are skipped inside DuckDB's reader and the
+        clean files hold fewer rows than these (a stream's small new files
+        beside a large base), they join that one scan (no bitmap bound to
+        them), as a union of two scans cost such a table's aggregate a fifth
+        more than one."""
         branches, scattered = [], []
         seq = next(self._seq)
         deads = []
@@ -270,7 +285,12 @@ class Views:
             else:
                 scattered.append((f, arr, dead))
         if scattered and live:
-            branches.append(self._live_filter(proj, [(f, dead) for f, _, dead in scattered]))
+            # Not when the clean files hold more rows: read_parquet answers their
+            # count(*) from the footers, which this scan cannot (castsql_scan.cpp).
+            small = sum(f.total_rows for f in clean) <= sum(f.total_rows for f, _, _ in scattered)
+            took = clean if in_reader and small else []
+            branches.append(self._live_filter(proj, [(f, None) for f in took] + [(f, d) for f, _, d in scattered]))
+            clean = clean[len(took) :]
         elif len(scattered) == 1:
             ((f, arr, _),) = scattered
             table = self._positions_table(names.internal("del", seq, 0, owner=view), {"pos": _uint32(arr)})
@@ -291,7 +311,7 @@ class Views:
                 f"SELECT {proj} FROM (SELECT *, file_index AS {_FI}, file_row_number AS {_POS} "
                 f"FROM read_parquet({uris})) p ANTI JOIN {table} d ON p.{_FI} = d.file_index AND p.{_POS} = d.pos"
             )
-        return " UNION ALL ".join(branches)
+        return " UNION ALL ".join(branches), clean
 
     def _fits_native(self, files: Iterable[tuple[int, int]]) -> bool:
         """Whether the extension is loaded and can hold the deletes of ``files``
@@ -305,7 +325,7 @@ class Views:
         inside DuckDB's Parquet reader (``"castsql/parquet"``)."""
         return native.scans(self.con) and self._fits_native(files)
 
-    def _live_filter(self, proj: str, files: list[tuple[ResolvedFile, BitMap]]) -> str:
+    def _live_filter(self, proj: str, files: list[tuple[ResolvedFile, BitMap | None]]) -> str:
         """One scan of ``files`` that skips their deleted positions, held as
         bitmaps by CastSQL's extension: inside DuckDB's Parquet reader, which
         then decodes only the live rows (``"castsql/parquet"``), or, without

@@ -149,10 +149,14 @@ class Bitmaps:
         """Whether a bitmap of ``uri`` is registered for this very ``dead`` object."""
         return any(bm is dead for bm, _ in self._by_uri.get(uri, ()))
 
-    def bind(self, files: Sequence[tuple[str, int, BitMap]]) -> int:
+    def bind(self, files: Sequence[tuple[str, int, BitMap | None]]) -> int:
         """A new set over ``files`` (URI, rows, deleted positions; in the order of
-        the scan's file list); returns its number, for ``"castsql/live"``."""
+        the scan's file list); returns its number, for ``"castsql/live"``.
+        ``None`` for a file's positions binds nothing at its index: the scan
+        (``"castsql/parquet"``, not ``"castsql/live"``) reads all its rows."""
         set_id, ids, new = new_set(), [], []
+        at = [i for i, (_, _, dead) in enumerate(files) if dead is not None]
+        files = [files[i] for i in at]
         for uri, rows, dead in files:
             known = self._by_uri.get(uri, ())
             bid = next((b for bm, b in known if bm is dead), None)
@@ -168,7 +172,7 @@ class Bitmaps:
         try:
             if new:
                 self._register(new)
-            pairs = ", ".join(f"({i}, {b})" for i, b in enumerate(ids))
+            pairs = ", ".join(f"({i}, {b})" for i, b in zip(at, ids, strict=True))
             self.con.execute(f'SELECT count("castsql/bind"({set_id}, f::UBIGINT, b)) FROM (VALUES {pairs}) t(f, b)')
         except BaseException:
             self.con.execute(f'SELECT "castsql/forget"({set_id})')
