@@ -56,7 +56,10 @@ def type_from_name(name: str) -> pa.DataType:
 
 def normalize_type(t: pa.DataType) -> pa.DataType:
     """The type CastSQL stores for ``t``: large/view strings become ``string``,
-    every timestamp becomes microseconds (UTC when it had a zone)."""
+    every timestamp becomes microseconds (UTC when it had a zone), half floats
+    single (as DuckDB and Spark read them)."""
+    if pa.types.is_float16(t):
+        return pa.float32()
     if pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return pa.string()
     if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):

@@ -88,7 +88,9 @@ def conform(
 
 class _Stats:
     def __init__(self, schema: pa.Schema) -> None:
-        self.names = [f.name for f in schema if json_ordered(f.type)]
+        # Half floats have no min_max kernel in Arrow (and no other writer
+        # makes them): such a column is stored without bounds.
+        self.names = [f.name for f in schema if json_ordered(f.type) and not pa.types.is_float16(f.type)]
         self.min: dict[str, Any] = {}
         self.max: dict[str, Any] = {}
         self.unbounded: set[str] = set()
