@@ -21,7 +21,8 @@ that never looks for new versions, and one refreshed per query.
 Printed: commit latency per engine (p50, p99, the median of batches 90-110
 against the last 20), then, after the stream, medians of ``--repeat`` warm
 queries in one session per engine against the same live rows written as one
-Parquet file read by DuckDB: a full aggregate and a recent time range (the
+Parquet file read by DuckDB (for the engines on S3, that file on the same S3
+server, read through httpfs): a full aggregate and a recent time range (the
 last 1% of times); and the embedded compaction of 300 one-batch files into
 one against DuckLake's ``ducklake_merge_adjacent_files`` on the same rows.
 
@@ -325,14 +326,31 @@ def main(argv: list[str] | None = None) -> int:
             floor[label] = median_time(
                 lambda q=q: con.sql(q.format(t=f"read_parquet('{one}')")).fetchall(), args.repeat
             )
+    # On S3 the floor is the same file on the same server, read by DuckDB's httpfs.
+    floor_s3 = {}
+    if server is not None and live is not None:
+        from castsql.engine.duck import configure_s3, new_connection
+        from castsql.storage import open_storage
+
+        open_storage("s3://bench/stream", s3=server.config).put("one.parquet", Path(one).read_bytes())
+        con_s3 = new_connection()
+        configure_s3(con_s3, server.config)
+        for label, q in (("full aggregate", full), ("recent 1% of times", recent)):
+            floor_s3[label] = median_time(
+                lambda q=q: con_s3.sql(q.format(t="read_parquet('s3://bench/stream/one.parquet')")).fetchall(),
+                args.repeat,
+            )
     print(f"\n{'after the stream (ms)':<22}{'one file':>9}" + "".join(f"{e.name:>15}{'x':>6}" for e in engines))
     for label, q in (("full aggregate", full), ("recent 1% of times", recent)):
         cells = ""
         for e in engines:
             m = median_time(lambda e=e, q=q: e.query(q), args.repeat)
-            ratio = m / floor[label] if label in floor else float("nan")
+            base = floor_s3 if "S3" in e.name else floor
+            ratio = m / base[label] if label in base else float("nan")
             cells += f"{m * 1000:>15.1f}{ratio:>6.2f}"
         print(f"{label:<22}{floor.get(label, float('nan')) * 1000:>9.1f}{cells}")
+    for label, m in floor_s3.items():
+        print(f"  one file on the S3 server, {label}: {m * 1000:.1f} ms (the floor of the S3 engines' ratios)")
     if server is not None and args.delay:
         delayed_queries(server, engines, full, recent, args.delay, args.repeat)
     if "castsql" in names and "ducklake" in names and args.batches >= 300:

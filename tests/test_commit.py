@@ -146,6 +146,28 @@ def test_writer_died_after_manifest_put_rolls_forward(storage, log):
     assert json.loads(storage.get(POINTER_KEY))["version"] == 3  # the next writer repaired it
 
 
+def test_a_reader_that_read_the_head_before_sees_every_version_since(storage, log):
+    """The check a warm reader makes before each query (on an object store the
+    pointer and the manifest past its last head are read together, in one
+    round trip): nothing new, a version past a pointer that did not move, a
+    moved pointer, several versions at once, and a bad manifest past the head."""
+    reader = TableLog(storage)
+    assert reader.latest_version() == 0
+    assert reader.latest_version() == 0
+    # A writer that created manifest 1 and died before moving the pointer.
+    storage.put_if_absent(manifest_key(1), log.latest().evolve(version=1, previous=0, operation="APPEND").to_bytes())
+    assert reader.latest_version() == 1
+    assert json.loads(storage.get(POINTER_KEY))["version"] == 0
+    append(log, 0, 5)
+    assert reader.latest_version() == 2
+    append(log, 5, 5)
+    append(log, 10, 5)
+    assert reader.latest_version() == 4
+    storage.put_if_absent(manifest_key(5), b"{not a manifest")
+    with pytest.raises(FormatError, match="v00000005.json"):
+        reader.latest_version()
+
+
 def test_creator_died_before_pointer(storage):
     log = TableLog.create(storage, SCHEMA)
     storage.delete(POINTER_KEY)

@@ -51,7 +51,7 @@ from castsql.format.schema import Schema
 from castsql.format.state import FilePart, VersionState, read_part, read_records
 from castsql.format.tombstone import TombstoneRecord, parse_tombstones
 from castsql.storage import ObjectNotFound, Storage
-from castsql.storage.base import overlapped
+from castsql.storage.base import ObjectStore, overlapped
 
 
 @dataclass(frozen=True)
@@ -321,7 +321,23 @@ class TableMetadata:
     def _head(self, roll_forward: bool = True) -> tuple[Manifest, int | None, str | None]:
         """The latest committed manifest, with the pointer's version and ETag;
         without ``roll_forward``, the pointer's manifest (see :meth:`write_base`)."""
-        pv, etag = self._read_pointer()
+        seen = self._seen
+        if roll_forward and seen is not None and self._primed is None and isinstance(self.storage, ObjectStore):
+            # Every query asks this of a table it read before, and most of the
+            # time nothing was committed since: the pointer and the manifest
+            # past the last head are read together, one round trip, not two.
+            (pv, etag), probe = overlapped(
+                lambda f: f(), [self._read_pointer, lambda: self._probe(seen[0].version + 1)]
+            )
+            if pv is not None and pv == seen[1]:
+                if probe is None:
+                    self._seen = (seen[0], pv, etag)
+                    return seen[0], pv, etag
+                if isinstance(probe, Manifest):
+                    return self._roll_forward(probe, pv, etag)
+                raise probe
+        else:
+            pv, etag = self._read_pointer()
         if pv is None:
             # The creator may have died between manifest 0 and the pointer.
             try:
@@ -349,12 +365,25 @@ class TableMetadata:
         if not roll_forward:
             self._seen = (m, pv, etag)
             return m, pv, etag
-        while True:  # roll forward over versions committed after the pointer moved
+        return self._roll_forward(m, pv, etag)
+
+    def _roll_forward(self, m: Manifest, pv: int | None, etag: str | None) -> tuple[Manifest, int | None, str | None]:
+        """``m`` or the last of the versions committed after it (the pointer may lag)."""
+        while True:
             try:
                 m = self._read_manifest(m.version + 1)
             except ObjectNotFound:
                 self._seen = (m, pv, etag)
                 return m, pv, etag
+
+    def _probe(self, version: int) -> Manifest | Exception | None:
+        """Manifest ``version``, None if it does not exist, or the error reading it raised."""
+        try:
+            return self._read_manifest(version)
+        except ObjectNotFound:
+            return None
+        except Exception as e:  # raised only if the pointer says this probe was the one to make
+            return e
 
     def seen_head(self, m: Manifest) -> tuple[Manifest, int | None, str | None] | None:
         """``m`` with the pointer version and ETag it was read with, if ``m`` is
