@@ -193,6 +193,36 @@ def test_the_property_keeps_both_mirrors_in_step(tmp_path):
     Readers(uri).check(t, range(1, 4))
 
 
+def test_a_process_continues_from_what_it_holds_only_while_that_is_what_is_stored(tmp_path):
+    """A process that wrote the mirror's last version continues from its own
+    state (no listing, no reading back); a version another exporter wrote
+    since, or a mirror deleted and written again, makes it read the mirror
+    as stored instead."""
+    import shutil
+
+    from castsql.mirror import iceberg
+
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(20), pa.int64())}), primary_key="id")
+    t = castsql.open(uri)
+    log = TableLog(open_storage(uri))
+    export_iceberg(log)  # versions 0-1; this process holds version 1
+    t.delete("id < 3")
+    mine = iceberg._HELD.take(uri)  # another process exports version 2 ...
+    export_iceberg(TableLog(open_storage(uri)))
+    iceberg._HELD.put(uri, mine)  # ... while this one still holds version 1
+    t.delete("id = 10")
+    assert export_iceberg(log).written == [3]
+    shutil.rmtree(tmp_path / "t" / "_iceberg")  # deleted, and written again by someone else
+    iceberg._HELD.take(uri)
+    export_iceberg(TableLog(open_storage(uri)))
+    iceberg._HELD.put(uri, mine)  # a stale state whose version 1 differs from what is stored now
+    t.append(pa.table({"id": pa.array([99], pa.int64())}))
+    assert export_iceberg(log).written == [4]
+    assert mirrored_versions(open_storage(uri)) == [0, 1, 2, 3, 4]
+    Readers(uri).check(t, range(1, 5))
+
+
 def test_the_command_line_writes_both_mirrors(tmp_path):
     uri = str(tmp_path / "t")
     castsql.write_table(uri, pa.table({"id": pa.array(range(5), pa.int64())}), primary_key="id")

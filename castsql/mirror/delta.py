@@ -33,7 +33,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import uuid
@@ -52,6 +51,7 @@ from castsql.mirror.source import (
     Held,
     MirrorError,
     changed_files,
+    digest,
     dropped,
     primitive_name,
     put_version,
@@ -214,7 +214,7 @@ def _known_versions(storage: Storage) -> tuple[list[int], bool]:
     held = _HELD.peek(storage.root)
     if held is not None and held.version >= 0:
         try:
-            same = _digest(storage.get(commit_key(held.version))) == held.digest
+            same = digest(storage.get(commit_key(held.version))) == held.digest
         except ObjectNotFound:
             same = False
         if same and not storage.exists(commit_key(held.version + 1)):
@@ -233,7 +233,7 @@ def _replay(storage: Storage, versions: list[int], verified: bool = False) -> _S
     if (
         held is not None
         and held.version in versions
-        and (verified or _digest(storage.get(commit_key(held.version))) == held.digest)
+        and (verified or digest(storage.get(commit_key(held.version))) == held.digest)
     ):
         start, adds, schema, proto, meta = held.version, held.adds, held.schema, held.protocol, held.meta
         last, since = held.checkpoint, held.since
@@ -266,14 +266,10 @@ def _replay(storage: Storage, versions: list[int], verified: bool = False) -> _S
                 proto = action["protocol"]
     state = _State(versions[-1] if versions else start, adds, schema, proto, meta=meta, checkpoint=last, since=since)
     if versions:
-        state.digest = _digest(storage.get(commit_key(state.version)))
+        state.digest = digest(storage.get(commit_key(state.version)))
     elif held is not None and start >= 0:
         state.digest = held.digest
     return state
-
-
-def _digest(body: bytes) -> str:
-    return hashlib.sha256(body).hexdigest()
 
 
 def _actions(
@@ -374,7 +370,7 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
         body = ("\n".join(json.dumps(a, separators=(",", ":")) for a in actions) + "\n").encode()
         put_version(storage, commit_key(v), body, "Delta", v)
         out.bytes_written += len(body)
-        state.digest = _digest(body)
+        state.digest = digest(body)
         out.written.append(v)
         out.latest = v
         prev = snap

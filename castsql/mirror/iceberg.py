@@ -61,6 +61,7 @@ from castsql.mirror.source import (
     Held,
     MirrorError,
     changed_files,
+    digest,
     dropped,
     primitive_name,
     put_version,
@@ -195,6 +196,7 @@ class _State:
     delete_manifests: list[Any] = field(default_factory=list)
     metadata_log: list[dict[str, Any]] = field(default_factory=list)
     table_uuid: str = ""
+    digest: str = ""  # of the metadata file of ``version`` as this process wrote it
 
 
 _HELD: Held[_State] = Held()
@@ -207,6 +209,19 @@ def mirrored_versions(storage: Storage) -> list[int]:
         if name.startswith("v") and name.endswith(".metadata.json") and name[1:-14].isdigit():
             out.append(int(name[1:-14]))
     return sorted(out)
+
+
+def _still_stored(storage: Storage, held: _State) -> bool:
+    """Whether the mirror is still the one ``held`` describes: its last
+    metadata file is the one this process wrote, and nothing came after it.
+    Two requests, not a listing of every version's objects."""
+    if held.version < 0 or not held.digest:
+        return False
+    try:
+        same = digest(storage.get(metadata_key(held.version))) == held.digest
+    except ObjectNotFound:
+        return False
+    return same and not storage.exists(metadata_key(held.version + 1))
 
 
 def _read_state(storage: Storage, version: int, files: _Files) -> _State:
@@ -453,20 +468,25 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
     """
     storage = log.storage
     target = log.latest().version if version is None else log.manifest(version).version
-    done = mirrored_versions(storage)
+    held = _HELD.take(storage.root)
+    if held is not None and _still_stored(storage, held):
+        done = [held.version]  # its versions were checked when it was read or written
+    else:
+        held, done = None, mirrored_versions(storage)
+        if done and done != list(range(done[0], done[-1] + 1)):
+            raise MirrorError(f"{storage.root}: {META_DIR} has gaps in its versions")
     out = IcebergExport(storage.root, latest=done[-1] if done else -1)
     if done and done[-1] >= target:
+        if held is not None:
+            _HELD.put(storage.root, held)
         return out
-    if done and done != list(range(done[0], done[-1] + 1)):
-        raise MirrorError(f"{storage.root}: {META_DIR} has gaps in its versions")
     if not done and log.versions()[:1] != [0]:
         raise VersionNotFound(
             f"{storage.root}: version 0 was garbage-collected; the Iceberg mirror starts at version 0"
         )
     files = _Files(storage)
-    held = _HELD.take(storage.root)
     if done:
-        state = held if held is not None and held.version == done[-1] else _load(storage, done[-1], files)
+        state = held if held is not None else _load(storage, done[-1], files)
     else:
         first = log.manifest(0)  # the mirror's first version: the table's id
         state = _State(table_uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"castsql:{first.commit_id or storage.root}")))
@@ -481,6 +501,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
             out.delete_files += _write_version(log, m, snap, prev, state, files)
         body = json.dumps(_metadata(log, m, state), separators=(",", ":")).encode()
         put_version(storage, metadata_key(v), body, "Iceberg", v)
+        state.digest = digest(body)
         state.metadata_log.append(
             {"metadata-file": storage.uri(metadata_key(v)), "timestamp-ms": int(m.created_at.timestamp() * 1000)}
         )

@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Collection
 from typing import Generic, TypeVar
@@ -124,6 +125,12 @@ def put_version(storage: Storage, key: str, body: bytes, fmt: str, version: int)
 
 
 S = TypeVar("S")
+
+
+def digest(body: bytes) -> str:
+    """What a held mirror state remembers of the last object it wrote, to tell
+    that object from one another exporter wrote in its place."""
+    return hashlib.sha256(body).hexdigest()
 
 
 class Held(Generic[S]):
