@@ -496,3 +496,27 @@ def test_an_s3_request_obstore_cannot_make_is_one_error(s3_server):
     bad = dataclasses.replace(s3_server.config, endpoint_url="not a url")
     with pytest.raises(StorageError, match=r"not a valid request|cannot reach S3"):
         open_storage("s3://bench/t", s3=bad).get("x")
+
+
+def test_overlapped_requests_nest_without_waiting_on_each_other():
+    """The shared request threads: a call made from inside one (a table's
+    freshness check inside a walk over tables) runs its items in turn
+    instead of queueing behind the calls that wait for it; results keep
+    their order, and errors reach the caller."""
+    from castsql.storage.base import overlapped
+
+    def inner(i: int) -> list[int]:
+        time.sleep(0.001)
+        return overlapped(lambda j: i * 10 + j, [0, 1, 2])
+
+    got = overlapped(inner, list(range(40)))  # more outer items than threads
+    assert got == [[i * 10, i * 10 + 1, i * 10 + 2] for i in range(40)]
+
+    def boom(i: int) -> int:
+        if i == 3:
+            raise ValueError("item 3")
+        return i
+
+    with pytest.raises(ValueError, match="item 3"):
+        overlapped(boom, list(range(8)))
+    assert overlapped(lambda i: i, list(range(5))) == list(range(5))  # the pool survives an error

@@ -221,7 +221,7 @@ class Audits:
         lo, hi = self._key(disp, pk, col.type, lo), self._key(disp, pk, col.type, lo if hi is None else hi)
         types = {pk: col.type}
         preds = [Predicate(pk, ">=", lo), Predicate(pk, "<=", hi)]
-        earliest = log.versions()[0]
+        earliest = log.earliest_version()
         span = (json_stat(lo), json_stat(hi))
         # Version 0's rows are its changes; a later earliest kept version's
         # change cannot be told (the one before it is collected).
@@ -444,7 +444,7 @@ class Audits:
         except VersionNotFound:
             # Every kept commit is at or after ``when``: from version 0 when it
             # is kept, else the earliest kept one's change is unknown.
-            earliest = log.versions()[0]
+            earliest = log.earliest_version()
             if earliest == 0:
                 return -1
             raise self._collected(log, disp, earliest) from None

@@ -436,6 +436,21 @@ class TableMetadata:
             f"{self.storage.root}: version {version} was garbage-collected (oldest kept is {kept[0]})"
         ) from None
 
+    def earliest_version(self) -> int:
+        """The oldest kept version: 0 while its manifest is kept (one request,
+        or none when it is cached: GC keeps a contiguous run of versions up to
+        the latest), else the first of :meth:`versions` (a listing of every
+        manifest). VersionNotFound when no manifest is kept at all."""
+        with self._lock:
+            if 0 in self._manifests:
+                return 0
+        if self.storage.exists(manifest_key(0)):
+            return 0
+        kept = self.versions()
+        if not kept:
+            raise VersionNotFound(f"{self.storage.root}: no version is kept")
+        return kept[0]
+
     def versions(self) -> list[int]:
         """Committed versions whose manifests are still kept, ascending.
 

@@ -351,7 +351,7 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
     out = DeltaExport(storage.root, latest=done[-1] if done else -1)
     if done and done[-1] >= target:
         return out
-    if not done and log.versions()[:1] != [0]:
+    if not done and log.earliest_version() != 0:
         raise VersionNotFound(
             f"{storage.root}: version 0 was garbage-collected, and a Delta log starts at version 0 "
             "(mirroring from a checkpoint is not supported yet)"

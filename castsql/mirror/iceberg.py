@@ -480,7 +480,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
         if held is not None:
             _HELD.put(storage.root, held)
         return out
-    if not done and log.versions()[:1] != [0]:
+    if not done and log.earliest_version() != 0:
         raise VersionNotFound(
             f"{storage.root}: version 0 was garbage-collected; the Iceberg mirror starts at version 0"
         )

@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import abc
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -106,17 +107,41 @@ def waits_cancelled() -> bool:
     return _cancel.is_set()
 
 
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+_worker = threading.local()
+
+
+def _mark_worker() -> None:
+    _worker.active = True
+
+
+def _forget_pool() -> None:
+    global _pool
+    _pool = None  # a forked child has none of the parent's threads
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
 def overlapped(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     """``fn`` of each item, in order, up to 16 at a time when there are
     several: on an object store each is a round trip, and they overlap.
+    The threads are shared by the process (starting 16 of them per call
+    cost an audit's walk more than its reads); a call made from one of
+    them runs its items in turn, so nested calls cannot wait on each other.
 
     >>> overlapped(lambda v: v * 2, [1, 2, 3])
     [2, 4, 6]
     """
-    if len(items) <= 1:
+    global _pool
+    if len(items) <= 1 or getattr(_worker, "active", False):
         return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
-        return list(pool.map(fn, items))
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="castsql-io", initializer=_mark_worker)
+        pool = _pool
+    return list(pool.map(fn, items))
 
 
 @dataclass(frozen=True)
