@@ -243,6 +243,28 @@ def test_diff_compares_values_and_compaction_cancels_out(people):
     assert {r["_commit_version"] for r in t.changes(2).to_pylist()} == {2, 3, 5}
 
 
+def test_diff_counts_identical_rows_as_except_all_does(tmp_path):
+    """A table without a key may hold the same row several times: a diff
+    shows as many copies as one side holds beyond the other (SQL's EXCEPT
+    ALL, both ways), NULLs equal to NULLs, whatever file each copy is in."""
+    uri = str(tmp_path / "dup")
+    row = {"k": ["x"], "n": pa.array([None], pa.int64())}
+    castsql.write_table(uri, pa.table({"k": ["x", "x", "y"], "n": pa.array([None, None, 1], pa.int64())}))  # v1
+    t = castsql.open(uri)
+    t.append(pa.table(row))  # v2: a third copy, in another file
+    t.append(pa.table(row))  # v3: a fourth
+    t.delete("k = 'y'")  # v4
+    t = t.at()
+
+    def kinds(a: int, b: int) -> list[tuple]:
+        return sorted((r["k"], r["n"], r["_change_type"]) for r in t.diff(a, b).to_pylist())
+
+    assert kinds(1, 3) == [("x", None, "insert"), ("x", None, "insert")]
+    assert kinds(3, 1) == [("x", None, "delete"), ("x", None, "delete")]
+    assert kinds(1, 4) == [("x", None, "insert"), ("x", None, "insert"), ("y", 1, "delete")]
+    assert kinds(2, 2) == []
+
+
 def test_row_history_follows_one_key_through_its_versions(people):
     t, _ = people
     t.update(set={"score": "100"}, where="id = 42")  # v2

@@ -87,6 +87,7 @@ HISTORY_SCHEMA = pa.schema(
 )
 
 CHANGE_TYPE = "_change_type"
+_NET, _REP = "_castsql_net", "_castsql_rep"  # a diff's count per distinct row, and its copies (reserved names)
 AUDIT_COLUMNS = (CHANGE_TYPE, VERSION, TIME)
 _STEPS = 8192  # versions' steps a session keeps
 
@@ -247,13 +248,17 @@ class Audits:
         inner = _inner(name)
         view = self._rows(disp, inner, schema, [step] if d.rows else [])
         cols = ", ".join(ident(c) for c in schema.names)
-        # The rows once (materialized), then each side less the other, as
-        # whole rows: values a compaction rewrote unchanged cancel out.
+        # Each side less the other, as whole rows (values a compaction
+        # rewrote unchanged cancel out): EXCEPT ALL both ways, computed as one
+        # count per distinct row (inserted minus deleted) and that many copies
+        # of the side that is ahead. One aggregation, not two set operations
+        # that each hash both sides: a fifth less for a diff of 80,000 rows.
+        # GROUP BY, like EXCEPT, takes NULLs as equal.
         net = (
-            f"WITH r AS MATERIALIZED (SELECT {cols}, {KIND} FROM {view}), "
-            f"i AS (SELECT {cols} FROM r WHERE {KIND} = 0 EXCEPT ALL SELECT {cols} FROM r WHERE {KIND} = 1), "
-            f"d AS (SELECT {cols} FROM r WHERE {KIND} = 1 EXCEPT ALL SELECT {cols} FROM r WHERE {KIND} = 0) "
-            f"SELECT *, 0 AS {KIND} FROM i UNION ALL SELECT *, 1 AS {KIND} FROM d"
+            f"WITH c AS (SELECT {cols}, CAST(sum(CASE WHEN {KIND} = 0 THEN 1 ELSE -1 END) AS BIGINT) AS {_NET} "
+            f"FROM {view} GROUP BY ALL HAVING {_NET} <> 0) "
+            f"SELECT {cols}, CASE WHEN {_NET} > 0 THEN 0 ELSE 1 END AS {KIND} "
+            f"FROM c, range(abs({_NET})) AS {_REP}({_REP})"
         )
         pk = sb.primary_key
         kind = _change_type(pk, "")
