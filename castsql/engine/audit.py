@@ -505,20 +505,9 @@ def _change_type(pk: str | None, version: str) -> str:
     plain = f"CASE WHEN {KIND} = 0 THEN 'insert' ELSE 'delete' END"
     if pk is None:
         return plain
-    # In the view's order (version, key, deletes first) an update's preimage
-    # and postimage are neighbours: lag and lead over that one order, not
-    # min/max over PARTITION BY (version, key), which cost a few-hundred-row
-    # change several milliseconds (DuckDB partitions it per thread). A key a
-    # version inserted twice (allow_duplicate_keys) pairs one of its inserts.
-    k, same = ident(pk), []
-    over = f"OVER (ORDER BY {version + ', ' if version else ''}{k}, {KIND} DESC)"
-    for f in ("lag", "lead"):
-        cond = [f"{f}({k}) {over} = {k}", f"{f}({KIND}) {over} <> {KIND}"]
-        if version:
-            cond.append(f"{f}({version}) {over} = {version}")
-        same.append("(" + " AND ".join(cond) + ")")
+    part = f"PARTITION BY {version + ', ' if version else ''}{ident(pk)}"
     return (
-        f"CASE WHEN {k} IS NOT NULL AND ({' OR '.join(same)}) "
+        f"CASE WHEN {ident(pk)} IS NOT NULL AND min({KIND}) OVER ({part}) <> max({KIND}) OVER ({part}) "
         f"THEN CASE WHEN {KIND} = 0 THEN 'update_postimage' ELSE 'update_preimage' END ELSE {plain} END"
     )
 
