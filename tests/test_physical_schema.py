@@ -15,7 +15,7 @@ from pyroaring import BitMap
 
 from castsql.engine import Session
 from castsql.errors import SchemaMismatch
-from castsql.format import DataFile, PositionDelete, TableLog
+from castsql.format import DataFile, PositionDelete, Schema, TableLog
 from castsql.format.layout import new_data_key
 
 SCHEMA = pa.schema(
@@ -136,3 +136,20 @@ def test_footers_a_writer_remembers_are_what_the_files_hold(tmp_path):
             "SELECT row_group_id, max(row_group_num_rows) FROM parquet_metadata(?) GROUP BY ALL ORDER BY 1", [u]
         ).fetchall()
         assert remembered[u] == (read[u], tuple(n for _, n in groups))
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "ns"])
+def test_a_foreign_manifests_timestamp_unit_reads_the_same_in_the_writing_process(tmp_path, unit):
+    """A manifest may name timestamps of other units (a foreign writer's):
+    the files an embedded write adds hold that unit, which the footer says,
+    so the writing process reads them as a fresh one does (microseconds)."""
+    import castsql
+    from castsql.format.schema import Column
+    from castsql.storage import open_storage
+
+    uri = str(tmp_path / "tn")
+    TableLog.create(open_storage(uri), Schema((Column("id", "int64"), Column("ts", f"timestamp[{unit}]"))))
+    with castsql.open(uri) as t:
+        t.append(pa.table({"id": [1], "ts": pa.array([NOON], pa.timestamp(unit))}))
+        got = t.to_arrow()
+    assert got.schema.field("ts").type == pa.timestamp("us") and got.column("ts").to_pylist() == [NOON]

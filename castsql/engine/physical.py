@@ -236,6 +236,9 @@ class Signatures:
         each; files another writer wrote are still read and checked."""
         if any(f.row_group_rows is None for f in files):
             return
+        types = [type_from_name(c.type) for c in schema.columns]
+        if any(pa.types.is_timestamp(t) and t.unit != "us" for t in types):
+            return  # a foreign manifest's other units: the footer says TIMESTAMP_NS (or _MS, _S), not TIMESTAMP
         try:
             sig = tuple((c.name, duck_type(c.type)) for c in schema.columns)
         except SchemaMismatch:
