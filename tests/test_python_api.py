@@ -206,3 +206,20 @@ def test_connect_on_the_users_connection_sees_each_new_version(tmp_path):
 def test_a_missing_extra_names_the_pip_install():
     with pytest.raises(MissingExtra, match=r"pip install 'castsql\[polars\]'"):
         require("castsql_no_such_module", "polars", "Table.to_polars")
+
+
+def test_a_table_under_a_folder_named_like_a_partition_reads_its_own_values(tmp_path):
+    """DuckDB's read_parquet takes a path component ``v=7`` as a hive
+    partition and would read 7 for the column ``v``: CastSQL's scans turn
+    that off, with deletes or without, in reads, writes and audits."""
+    uri = str(tmp_path / "v=7" / "th")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(5), pa.int64()), "v": pa.array(range(5), pa.int64())}),
+                        primary_key="id")  # fmt: skip
+    with castsql.open(uri) as t:
+        assert sorted(t.to_arrow().column("v").to_pylist()) == [0, 1, 2, 3, 4]
+        t.update({"v": "v + 10"}, "id = 1")
+        t.delete("v = 3")
+        assert sorted(t.to_arrow().column("v").to_pylist()) == [0, 2, 4, 11]
+        assert t._session.sql("SELECT sum(v) AS s FROM th WHERE id < 2").to_pylist() == [{"s": 11}]
+        changed = {(r["v"], r["_change_type"]) for r in t.changes(2).to_pylist()}
+        assert changed == {(1, "update_preimage"), (11, "update_postimage"), (3, "delete")}

@@ -57,7 +57,8 @@ import pyarrow.compute as pc
 from pyroaring import BitMap
 
 from castsql.engine.physical import Signatures, duck_type
-from castsql.engine.views import ROW_FILE, ROW_POS, ident, sql_str
+from castsql.engine.quoting import parquet_files
+from castsql.engine.views import ROW_FILE, ROW_POS, ident
 from castsql.errors import SchemaMismatch, WriteError, one_line
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord, write_data_files
 from castsql.format.evolution import merged
@@ -440,7 +441,7 @@ class Writer:
         if got is None:
             pk = snap.primary_key or ""
             keys = (
-                self.con.sql(f"SELECT {ident(pk)} AS k FROM read_parquet({sql_str(f.uri)}) ORDER BY file_row_number")
+                self.con.sql(f"SELECT {ident(pk)} AS k FROM {parquet_files([f.uri])} ORDER BY file_row_number")
                 .to_arrow_table()
                 .column("k")
                 .combine_chunks()
@@ -625,10 +626,10 @@ class Writer:
         klist = ", ".join(f"p.{ident(k)}" for k in keys)
         for group, members in views._groups(files):
             proj = views._projection(snap, group, members[0])
-            uris = "[" + ", ".join(sql_str(f.uri) for f in members) + "]"
+            scan = parquet_files([f.uri for f in members])
             got = self.con.sql(
                 f"SELECT {klist}, p.{_FI} AS {_FI}, p.{_POS} AS {_POS} FROM (SELECT {proj}, file_index AS {_FI}, "
-                f"file_row_number AS {_POS} FROM read_parquet({uris})) p SEMI JOIN {ident(src_name)} s ON {on}"
+                f"file_row_number AS {_POS} FROM {scan}) p SEMI JOIN {ident(src_name)} s ON {on}"
             ).to_arrow_table()
             if not got.num_rows:
                 continue
@@ -672,7 +673,7 @@ class Writer:
                     lo, hi = int(want.column(_POS).to_numpy().min()), int(want.column(_POS).to_numpy().max())
                     got = self.con.sql(
                         f"SELECT {cols}, p.{_POS} AS {_POS} FROM (SELECT {proj}, file_row_number AS {_POS} "
-                        f"FROM read_parquet({sql_str(f.uri)}) WHERE file_row_number BETWEEN {lo} AND {hi}) p "
+                        f"FROM {parquet_files([f.uri])} WHERE file_row_number BETWEEN {lo} AND {hi}) p "
                         f"JOIN {ident(name)} w ON p.{_POS} = w.{_POS}"
                     ).to_arrow_table()
                 finally:

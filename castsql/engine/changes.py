@@ -39,7 +39,7 @@ from pyroaring import BitMap
 from castsql.engine import names
 from castsql.engine.arrow_tables import temp_table
 from castsql.engine.physical import Group, duck_type, projection
-from castsql.engine.quoting import ident, sql_str, sql_value
+from castsql.engine.quoting import ident, parquet_files, sql_value
 from castsql.engine.views import Views
 from castsql.errors import SchemaMismatch
 from castsql.format import DataFile
@@ -178,13 +178,13 @@ class ChangeRows:
                 inlist = ", ".join(map(str, wanted))
                 scans.append(
                     f"SELECT * FROM (SELECT {proj}, {len(order)}::UINTEGER AS {_FID}, file_row_number AS {_POS} "
-                    f"FROM read_parquet([{sql_value(uri)}]) WHERE file_row_number IN ({inlist})){where}"
+                    f"FROM {parquet_files([uri])} WHERE file_row_number IN ({inlist})){where}"
                 )
                 order.append(uri)
             if whole:
                 scans.append(
                     f"SELECT * FROM (SELECT {proj}, (file_index + {len(order)})::UINTEGER AS {_FID}, "
-                    f"file_row_number AS {_POS} FROM read_parquet({_file_list(whole)})){where}"
+                    f"file_row_number AS {_POS} FROM {parquet_files(whole)}){where}"
                 )
                 order += whole
         return scans, order
@@ -200,7 +200,7 @@ class ChangeRows:
             proj = self._projection(name, schema, group)
             scans.append(
                 f"SELECT {_FID}, {_POS} FROM (SELECT {proj}, (file_index + {len(order)})::UINTEGER AS {_FID}, "
-                f"file_row_number AS {_POS} FROM read_parquet({_file_list(group.uris)})) WHERE {keys.sql()}"
+                f"file_row_number AS {_POS} FROM {parquet_files(group.uris)}) WHERE {keys.sql()}"
             )
             order += group.uris
         found = self.con.execute(" UNION ALL ".join(scans)).fetchall()
@@ -258,10 +258,6 @@ class ChangeRows:
 
 def _union(bitmaps: list[BitMap]) -> BitMap:
     return bitmaps[0] if len(bitmaps) == 1 else BitMap.union(*bitmaps)
-
-
-def _file_list(uris: Sequence[str]) -> str:
-    return "[" + ", ".join(sql_str(u) for u in uris) + "]"
 
 
 def _groups(f: ResolvedFile) -> int:

@@ -35,6 +35,17 @@ def sql_list(values: Sequence[str]) -> str:
     return "[" + ", ".join(sql_str(v) for v in values) + "]"
 
 
+def parquet_files(uris: Sequence[str]) -> str:
+    """``read_parquet`` of data files, as CastSQL scans its own: without hive
+    partitioning, whose detection would read 7 for the column ``v`` of a
+    table stored under a folder named ``v=7``.
+
+    >>> parquet_files(["/t/a.parquet"])
+    "read_parquet(['/t/a.parquet'], hive_partitioning = false)"
+    """
+    return f"read_parquet({sql_list(uris)}, hive_partitioning = false)"
+
+
 def sql_value(value: Any) -> str:
     """A literal of the type DuckDB would bind ``value`` as (None, bool, int,
     float, Decimal, str, date, datetime); TypeError for anything else."""

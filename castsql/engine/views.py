@@ -36,7 +36,7 @@ from pyroaring import BitMap
 from castsql.engine import names, native
 from castsql.engine.arrow_tables import temp_table
 from castsql.engine.physical import Group, Signatures, duck_type, projection
-from castsql.engine.quoting import ident, sql_str, sql_value
+from castsql.engine.quoting import ident, parquet_files, sql_list, sql_str, sql_value
 from castsql.engine.stores import know_sizes
 from castsql.errors import SchemaMismatch
 from castsql.format.schema import type_from_name
@@ -45,10 +45,6 @@ from castsql.snapshot import Predicate, ResolvedFile, Snapshot, prune_files
 
 if TYPE_CHECKING:
     from castsql.engine.lake import Lake
-
-
-def _file_list(uris: Sequence[str]) -> str:
-    return "[" + ", ".join(sql_str(u) for u in uris) + "]"
 
 
 def types_of(snap: Snapshot) -> dict[str, str]:
@@ -108,7 +104,7 @@ class Views:
                 f"{pk} BETWEEN {sql_value(key_bound(lo, t))} AND {sql_value(key_bound(hi, t))}"
                 for lo, hi in f.key_ranges
             )
-            sql = f"SELECT CAST(file_row_number AS UINTEGER) AS p FROM read_parquet({sql_str(f.uri)}) WHERE {cond}"
+            sql = f"SELECT CAST(file_row_number AS UINTEGER) AS p FROM {parquet_files([f.uri])} WHERE {cond}"
             rows = self.con.execute(sql).to_arrow_table()
             col = rows.column("p").combine_chunks()  # UINTEGER, no NULLs: its data buffer is the positions
             positions = (
@@ -212,7 +208,7 @@ class Views:
                     if scan:
                         branches.append(scan)
                 if clean:
-                    branches.insert(clean_at, f"SELECT {proj} FROM read_parquet({_file_list([f.uri for f in clean])})")
+                    branches.insert(clean_at, f"SELECT {proj} FROM {parquet_files([f.uri for f in clean])}")
             body = " UNION ALL ".join(branches) if branches else self._empty(name, snap)
         made, self._new_tables = self._new_tables, []
         try:
@@ -281,7 +277,7 @@ class Views:
             if len(runs) <= _RANGE_RUNS:  # none, or whole row groups: a filter DuckDB applies while scanning
                 cut = " OR ".join(f"file_row_number BETWEEN {a} AND {b}" for a, b in runs)
                 where = f" WHERE NOT ({cut})" if runs else ""
-                branches.append(f"SELECT {proj} FROM read_parquet({sql_str(f.uri)}){where}")
+                branches.append(f"SELECT {proj} FROM {parquet_files([f.uri])}{where}")
             else:
                 scattered.append((f, arr, dead))
         if scattered and live:
@@ -295,7 +291,7 @@ class Views:
             ((f, arr, _),) = scattered
             table = self._positions_table(names.internal("del", seq, 0, owner=view), {"pos": _uint32(arr)})
             branches.append(
-                f"SELECT {proj} FROM (SELECT *, file_row_number AS {_POS} FROM read_parquet({sql_str(f.uri)})) p "
+                f"SELECT {proj} FROM (SELECT *, file_row_number AS {_POS} FROM {parquet_files([f.uri])}) p "
                 f"ANTI JOIN {table} d ON p.{_POS} = d.pos"
             )
         elif scattered:
@@ -306,10 +302,10 @@ class Views:
             table = self._positions_table(
                 names.internal("del", seq, 0, owner=view), {"file_index": _uint32(index), "pos": _uint32(pos)}
             )
-            uris = _file_list([f.uri for f, _, _ in scattered])
+            files_sql = parquet_files([f.uri for f, _, _ in scattered])
             branches.append(
                 f"SELECT {proj} FROM (SELECT *, file_index AS {_FI}, file_row_number AS {_POS} "
-                f"FROM read_parquet({uris})) p ANTI JOIN {table} d ON p.{_FI} = d.file_index AND p.{_POS} = d.pos"
+                f"FROM {files_sql}) p ANTI JOIN {table} d ON p.{_FI} = d.file_index AND p.{_POS} = d.pos"
             )
         return " UNION ALL ".join(branches), clean
 
@@ -335,11 +331,12 @@ class Views:
         assert self.bitmaps is not None
         set_id = self.bitmaps.bind([(f.uri, f.total_rows, dead) for f, dead in files])
         self._new_tables.append(set_id)
-        uris = _file_list([f.uri for f, _ in files])
+        uris = sql_list([f.uri for f, _ in files])
         if native.scans(self.con):
             # No hive partitioning: files are matched to bitmaps by their index in the list.
             return f'SELECT {proj} FROM "castsql/parquet"({uris}, castsql_set={set_id}, hive_partitioning=false)'
-        return f'SELECT {proj} FROM read_parquet({uris}) WHERE "castsql/live"({set_id}, file_index, file_row_number)'
+        scan = parquet_files([f.uri for f, _ in files])
+        return f'SELECT {proj} FROM {scan} WHERE "castsql/live"({set_id}, file_index, file_row_number)'
 
     def _positions_table(self, name: str, columns: dict[str, pa.Array]) -> str:
         """A temp table of ``columns`` (BIGINT), named ``name``; returns its quoted name."""
@@ -451,7 +448,7 @@ class Views:
             branches.append(
                 f"SELECT {cols}, k.{ROW_FILE}, p.{_POS} AS {ROW_POS} "
                 f"FROM (SELECT {proj}, file_index AS {_FI}, file_row_number AS {_POS} "
-                f"FROM read_parquet({_file_list([f.uri for f in members])})) p "
+                f"FROM {parquet_files([f.uri for f in members])}) p "
                 f"JOIN {ident(files_view)} k ON p.{_FI} = k.file_index "
                 f"ANTI JOIN {ident(deletes_view)} d ON p.{_FI} = d.file_index AND p.{_POS} = d.pos"
             )
