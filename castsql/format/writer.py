@@ -165,7 +165,11 @@ class _FileBuilder:
             self.sink,
             schema,
             compression="zstd",
-            write_statistics=True,
+            # Not for floating-point columns: Parquet's statistics leave NaN
+            # out, and DuckDB, which sorts NaN above every number, prunes row
+            # groups and pages by them, so `f = 'NaN'` or `f > 1e11` lost the
+            # NaN rows. The manifest's bounds (``_Stats``) still prune files.
+            write_statistics=[f.name for f in schema if not pa.types.is_floating(f.type)] or False,
             # Page indexes let DuckDB skip pages within a row group.
             write_page_index=True,
             use_dictionary=dictionary_columns(first),
