@@ -62,9 +62,9 @@ class MetadataSource(Protocol):
     def tombstones(self, key: str) -> list[TombstoneRecord]: ...
 
 
+ENTRIES_KEPT = 20_000  # a files object's entries kept as DataFiles up to this many (FilePart.entries)
 # Paths in a files object are keys relative to the root, already normal
 # (FORMAT.md §3.2): checked for a whole object at once.
-ENTRIES_KEPT = 20_000  # a files object's entries kept as DataFiles up to this many (FilePart.entries)
 _NOT_NORMAL_KEY = r"(^$|^/|^\.|/\.|//|/$|[?#*\[\]{}\\\x00-\x1f\x7f])"
 
 
