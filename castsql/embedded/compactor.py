@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from castsql.embedded.writer import Writer
 from castsql.engine import names
-from castsql.engine.physical import Signatures
 from castsql.engine.quoting import ident
 from castsql.errors import CastSQLError, CommitConflict
 from castsql.format import DataFile, Manifest
 from castsql.format.properties import AutoCompact
-from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES, write_data_files
+from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import Snapshot, resolve
 from castsql.write.compaction import SMALL_TOMBSTONE_BYTES, compaction_change, plan_compaction
 
@@ -162,11 +162,9 @@ def _rewrite(
                 rows += b.num_rows
                 yield b
 
-        storage = session.log(table).storage
-        written = write_data_files(
-            storage, batches(), snap.schema, row_group_size=row_group_size, target_file_bytes=target_file_bytes
+        written = Writer(session, table).write_files(
+            batches(), snap.schema, row_group_size=row_group_size, target_file_bytes=target_file_bytes
         )
-        Signatures.remember(storage, written, snap.schema)
     finally:
         session.views.drop(view)
     return written, rows

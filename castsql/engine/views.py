@@ -331,12 +331,12 @@ class Views:
         assert self.bitmaps is not None
         set_id = self.bitmaps.bind([(f.uri, f.total_rows, dead) for f, dead in files])
         self._new_tables.append(set_id)
-        uris = sql_list([f.uri for f, _ in files])
+        uris = [f.uri for f, _ in files]
         if native.scans(self.con):
             # No hive partitioning: files are matched to bitmaps by their index in the list.
-            return f'SELECT {proj} FROM "castsql/parquet"({uris}, castsql_set={set_id}, hive_partitioning=false)'
-        scan = parquet_files([f.uri for f, _ in files])
-        return f'SELECT {proj} FROM {scan} WHERE "castsql/live"({set_id}, file_index, file_row_number)'
+            scan = f'"castsql/parquet"({sql_list(uris)}, castsql_set={set_id}, hive_partitioning=false)'
+            return f"SELECT {proj} FROM {scan}"
+        return f'SELECT {proj} FROM {parquet_files(uris)} WHERE "castsql/live"({set_id}, file_index, file_row_number)'
 
     def _positions_table(self, name: str, columns: dict[str, pa.Array]) -> str:
         """A temp table of ``columns`` (BIGINT), named ``name``; returns its quoted name."""

@@ -57,6 +57,7 @@ from castsql.mirror.source import (
     put_version,
     rows_before,
     same_deletes,
+    still_stored,
 )
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
 from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
@@ -212,13 +213,8 @@ def _known_versions(storage: Storage) -> tuple[list[int], bool]:
     still what is stored. With a held state that is, two requests (its last
     commit file, and the next one's absence) instead of listing the log."""
     held = _HELD.peek(storage.root)
-    if held is not None and held.version >= 0:
-        try:
-            same = digest(storage.get(commit_key(held.version))) == held.digest
-        except ObjectNotFound:
-            same = False
-        if same and not storage.exists(commit_key(held.version + 1)):
-            return list(range(held.version + 1)), True
+    if held is not None and still_stored(storage, commit_key, held.version, held.digest):
+        return list(range(held.version + 1)), True
     return mirrored_versions(storage), False
 
 

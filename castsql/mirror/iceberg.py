@@ -67,6 +67,7 @@ from castsql.mirror.source import (
     put_version,
     rows_before,
     same_deletes,
+    still_stored,
 )
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
 from castsql.storage import ObjectNotFound, Storage
@@ -209,19 +210,6 @@ def mirrored_versions(storage: Storage) -> list[int]:
         if name.startswith("v") and name.endswith(".metadata.json") and name[1:-14].isdigit():
             out.append(int(name[1:-14]))
     return sorted(out)
-
-
-def _still_stored(storage: Storage, held: _State) -> bool:
-    """Whether the mirror is still the one ``held`` describes: its last
-    metadata file is the one this process wrote, and nothing came after it.
-    Two requests, not a listing of every version's objects."""
-    if held.version < 0 or not held.digest:
-        return False
-    try:
-        same = digest(storage.get(metadata_key(held.version))) == held.digest
-    except ObjectNotFound:
-        return False
-    return same and not storage.exists(metadata_key(held.version + 1))
 
 
 def _read_state(storage: Storage, version: int, files: _Files) -> _State:
@@ -469,7 +457,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
     storage = log.storage
     target = log.latest().version if version is None else log.manifest(version).version
     held = _HELD.take(storage.root)
-    if held is not None and _still_stored(storage, held):
+    if held is not None and still_stored(storage, metadata_key, held.version, held.digest):
         done = [held.version]  # its versions were checked when it was read or written
     else:
         held, done = None, mirrored_versions(storage)

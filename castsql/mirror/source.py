@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Generic, TypeVar
 
 import pyarrow as pa
@@ -26,7 +26,7 @@ from castsql.errors import CommitConflict, MirrorError
 from castsql.format.schema import type_from_name
 from castsql.format.tombstone import key_bound_scalar
 from castsql.snapshot import ResolvedFile, Snapshot
-from castsql.storage import PreconditionFailed, Storage
+from castsql.storage import ObjectNotFound, PreconditionFailed, Storage
 from castsql.storage.ranged import open_ranged
 
 # Arrow type -> (Delta's name, Iceberg's name). Iceberg has no 8- or 16-bit
@@ -131,6 +131,20 @@ def digest(body: bytes) -> str:
     """What a held mirror state remembers of the last object it wrote, to tell
     that object from one another exporter wrote in its place."""
     return hashlib.sha256(body).hexdigest()
+
+
+def still_stored(storage: Storage, key: Callable[[int], str], version: int, expected: str) -> bool:
+    """Whether a mirror is still the one a held state describes: the object
+    of its last ``version`` (at ``key(version)``) is the one this process
+    wrote (its :func:`digest` is ``expected``), and no next version exists.
+    Two requests, not a listing of every version's objects."""
+    if version < 0 or not expected:
+        return False
+    try:
+        same = digest(storage.get(key(version))) == expected
+    except ObjectNotFound:
+        return False
+    return same and not storage.exists(key(version + 1))
 
 
 class Held(Generic[S]):
