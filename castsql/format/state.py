@@ -107,6 +107,8 @@ class FilePart:
             idx = self.index.get(key)
             if idx is None:
                 raise KeyError(key)
+            if self._all is not None:
+                return self._all[idx]
             f = files_from_arrow(self.table.slice(idx, 1))[0]
             with self._lock:
                 if len(self._entries) >= 4096:
@@ -152,7 +154,7 @@ class VersionState:
         self._keys: dict[str, DataFile] | None = None  # inline entries by key
         self._names: dict[str, list[str | None]] | None = None  # inline keys by base name
         self._unique = False  # every part read and no data file listed twice
-        self._refs: frozenset[str] | None = None  # paths of the files objects
+        self._refs: dict[str, MetaRef] | None = None  # the files objects by path
         self._lock = threading.Lock()
 
     def part(self, ref: MetaRef) -> FilePart:
@@ -238,7 +240,7 @@ class VersionState:
         # Files objects never change: the one that listed ``key`` for another
         # version lists it for this one too, if this one references it.
         held = self._meta.holders.get(key)
-        if held is not None and held in self._ref_paths():
+        if held is not None and held in self._ref_by_path():
             return True
         for ref in m.file_objects:
             if may_hold(ref, key) and key in self._meta.part(ref, m).key_set:
@@ -246,9 +248,9 @@ class VersionState:
                 return True
         return False
 
-    def _ref_paths(self) -> frozenset[str]:
+    def _ref_by_path(self) -> dict[str, MetaRef]:
         if self._refs is None:
-            self._refs = frozenset(r.path for r in self.manifest.file_objects)
+            self._refs = {r.path: r for r in self.manifest.file_objects}
         return self._refs
 
     def _inline_keys(self) -> dict[str, DataFile]:
@@ -292,6 +294,11 @@ class VersionState:
         if inline is not None or not self.manifest.file_objects:
             return self._inline_keys()[key]
         m = self.manifest
+        # The object contains() found it in, when this version references it
+        # (a walk asks contains() first): no search of the others' bounds.
+        held = self._ref_by_path().get(self._meta.holders.get(key, ""))
+        if held is not None and key in (p := self._meta.part(held, m)).key_set:
+            return p.entry(key)
         for p in (self._meta.part(ref, m) for ref in m.file_objects if may_hold(ref, key)):
             if key in p.key_set:
                 return p.entry(key)
