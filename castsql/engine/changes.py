@@ -44,7 +44,7 @@ from castsql.engine import names, native
 from castsql.engine.arrow_tables import temp_table
 from castsql.engine.physical import Group, duck_type, projection
 from castsql.engine.quoting import ident, parquet_files, sql_value
-from castsql.engine.views import Views
+from castsql.engine.views import Views, row_groups
 from castsql.errors import SchemaMismatch
 from castsql.format import DataFile
 from castsql.format.arrays import from_numpy
@@ -143,6 +143,7 @@ class ChangeRows:
         if not uses:
             return self._empty(name, schema)
         scans, order = self._scans(name, schema, [files[u] for u in uses], uses, keys)
+        self.views.note_reads(files[u] for u in order)
         events = names.internal("events", owner=name)
         self._events(events, order, uses)
         self._tables[name] = events
@@ -175,7 +176,7 @@ class ChangeRows:
             for uri in group.uris:
                 f = by_uri[uri]
                 wanted = _union([p for p, *_ in uses[uri]])
-                few = len(wanted) <= _IN_LIST and 4 * len(wanted) < f.total_rows and _groups(f) > 1
+                few = len(wanted) <= _IN_LIST and 4 * len(wanted) < f.total_rows and row_groups(f) > 1
                 if not few:
                     if sieve and 2 * len(wanted) < f.total_rows:
                         sieved.append((f, wanted))
@@ -233,6 +234,8 @@ class ChangeRows:
                 f"file_row_number AS {_POS} FROM {parquet_files(group.uris)}) WHERE {keys.sql()}"
             )
             order += group.uris
+        self.views.note_reads(files)
+        self.views.settle_threads()
         found = self.con.execute(" UNION ALL ".join(scans)).fetchall()
         at: dict[str, BitMap] = {}
         for fid, pos in found:
@@ -299,7 +302,3 @@ class ChangeRows:
 
 def _union(bitmaps: list[BitMap]) -> BitMap:
     return bitmaps[0] if len(bitmaps) == 1 else BitMap.union(*bitmaps)
-
-
-def _groups(f: ResolvedFile) -> int:
-    return len(f.row_group_rows) if f.row_group_rows is not None else f.entry.row_group_count

@@ -71,6 +71,7 @@ class Executor:
         try:
             policy.check(self.con, prepared, lambda: self.scope, safe=self.safe, kinds=plan.kinds)
             self._load_httpfs_for(plan)
+            self.planner.views.settle_threads()
             return self.con.sql(prepared, params=params)
         except duckdb.Error as e:
             raise QueryError(self.message(e)) from None

@@ -50,6 +50,7 @@ from castsql.engine.planner import Planner
 from castsql.engine.quoting import ident, sql_str
 from castsql.engine.safety import SafeModeError, lock_down
 from castsql.engine.stores import make_readable
+from castsql.engine.threads import RemoteThreads
 from castsql.engine.views import Views
 from castsql.format import TableLog
 from castsql.snapshot import Predicate, Snapshot
@@ -151,14 +152,14 @@ class Session:
             make_readable(self.con, storage)  # GCS, Azure: castsql.engine.stores
         if storage.root.startswith("s3://") and not self._threads_set:
             # DuckDB 1.5 reads a remote file on the thread that scans it, so
-            # its threads are its requests in flight: as many as cores leave a
-            # many-file read (an audit's new files, a stream's small files)
-            # waiting one round trip per file per core. Threads waiting on the
-            # network cost no CPU. Not on GCS and Azure: there each thread
+            # its threads are its requests in flight: a cold many-file read (an
+            # audit's new files, a stream's small files) runs on at least
+            # REMOTE_THREADS, a warm one (no request) on the cores
+            # (castsql.engine.threads). Not on GCS and Azure: there each thread
             # opens its own handle of the fsspec filesystem, and a one-file
             # scan's requests grow with them (docs/OBJECT_STORES.md).
-            cores = self.con.execute("SELECT current_setting('threads')").fetchone()[0]
-            self.con.execute(f"SET threads = {max(int(cores), REMOTE_THREADS)}")
+            cores = int(self.con.execute("SELECT current_setting('threads')").fetchone()[0])
+            self.views.threads = RemoteThreads(self.con, cores, REMOTE_THREADS)
             self._threads_set = True
         return self.catalog.add(storage, name)
 
@@ -291,6 +292,7 @@ class Session:
         cols = ", ".join(ident(c) for c in columns) if columns else "*"
         where = " AND ".join(f"{ident(p.column)} {p.op} ?" for p in preds)
         q = f"SELECT {cols} FROM {ident(view)}" + (f" WHERE {where}" if where else "")
+        self.views.settle_threads()
         try:
             return self.con.execute(q, [p.value for p in preds]).to_arrow_table()
         except duckdb.Error as e:
@@ -360,6 +362,7 @@ class Session:
         name = names.internal(kind, "api", owner=disp)
         try:
             view = make(name)
+            self.views.settle_threads()
             return self.con.sql(f"SELECT * FROM {view}").to_arrow_table()
         except duckdb.Error as e:
             raise QueryError(one_line(e)) from None

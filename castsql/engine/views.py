@@ -45,6 +45,7 @@ from castsql.snapshot import Predicate, ResolvedFile, Snapshot, prune_files
 
 if TYPE_CHECKING:
     from castsql.engine.lake import Lake
+    from castsql.engine.threads import RemoteThreads
 
 
 def types_of(snap: Snapshot) -> dict[str, str]:
@@ -77,6 +78,17 @@ class Views:
         self._tables: dict[str, list[str | int]] = {}
         self._new_tables: list[str | int] = []  # made for the view being created
         self.bitmaps = native.Bitmaps(con) if native.loaded(con) else None
+        self.threads: RemoteThreads | None = None  # set by a session on S3
+
+    def note_reads(self, files: Iterable[ResolvedFile]) -> None:
+        """Data files the coming query reads (for its threads: castsql.engine.threads)."""
+        if self.threads is not None:
+            self.threads.note((f.uri, row_groups(f)) for f in files if "://" in f.uri)
+
+    def settle_threads(self) -> None:
+        """Set the threads of the query about to run (castsql.engine.threads)."""
+        if self.threads is not None:
+            self.threads.settle()
 
     @property
     def lake(self) -> Lake:
@@ -162,6 +174,7 @@ class Views:
         """
         files = prune_files(snap.files, predicates, {c.name: c.type for c in snap.schema.columns})
         know_sizes((f.uri, f.entry.size_bytes) for f in files)
+        self.note_reads(files)
         con = self.con
         self._drop_tables(self._new_tables)  # left by a create that failed before its view existed
         self._new_tables = []
@@ -495,3 +508,8 @@ def _runs(positions: np.ndarray) -> list[tuple[int, int]]:
     starts = np.concatenate(([positions[0]], positions[breaks + 1]))
     ends = np.concatenate((positions[breaks], [positions[-1]]))
     return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
+
+
+def row_groups(f: ResolvedFile) -> int:
+    """Row groups of ``f`` as its entry (or its deletes) record them."""
+    return len(f.row_group_rows) if f.row_group_rows is not None else f.entry.row_group_count
