@@ -252,3 +252,54 @@ def test_after_gc_the_iceberg_mirror_continues(tmp_path):
     t.delete("id = 5")
     assert mirrored_versions(open_storage(uri)) == [0, 1, 2, 3]
     Readers(uri).check(t, [3])
+
+
+def test_the_mirrors_avro_files_read_back_through_pyiceberg_as_written(tmp_path):
+    """The manifests and manifest lists CastSQL encodes itself: PyIceberg's
+    Avro readers give back every field, with Iceberg's sequence number
+    inheritance (an ADDED entry takes its manifest's, which the first list
+    holding it assigns), large and negative numbers, and non-ASCII paths."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.manifest import ManifestContent, ManifestEntryStatus, read_manifest_list
+
+    from castsql.mirror import iceberg_avro as avro
+
+    io = PyArrowFileIO()
+    schema = b'{"type":"struct","fields":[{"id":1,"name":"id","type":"long","required":true}],"schema-id":0}'
+    entries = [
+        avro.Entry(avro.ADDED, 7, None, None, avro.DATA, f"{tmp_path}/données/a.parquet", 2**40 + 1, 123),
+        avro.Entry(avro.EXISTING, 3, 3, 2, avro.DATA, f"{tmp_path}/b.parquet", 0, 2**62),
+        avro.Entry(avro.DELETED, 7, 5, 5, avro.DATA, f"{tmp_path}/c.parquet", 9, 1),
+    ]
+    body = avro.manifest(schema, "data", entries)
+    (tmp_path / "m.avro").write_bytes(body)
+    deletes = [avro.Entry(avro.ADDED, 7, None, None, avro.POSITION_DELETES, f"{tmp_path}/d.parquet", 4, 99)]
+    dbody = avro.manifest(schema, "deletes", deletes)
+    (tmp_path / "d.avro").write_bytes(dbody)
+    files = [
+        avro.manifest_file_of(f"{tmp_path}/m.avro", len(body), avro.CONTENT_DATA, 7, entries),
+        avro.manifest_file_of(f"{tmp_path}/d.avro", len(dbody), avro.CONTENT_DELETES, 7, deletes),
+    ]
+    (tmp_path / "l.avro").write_bytes(avro.manifest_list(7, 6, 7, files))
+    got = list(read_manifest_list(io.new_input(f"{tmp_path}/l.avro")))
+    assert [(m.manifest_path, m.manifest_length, m.content) for m in got] == [
+        (f"{tmp_path}/m.avro", len(body), ManifestContent.DATA),
+        (f"{tmp_path}/d.avro", len(dbody), ManifestContent.DELETES),
+    ]
+    m = got[0]
+    assert (m.sequence_number, m.min_sequence_number, m.added_snapshot_id) == (7, 3, 7)
+    assert (m.added_files_count, m.existing_files_count, m.deleted_files_count) == (1, 1, 1)
+    assert (m.added_rows_count, m.existing_rows_count, m.deleted_rows_count) == (2**40 + 1, 0, 9)
+    rows = [
+        (e.status, e.snapshot_id, e.sequence_number, e.file_sequence_number, e.data_file.file_path,
+         e.data_file.record_count, e.data_file.file_size_in_bytes)
+        for e in m.fetch_manifest_entry(io, discard_deleted=False)
+    ]  # fmt: skip
+    assert rows == [
+        (ManifestEntryStatus.ADDED, 7, 7, 7, f"{tmp_path}/données/a.parquet", 2**40 + 1, 123),
+        (ManifestEntryStatus.EXISTING, 3, 3, 2, f"{tmp_path}/b.parquet", 0, 2**62),
+        (ManifestEntryStatus.DELETED, 7, 5, 5, f"{tmp_path}/c.parquet", 9, 1),
+    ]
+    (d,) = got[1].fetch_manifest_entry(io)
+    assert (d.data_file.content, d.data_file.record_count, d.sequence_number) == (1, 4, 7)
+    assert avro._long(-1) == b"\x01" and avro._long(-(2**63)) == b"\xff" * 9 + b"\x01"

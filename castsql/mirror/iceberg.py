@@ -21,9 +21,11 @@ empty ``CREATE``, has no snapshot, as a new Iceberg table has none).
   DuckDB 1.5.5 and PyIceberg 0.12 read them; Puffin deletion vectors are
   the next step (FORMAT.md §10).
 
-Writing uses PyIceberg's Avro manifest writers (``pip install
-castsql[iceberg]``); every object goes through CastSQL's storage layer with
-a create-only put, and the metadata file of a version is the last object
+Manifests and manifest lists are encoded by
+:mod:`castsql.mirror.iceberg_avro`; a process continuing a mirror it did not
+write reads the last version back with PyIceberg (``pip install
+castsql[iceberg]``). Every object goes through CastSQL's storage layer with a
+create-only put, and the metadata file of a version is the last object
 written for it.
 
 Example::
@@ -57,6 +59,7 @@ from pyroaring import BitMap
 from castsql.errors import MissingExtra, VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
 from castsql.format.layout import to_table_key
+from castsql.mirror import iceberg_avro as avro
 from castsql.mirror.source import (
     Held,
     MirrorError,
@@ -71,6 +74,7 @@ from castsql.mirror.source import (
 )
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
 from castsql.storage import ObjectNotFound, Storage
+from castsql.storage.base import overlapped
 
 META_DIR = "_iceberg/metadata"
 HINT_KEY = f"{META_DIR}/version-hint.text"
@@ -104,69 +108,69 @@ def _pyiceberg() -> Any:
 
 
 class _Files:
-    """A PyIceberg FileIO over the table's storage: reads by key, writes create-only."""
+    """The mirror's objects in the table's storage: written create-only, and
+    read back by PyIceberg through :attr:`io` (a FileIO over the storage)."""
 
     def __init__(self, storage: Storage) -> None:
-        written: list[int] = []
-        self.written = written  # sizes of the objects written
-        from pyiceberg.io import FileIO, InputFile, OutputFile
+        self.storage = storage
+        self.written: list[int] = []  # sizes of the objects written
+        self._pending: list[tuple[str, bytes]] = []
+        self._io: Any = None
 
-        st = storage
+    def put(self, key: str, data: bytes) -> None:
+        """Write ``key`` create-only by the next :meth:`flush`."""
+        self._pending.append((key, data))
+        self.written.append(len(data))
 
-        class In(InputFile):
-            def __len__(self) -> int:
-                return len(self._data())
+    def flush(self) -> None:
+        """Write the objects :meth:`put` named, together: a version's
+        manifests, delete file and manifest list depend on none of each
+        other, only its metadata file (written after) on all of them; on an
+        object store each is a round trip, on a disk each an fsync, and
+        overlapped ones share a journal commit."""
+        pending, self._pending = self._pending, []
+        overlapped(lambda kv: self.storage.put_new(*kv), pending)
 
-            def _data(self) -> bytes:
-                if not hasattr(self, "_bytes"):
-                    self._bytes = st.get(to_table_key(self.location, st.root, what="Iceberg metadata"))
-                return self._bytes
+    @property
+    def io(self) -> Any:
+        if self._io is None:
+            self._io = _storage_io(self.storage)
+        return self._io
 
-            def exists(self) -> bool:
-                return st.exists(to_table_key(self.location, st.root, what="Iceberg metadata"))
 
-            def open(self, seekable: bool = True) -> Any:
-                return io.BytesIO(self._data())
+def _storage_io(storage: Storage) -> Any:
+    """A PyIceberg FileIO over ``storage`` that reads by key."""
+    _pyiceberg()
+    from pyiceberg.io import FileIO, InputFile, OutputFile
 
-        class _Stream(io.BytesIO):
-            def __init__(self, out: Out) -> None:
-                super().__init__()
-                self._out = out
+    st = storage
 
-            def close(self) -> None:
-                if not self.closed:
-                    data = self.getvalue()
-                    st.put_new(to_table_key(self._out.location, st.root, what="Iceberg metadata"), data)
-                    self._out.size = len(data)
-                    written.append(len(data))
-                super().close()
+    class In(InputFile):
+        def __len__(self) -> int:
+            return len(self._data())
 
-        class Out(OutputFile):
-            size = 0
+        def _data(self) -> bytes:
+            if not hasattr(self, "_bytes"):
+                self._bytes = st.get(to_table_key(self.location, st.root, what="Iceberg metadata"))
+            return self._bytes
 
-            def __len__(self) -> int:
-                return self.size
+        def exists(self) -> bool:
+            return st.exists(to_table_key(self.location, st.root, what="Iceberg metadata"))
 
-            def exists(self) -> bool:
-                return st.exists(to_table_key(self.location, st.root, what="Iceberg metadata"))
+        def open(self, seekable: bool = True) -> Any:
+            return io.BytesIO(self._data())
 
-            def to_input_file(self) -> InputFile:
-                return In(self.location)
+    class StorageIO(FileIO):
+        def new_input(self, location: str) -> InputFile:
+            return In(location)
 
-            def create(self, overwrite: bool = False) -> Any:
-                return _Stream(self)
+        def new_output(self, location: str) -> OutputFile:
+            raise NotImplementedError("the mirror writes through its own writers (castsql.mirror.iceberg_avro)")
 
-        class StorageIO(FileIO):
-            def new_input(self, location: str) -> InputFile:
-                return In(location)
+        def delete(self, location: Any) -> None:
+            raise NotImplementedError("the mirror never deletes")
 
-            def new_output(self, location: str) -> OutputFile:
-                return Out(location)
-
-            def delete(self, location: Any) -> None:
-                raise NotImplementedError("the mirror never deletes")
-
-        self.io = StorageIO()
+    return StorageIO()
 
 
 # ---------------------------------------------------------------------- schema
@@ -192,9 +196,9 @@ class _State:
     field_ids: dict[str, int] = field(default_factory=dict)
     schemas: list[dict[str, Any]] = field(default_factory=list)
     snapshots: list[dict[str, Any]] = field(default_factory=list)
-    data: dict[str, Any] = field(default_factory=dict)  # table key -> live ManifestEntry
-    data_manifests: list[Any] = field(default_factory=list)
-    delete_manifests: list[Any] = field(default_factory=list)
+    data: dict[str, avro.Entry] = field(default_factory=dict)  # table key -> its live entry (EXISTING form)
+    data_manifests: list[avro.ManifestFile] = field(default_factory=list)
+    delete_manifests: list[avro.ManifestFile] = field(default_factory=list)
     metadata_log: list[dict[str, Any]] = field(default_factory=list)
     table_uuid: str = ""
     digest: str = ""  # of the metadata file of ``version`` as this process wrote it
@@ -223,12 +227,21 @@ def _read_state(storage: Storage, version: int, files: _Files) -> _State:
     if current is not None and current >= 0:
         snap = next(s for s in st.snapshots if s["snapshot-id"] == current)
         for mf in manifest.read_manifest_list(files.io.new_input(snap["manifest-list"])):
+            ours = avro.ManifestFile(
+                mf.manifest_path, mf.manifest_length, int(mf.content), mf.added_snapshot_id,
+                mf.added_files_count, mf.existing_files_count, mf.deleted_files_count,
+                mf.added_rows_count, mf.existing_rows_count, mf.deleted_rows_count,
+                mf.min_sequence_number, mf.sequence_number,
+            )  # fmt: skip
             if mf.content == manifest.ManifestContent.DELETES:
-                st.delete_manifests.append(mf)
+                st.delete_manifests.append(ours)
                 continue
-            st.data_manifests.append(mf)
+            st.data_manifests.append(ours)
             for e in mf.fetch_manifest_entry(files.io, discard_deleted=True):
-                st.data[to_table_key(e.data_file.file_path, storage.root, what="data file")] = e
+                df = e.data_file
+                entry = avro.Entry(avro.EXISTING, e.snapshot_id, e.sequence_number, e.file_sequence_number,
+                                   int(df.content), df.file_path, df.record_count, df.file_size_in_bytes)  # fmt: skip
+                st.data[to_table_key(df.file_path, storage.root, what="data file")] = entry.existing()
     return st
 
 
@@ -285,12 +298,6 @@ def _write_version(
     log: TableLog, m: Manifest, snap: Snapshot, prev: Snapshot | None, state: _State, files: _Files
 ) -> int:
     """Write mirror version ``m.version``; returns the delete files written."""
-    manifest = _pyiceberg()
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestEntry
-    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
-    from pyiceberg.schema import Schema as IceSchema
-    from pyiceberg.typedef import Record
-
     storage = log.storage
     where = f"{storage.root}: Iceberg mirror of version {m.version}"
     v = m.version
@@ -298,48 +305,37 @@ def _write_version(
     if not state.schemas or state.schemas[-1]["fields"] != schema["fields"]:
         state.schemas.append({**schema, "schema-id": len(state.schemas)})
     schema_id = len(state.schemas) - 1
-    ice_schema = IceSchema.model_validate(state.schemas[-1])
+    table_schema = json.dumps({"type": "struct", **state.schemas[-1]}, separators=(",", ":")).encode()
     tag = uuid.uuid4().hex
     written = 0
 
-    def data_file(f: ResolvedFile) -> Any:
-        return DataFile.from_args(content=DataFileContent.DATA, file_path=storage.uri(f.key),
-                                  file_format=FileFormat.PARQUET, partition=Record(), record_count=f.total_rows,
-                                  file_size_in_bytes=f.entry.size_bytes)  # fmt: skip
+    def added_entry(f: ResolvedFile) -> avro.Entry:
+        return avro.Entry(avro.ADDED, v, None, None, avro.DATA, storage.uri(f.key), f.total_rows, f.entry.size_bytes)
+
+    def put_manifest(name: str, entries: list[avro.Entry], deletes: bool = False) -> avro.ManifestFile:
+        key = f"{META_DIR}/{tag}-{name}.avro"
+        body = avro.manifest(table_schema, "deletes" if deletes else "data", entries)
+        files.put(key, body)
+        content = avro.CONTENT_DELETES if deletes else avro.CONTENT_DATA
+        return avro.manifest_file_of(storage.uri(key), len(body), content, v, entries)
 
     now, before, gone = changed_files(snap, prev, state.data.keys())
     added = [k for k in sorted(now) if k not in state.data]
     is_added = set(added)
-
-    def new_manifest(name: str, deletes: bool = False) -> Any:
-        out = files.io.new_output(storage.uri(f"{META_DIR}/{tag}-{name}.avro"))
-        if deletes:
-            return _delete_manifest_writer()(UNPARTITIONED_PARTITION_SPEC, ice_schema, out, v, "deflate")
-        return manifest.write_manifest(2, UNPARTITIONED_PARTITION_SPEC, ice_schema, out, v, "deflate")
-
     if gone:  # files removed: one manifest of every live file replaces the data manifests
-        entries = [(k, e) for k, e in state.data.items() if k not in gone]
-        w = new_manifest("m0")
-        with w:
-            for _, e in entries:
-                w.existing(e)
-            for k in sorted(gone):
-                w.delete(state.data[k])
-            for k in added:
-                w.add(ManifestEntry.from_args(status=manifest.ManifestEntryStatus.ADDED, data_file=data_file(now[k])))
-        state.data_manifests = [w.to_manifest_file()]
+        entries = [e for k, e in state.data.items() if k not in gone]
+        for k in sorted(gone):
+            e = state.data[k]
+            entries.append(avro.Entry(avro.DELETED, v, e.sequence_number, e.file_sequence_number, e.content,
+                                      e.path, e.record_count, e.size))  # fmt: skip
+        entries += [added_entry(now[k]) for k in added]
+        state.data_manifests = [put_manifest("m0", entries)]
         for k in gone:
             del state.data[k]
-        for k in added:
-            state.data[k] = _entry(v, data_file(now[k]))
     elif added:
-        w = new_manifest("m0")
-        with w:
-            for k in added:
-                w.add(ManifestEntry.from_args(status=manifest.ManifestEntryStatus.ADDED, data_file=data_file(now[k])))
-        state.data_manifests.append(w.to_manifest_file())
-        for k in added:
-            state.data[k] = _entry(v, data_file(now[k]))
+        state.data_manifests.append(put_manifest("m0", [added_entry(now[k]) for k in added]))
+    for k in added:
+        state.data[k] = added_entry(now[k]).existing()
 
     # Deletes: the positions newly dropped, or all of them again when some came back.
     new_rows: dict[str, BitMap] = {}
@@ -360,55 +356,22 @@ def _write_version(
     if new_rows:
         key = f"{META_DIR}/{tag}-deletes.parquet"
         data, count = _position_deletes(storage, new_rows)
-        storage.put_new(key, data)
-        files.written.append(len(data))
-        delete_file = DataFile.from_args(content=DataFileContent.POSITION_DELETES, file_path=storage.uri(key),
-                                         file_format=FileFormat.PARQUET, partition=Record(), record_count=count,
-                                         file_size_in_bytes=len(data))  # fmt: skip
-        w = new_manifest("d0", deletes=True)
-        with w:
-            w.add(ManifestEntry.from_args(status=manifest.ManifestEntryStatus.ADDED, data_file=delete_file))
-        state.delete_manifests.append(w.to_manifest_file())
+        files.put(key, data)
+        delete_file = avro.Entry(avro.ADDED, v, None, None, avro.POSITION_DELETES, storage.uri(key), count, len(data))
+        state.delete_manifests.append(put_manifest("d0", [delete_file], deletes=True))
         written += 1
 
     parent = state.snapshots[-1]["snapshot-id"] if state.snapshots else None
-    list_out = files.io.new_output(storage.uri(f"{META_DIR}/snap-{v}-{tag}.avro"))
-    with manifest.write_manifest_list(2, list_out, v, parent, v, "deflate") as lw:
-        lw.add_manifests([*state.data_manifests, *state.delete_manifests])
+    list_key = f"{META_DIR}/snap-{v}-{tag}.avro"
+    files.put(list_key, avro.manifest_list(v, parent, v, [*state.data_manifests, *state.delete_manifests]))
     ms = int(m.created_at.timestamp() * 1000)
     state.snapshots.append({
         "snapshot-id": v, "parent-snapshot-id": parent, "sequence-number": v, "timestamp-ms": ms,
-        "manifest-list": list_out.location, "schema-id": schema_id,
+        "manifest-list": storage.uri(list_key), "schema-id": schema_id,
         "summary": {"operation": "overwrite", "castsql-operation": m.operation, "castsql-version": str(v),
                     "castsql-commit-id": m.commit_id or ""},
     })  # fmt: skip
     return written
-
-
-def _delete_manifest_writer() -> Any:
-    """PyIceberg writes data manifests only; a delete manifest is the same
-    Avro layout whose content (in the manifest list and its own metadata)
-    says ``deletes``."""
-    from pyiceberg.manifest import ManifestContent, ManifestWriterV2
-
-    class DeleteManifestWriter(ManifestWriterV2):
-        def content(self) -> ManifestContent:
-            return ManifestContent.DELETES
-
-        @property
-        def _meta(self) -> dict[str, str]:
-            return {**super()._meta, "content": "deletes"}
-
-    return DeleteManifestWriter
-
-
-def _entry(v: int, data_file: Any) -> Any:
-    """The live entry of a data file version ``v`` added, as a later manifest
-    carries it on (``EXISTING``, with the sequence numbers its snapshot gave it)."""
-    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
-
-    return ManifestEntry.from_args(status=ManifestEntryStatus.EXISTING, snapshot_id=v, sequence_number=v,
-                                   file_sequence_number=v, data_file=data_file)  # fmt: skip
 
 
 def _metadata(log: TableLog, m: Manifest, state: _State) -> dict[str, Any]:
@@ -487,6 +450,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
             state.schemas.append({**_schema_json(snap.schema, state, where, snap.primary_key), "schema-id": 0})
         else:
             out.delete_files += _write_version(log, m, snap, prev, state, files)
+            files.flush()
         body = json.dumps(_metadata(log, m, state), separators=(",", ":")).encode()
         put_version(storage, metadata_key(v), body, "Iceberg", v)
         state.digest = digest(body)
