@@ -78,6 +78,13 @@ from castsql.storage.base import overlapped
 
 META_DIR = "_iceberg/metadata"
 HINT_KEY = f"{META_DIR}/version-hint.text"
+# Snapshots of versions the table's gc collected are dropped from the metadata
+# at least this often (a version number divisible by it) and whenever a
+# process continues a mirror it did not write.
+EXPIRE_EVERY = 64
+# Entries of a metadata file's metadata-log: Iceberg's own default
+# (write.metadata.previous-versions-max).
+METADATA_LOG_KEPT = 100
 _POS_FILE_PATH_ID, _POS_POS_ID = 2147483546, 2147483545  # Iceberg's reserved ids of a position delete file
 
 
@@ -442,6 +449,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
         first = log.manifest(0)  # the mirror's first version: the table's id
         state = _State(table_uuid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"castsql:{first.commit_id or storage.root}")))
     prev = resolve(log, state.version) if state.version >= 0 else None
+    state_from = state.version
     for v in range(state.version + 1, target + 1):
         m = log.manifest(v)
         snap = resolve(log, v)
@@ -451,12 +459,15 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
         else:
             out.delete_files += _write_version(log, m, snap, prev, state, files)
             files.flush()
+        if v % EXPIRE_EVERY == 0 or (held is None and v == state_from + 1):
+            _expire(state, log.earliest_version())
         body = json.dumps(_metadata(log, m, state), separators=(",", ":")).encode()
         put_version(storage, metadata_key(v), body, "Iceberg", v)
         state.digest = digest(body)
         state.metadata_log.append(
             {"metadata-file": storage.uri(metadata_key(v)), "timestamp-ms": int(m.created_at.timestamp() * 1000)}
         )
+        del state.metadata_log[:-METADATA_LOG_KEPT]
         state.version = v
         out.bytes_written += len(body)
         out.written.append(v)
@@ -466,6 +477,14 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
     storage.put(HINT_KEY, str(out.latest).encode())  # a hint, like Iceberg's Hadoop tables: readers may list instead
     _HELD.put(storage.root, state)
     return out
+
+
+def _expire(state: _State, earliest: int) -> None:
+    """Drop the snapshots of versions the table no longer keeps (its ``gc``
+    collected them): a metadata file lists every snapshot, so without this
+    each mirror version would cost the table's whole history. Their
+    manifest lists stay where they are; the mirror never deletes."""
+    state.snapshots = [s for s in state.snapshots if s["snapshot-id"] >= earliest]
 
 
 def read_metadata(storage: Storage, version: int) -> dict[str, Any]:
