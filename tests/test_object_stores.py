@@ -304,6 +304,10 @@ def test_a_session_on_s3_keeps_requests_in_flight_on_more_threads_than_cores(clo
         castsql.open(uri, s3=s3).append(events(n, n + 1))  # one new row group
         assert s.sql(q)["n"][0].as_py() == n + 1
         assert threads(s) == default
+        s.sql("SET threads = 5")  # the user's, kept through a cold read of many row groups
+        TableLog(st).append(write_data_files(st, events(n + 1, 2 * n), row_group_size=10))
+        assert s.sql(q)["n"][0].as_py() == 2 * n
+        assert threads(s) == 5
     with Session(uri, s3=s3, threads=3) as s:
         assert threads(s) == 3
     con = duckdb.connect()

@@ -23,6 +23,9 @@ Example::
     16
     >>> t.note([("s3://b/t/a.parquet", 8)]); t.settle(); t.now
     2
+    >>> _ = con.execute("SET threads = 3")  # the user's: kept
+    >>> t.note([("s3://b/t/b.parquet", 8)]); t.settle(); t.released
+    True
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class RemoteThreads:
         self.cores = cores
         self.most = max(cores, most)
         self.now = cores
+        self.released = False  # threads set by someone else: left alone from then on
         self._read: set[str] = set()
         self._new = 0
 
@@ -57,9 +61,14 @@ class RemoteThreads:
                 self._new += max(1, groups)
 
     def settle(self) -> None:
-        """Set the threads for the query about to run, from what was noted since the last."""
+        """Set the threads for the query about to run, from what was noted
+        since the last; never again once something else set them (a user's
+        ``SET threads`` in SQL is theirs to keep)."""
         want = self.most if self._new > self.cores else self.cores
         self._new = 0
-        if want != self.now:
+        if want != self.now and not self.released:
+            if int(self.con.execute("SELECT current_setting('threads')").fetchone()[0]) != self.now:
+                self.released = True
+                return
             self.con.execute(f"SET threads = {want}")
             self.now = want
