@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -488,14 +489,29 @@ def test_half_a_key_pair_or_a_fractional_attempt_count_is_refused(monkeypatch, t
 
 @pytest.mark.s3
 def test_an_s3_request_obstore_cannot_make_is_one_error(s3_server):
-    """A bucket name or endpoint that cannot be put in a URL makes obstore's
+    """An endpoint that cannot be put in a URL makes obstore's
     signer panic (pyo3's PanicException, a BaseException): one StorageError
     naming the object, not a traceback."""
-    with pytest.raises(StorageError, match=r"s3://bu cket/t/x: cannot read: not a valid request"):
-        open_storage("s3://bu cket/t", s3=s3_server.config).get("x")
     bad = dataclasses.replace(s3_server.config, endpoint_url="not a url")
     with pytest.raises(StorageError, match=r"not a valid request|cannot reach S3"):
         open_storage("s3://bench/t", s3=bad).get("x")
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        ("s3://Bad_Bucket!/t", "'Bad_Bucket!' cannot be a bucket name"),
+        ("s3://bu cket/t", "'bu cket' cannot be a bucket name"),
+        ("gs://Upper/t", "'Upper' cannot be a bucket name (up to 222 lowercase"),
+        ("az://under_score/t", "'under_score' cannot be a container name"),
+        ("abfss://c_x@acct.dfs.core.windows.net/t", "'c_x' cannot be a container name"),
+    ],
+)
+def test_a_bucket_name_no_store_could_hold_is_named_before_any_request(uri, message):
+    """Stores answer such names with an access denied or a bad request that
+    names neither the bucket nor the rule: the URI is refused as written."""
+    with pytest.raises(StorageError, match=re.escape(f"{uri}: {message}")):
+        open_storage(uri)
 
 
 def test_overlapped_requests_nest_without_waiting_on_each_other():

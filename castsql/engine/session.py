@@ -121,6 +121,8 @@ class Session:
             load_httpfs(self.con)  # extensions cannot be loaded once locked
             self.executor.httpfs = True
         self.views.lake  # noqa: B018 - attach DuckLake while that is still allowed
+        if self.views.threads is not None:
+            self.views.threads.fix()  # settings cannot change once locked: cold reads' threads, as before
         temp = f"{self._workdir}/duckdb-tmp"
         lock_down(self.con, [*self.uris, self._workdir], temp)
         self.executor.safe = True

@@ -50,6 +50,14 @@ class RemoteThreads:
         self._read: set[str] = set()
         self._new = 0
 
+    def fix(self) -> None:
+        """Run every query on ``most`` threads from now on (a safe session,
+        whose settings are locked once it starts)."""
+        if not self.released:
+            self.con.execute(f"SET threads = {self.most}")
+            self.now = self.most
+            self.released = True
+
     def note(self, files: Iterable[tuple[str, int]]) -> None:
         """Files (URI, row groups) a view or audit of the coming query reads."""
         read = self._read

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -31,6 +32,8 @@ from castsql.storage.config import env_number
 from castsql.storage.obstore_base import ObstoreStorage, retry_config
 
 _SCHEMES = ("az://", "azure://", "abfss://", "abfs://")
+# Azure's rule for container names, and its special containers ($root, $web, $logs).
+_CONTAINER_NAME = (r"\$?[a-z0-9-]{1,63}", "up to 63 lowercase letters, digits or '-'")
 
 
 def parse_azure_uri(uri: str) -> tuple[str, str, str | None]:
@@ -46,6 +49,8 @@ def parse_azure_uri(uri: str) -> tuple[str, str, str | None]:
         account = host.split(".", 1)[0] or None
     if not container:
         raise StorageError(f"{uri}: no container in the URI (use az://container/prefix)")
+    if not re.fullmatch(_CONTAINER_NAME[0], container):
+        raise StorageError(f"{uri}: {container!r} cannot be a container name ({_CONTAINER_NAME[1]})")
     return container, prefix, account
 
 

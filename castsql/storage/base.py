@@ -233,12 +233,17 @@ class Storage(abc.ABC):
         """Release connections."""
 
 
-def split_bucket_uri(uri: str, schemes: tuple[str, ...], example: str) -> tuple[str, str]:
+def split_bucket_uri(
+    uri: str, schemes: tuple[str, ...], example: str, name_rule: tuple[str, str] | None = None
+) -> tuple[str, str]:
     """``scheme://bucket/some/prefix/`` -> ``("bucket", "some/prefix")`` for one
-    of ``schemes``; ``example`` spells a good URI in the error.
+    of ``schemes``; ``example`` spells a good URI in the error. ``name_rule``:
+    a pattern every bucket (or container) name of the store matches, and how
+    the error says it; a name no store could hold is refused before any
+    request (the store would answer with a 403 or a 400 that names neither).
 
-    >>> split_bucket_uri("s3a://b/x/y/", ("s3://", "s3a://"), "s3://bucket/prefix")
-    ('b', 'x/y')
+    >>> split_bucket_uri("s3a://bkt/x/y/", ("s3://", "s3a://"), "s3://bucket/prefix")
+    ('bkt', 'x/y')
     """
     for scheme in schemes:
         if uri.startswith(scheme):
@@ -247,8 +252,11 @@ def split_bucket_uri(uri: str, schemes: tuple[str, ...], example: str) -> tuple[
     else:
         raise StorageError(f"{uri}: not a {schemes[0]} URI")
     bucket, _, prefix = rest.partition("/")
+    what = example.split("://")[1].split("/")[0]
     if not bucket:
-        raise StorageError(f"{uri}: no {example.split('://')[1].split('/')[0]} in the URI (use {example})")
+        raise StorageError(f"{uri}: no {what} in the URI (use {example})")
+    if name_rule is not None and not re.fullmatch(name_rule[0], bucket):
+        raise StorageError(f"{uri}: {bucket!r} cannot be a {what} name ({name_rule[1]})")
     return bucket, prefix.strip("/")
 
 

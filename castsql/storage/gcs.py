@@ -53,6 +53,7 @@ from castsql.storage.base import (
 from castsql.storage.config import env_number
 
 _SCHEMES = ("gs://", "gcs://")
+_BUCKET_NAME = (r"[a-z0-9_.-]{1,222}", "up to 222 lowercase letters, digits, '.', '-' or '_'")
 _NO_BUCKET = b"bucket does not exist"
 _SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
 
@@ -63,7 +64,7 @@ def parse_gcs_uri(uri: str) -> tuple[str, str]:
     >>> parse_gcs_uri("gcs://b/x/y/")
     ('b', 'x/y')
     """
-    return split_bucket_uri(uri, _SCHEMES, "gs://bucket/prefix")
+    return split_bucket_uri(uri, _SCHEMES, "gs://bucket/prefix", _BUCKET_NAME)
 
 
 @dataclass(frozen=True)

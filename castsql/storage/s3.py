@@ -31,6 +31,8 @@ from castsql.storage.config import S3Config
 from castsql.storage.obstore_base import ObstoreStorage, retry_config
 
 _SCHEMES = ("s3://", "s3a://")
+# Any S3 bucket name, legacy ones (uppercase, underscores, up to 255) included.
+_BUCKET_NAME = (r"[A-Za-z0-9._-]{1,255}", "up to 255 letters, digits, '.', '-' or '_'")
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -39,7 +41,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     >>> parse_s3_uri("s3a://b/x/y/")
     ('b', 'x/y')
     """
-    return split_bucket_uri(uri, _SCHEMES, "s3://bucket/prefix")
+    return split_bucket_uri(uri, _SCHEMES, "s3://bucket/prefix", _BUCKET_NAME)
 
 
 def _make_store(bucket: str, config: S3Config) -> Any:
