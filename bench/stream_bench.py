@@ -1,7 +1,7 @@
 """A CDC stream that runs long: CastSQL (automatic compaction on) against deltalake and DuckLake.
 
     .venv/bin/python bench/stream_bench.py [--rows 200000] [--batches 300] [--batch-rows 40]
-                                           [--engines castsql,deltalake,ducklake] [--s3] [--repeat 5]
+                                           [--engines castsql,deltalake,ducklake] [--s3] [--azure] [--repeat 5]
                                            [--min-files N] [--delay SECONDS]
 
 A table of ``--rows`` events (id, ts, user, kind, amount) takes ``--batches``
@@ -13,16 +13,18 @@ on (``castsql.compact.sortBy = ts``), deltalake through ``DeltaTable.merge``,
 DuckLake through ``MERGE INTO`` on an attached catalog. The engines take the
 batches in turns, rotating who goes first, so load on the machine hits all
 alike. ``--s3`` runs CastSQL (and deltalake, if asked for) on the S3 test
-server as well; DuckLake stays local. ``--delay`` (with ``--s3``) then also
-queries the S3 tables through a proxy adding that many seconds to every
-request (an object store's first-byte latency): CastSQL, a deltalake handle
-that never looks for new versions, and one refreshed per query.
+server as well, ``--azure`` on the Azure emulator (Azurite); DuckLake stays
+local. ``--delay`` then also queries those tables through a proxy adding that
+many seconds to every request (an object store's first-byte latency):
+CastSQL, a deltalake handle that never looks for new versions, and one
+refreshed per query. (GCS is not among them: deltalake's GCS client speaks
+GCS's XML API, which the GCS emulator does not serve.)
 
 Printed: commit latency per engine (p50, p99, the median of batches 90-110
 against the last 20), then, after the stream, medians of ``--repeat`` warm
 queries in one session per engine against the same live rows written as one
-Parquet file read by DuckDB (for the engines on S3, that file on the same S3
-server, read through httpfs): a full aggregate and a recent time range (the
+Parquet file read by DuckDB (for the engines on a store, that file on the
+same server, read as CastSQL reads that store): a full aggregate and a recent time range (the
 last 1% of times); and the embedded compaction of 300 one-batch files into
 one against DuckLake's ``ducklake_merge_adjacent_files`` on the same rows.
 
@@ -201,29 +203,128 @@ def compaction_race(root: Path, feed: list[pa.Table], base: pa.Table) -> tuple[f
     return c, d
 
 
-def delayed_queries(server, engines: list, full: str, recent: str, delay: float, repeat: int) -> None:
-    """The S3 tables' warm queries through a proxy that delays every request
+class Remote:
+    """A store's test server (``s3`` or ``azure``), where its tables live, and
+    how CastSQL and deltalake reach it at an endpoint (the server's or a proxy's)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.label = {"s3": "S3", "azure": "Azure"}[kind]
+        if kind == "s3":
+            from _common import start_s3
+
+            self.server = start_s3()
+            self.port = self.server.ports["s3"]
+            self.prefix = "s3://bench/stream"
+        else:
+            from cloudservers import AzuriteServer
+
+            self.server = AzuriteServer().start()
+            self.server.create_container("bench")
+            self.port = self.server.port
+            self.prefix = "az://bench/stream"
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.s3 = self.server.config if kind == "s3" else None
+        os.environ.update(self.env(self.endpoint))
+
+    def env(self, endpoint: str) -> dict[str, str]:
+        if self.kind == "s3":
+            return {}
+        return {"AZURE_STORAGE_CONNECTION_STRING": self.server.connection_string.replace(self.endpoint, endpoint)}
+
+    def castsql(self, base: pa.Table | None, endpoint: str | None = None) -> CastSQL:
+        import dataclasses
+
+        endpoint = endpoint or self.endpoint
+        saved = {k: os.environ.get(k) for k in self.env(endpoint)}
+        os.environ.update(self.env(endpoint))  # Azure: the storage reads it when the table opens
+        try:
+            s3 = dataclasses.replace(self.s3, endpoint_url=endpoint) if self.s3 is not None else None
+            e = CastSQL(f"{self.prefix}/events", base, s3)
+        finally:
+            for k, v in saved.items():
+                if v is not None:
+                    os.environ[k] = v
+        e.name = f"castsql on {self.label}"
+        return e
+
+    def delta_options(self, endpoint: str | None = None) -> dict[str, str]:
+        endpoint = endpoint or self.endpoint
+        if self.kind == "s3":
+            cfg = self.server.config
+            return {
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_ACCESS_KEY_ID": cfg.key,
+                "AWS_SECRET_ACCESS_KEY": cfg.secret,
+                "AWS_REGION": cfg.region,
+                "AWS_ALLOW_HTTP": "true",
+                "AWS_S3_ALLOW_UNSAFE_RENAME": "true",  # one writer
+            }
+        return {
+            "account_name": "devstoreaccount1",
+            "account_key": self.server.account_key,
+            "endpoint": f"{endpoint}/devstoreaccount1",
+            "allow_http": "true",
+        }
+
+    def delta(self, base: pa.Table | None, endpoint: str | None = None) -> Delta:
+        d = Delta(f"{self.prefix}/delta_events", base, self.delta_options(endpoint))
+        d.name = f"deltalake on {self.label}"
+        return d
+
+    def delta_copy(self, local: str) -> Delta:
+        """The local Delta table at ``local`` copied to this store, and a handle on it."""
+        from castsql.storage import open_storage
+
+        st = open_storage(f"{self.prefix}/delta_events", s3=self.s3)
+        for d, _, files in os.walk(local):
+            for n in files:
+                path = os.path.join(d, n)
+                st.put(os.path.relpath(path, local).replace(os.sep, "/"), Path(path).read_bytes())
+        return self.delta(None)
+
+    def floor(self, one: str, queries: dict[str, str], repeat: int) -> dict[str, float]:
+        """The queries over ``one`` (a local Parquet file) put on the server
+        and read as CastSQL reads this store."""
+        from castsql.engine.duck import new_connection
+        from castsql.engine.stores import make_readable
+        from castsql.storage import open_storage
+
+        st = open_storage(self.prefix, s3=self.s3)
+        st.put("one.parquet", Path(one).read_bytes())
+        con = new_connection()
+        make_readable(con, st, self.s3)
+        src = f"read_parquet('{self.prefix}/one.parquet')"
+        return {
+            label: median_time(lambda q=q: con.sql(q.format(t=src)).fetchall(), repeat) for label, q in queries.items()
+        }
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def delayed_queries(remote: Remote, engines: list, full: str, recent: str, delay: float, repeat: int) -> None:
+    """A store's tables' warm queries through a proxy that delays every request
     by ``delay`` (an object store's first-byte latency): CastSQL (each query
     reads the pointer and probes past it), deltalake as a handle that never
     looks for new versions, and deltalake refreshing its handle per query."""
-    import dataclasses
-
     from faultproxy import FaultProxy
 
-    proxy = FaultProxy(server.ports["s3"], rate=0, delay=delay)
+    proxy = FaultProxy(remote.port, rate=0, delay=delay)
     proxy.start()
     try:
         handles = []
         for e in engines:
-            if isinstance(e, CastSQL) and e.s3 is not None:
-                h = CastSQL(e.uri, None, dataclasses.replace(e.s3, endpoint_url=proxy.endpoint_url))
-                handles.append(("castsql on S3", h))
-            elif isinstance(e, Delta) and e.name == "deltalake on S3":
-                opts = dict(e.options, AWS_ENDPOINT_URL=proxy.endpoint_url)
-                stale, fresh = Delta(e.uri, None, opts), Delta(e.uri, None, opts)
+            if e.name == f"castsql on {remote.label}":
+                handles.append((e.name, remote.castsql(None, proxy.endpoint_url)))
+            elif e.name == f"deltalake on {remote.label}":
+                stale, fresh = remote.delta(None, proxy.endpoint_url), remote.delta(None, proxy.endpoint_url)
                 fresh.refresh = True
                 handles += [("deltalake, stale handle", stale), ("deltalake, refreshed", fresh)]
-        print(f"\nwarm queries through a proxy adding {delay * 1000:.0f} ms per request (ms, requests per query)")
+        print(
+            f"\n{remote.label}: warm queries through a proxy adding {delay * 1000:.0f} ms per request "
+            "(ms, requests per query)"
+        )
         for label, q in (("full aggregate", full), ("recent 1% of times", recent)):
             cells = []
             for name, h in handles:
@@ -242,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, default=300)
     ap.add_argument("--batch-rows", type=int, default=40)
     ap.add_argument("--engines", default="castsql,deltalake,ducklake")
-    ap.add_argument("--s3", action="store_true", help="also CastSQL on the S3 test server")
+    ap.add_argument("--s3", action="store_true", help="also CastSQL (and deltalake) on the S3 test server")
+    ap.add_argument("--azure", action="store_true", help="also CastSQL (and deltalake) on the Azure emulator")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--min-files", type=int, help="castsql.autoCompact.minNumFiles (default: the table default)")
     ap.add_argument("--dir")
@@ -250,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         "--delay",
         type=float,
         default=0.0,
-        help="with --s3: also query the S3 tables through a proxy adding this many seconds to each request",
+        help="with --s3/--azure: also query those tables through a proxy adding this many seconds to each request",
     )
     args = ap.parse_args(argv)
     if args.min_files:
@@ -262,43 +364,30 @@ def main(argv: list[str] | None = None) -> int:
     feed = batches(args.rows, args.batches, args.batch_rows, rng)
     names = args.engines.split(",")
     engines: list = []
-    server = None
     if "castsql" in names:
         engines.append(CastSQL(str(root / "castsql" / "events"), base))
     if "deltalake" in names:
         engines.append(Delta(str(root / "delta" / "events"), base))
     if "ducklake" in names:
         engines.append(Lake(str(root / "ducklake"), base))
-    if args.s3:
-        from _common import start_s3
-
-        server = start_s3()
-        e = CastSQL("s3://bench/stream/events", base, server.config)
-        e.name = "castsql on S3"
-        engines.append(e)
-        if "deltalake" in names:
-            cfg = server.config
-            d = Delta(
-                "s3://bench/stream/delta_events",
-                base,
-                {
-                    "AWS_ENDPOINT_URL": cfg.endpoint_url,
-                    "AWS_ACCESS_KEY_ID": cfg.key,
-                    "AWS_SECRET_ACCESS_KEY": cfg.secret,
-                    "AWS_REGION": cfg.region,
-                    "AWS_ALLOW_HTTP": "true",
-                    "AWS_S3_ALLOW_UNSAFE_RENAME": "true",  # one writer
-                },
-            )
-            d.name = "deltalake on S3"
-            engines.append(d)
+    remotes = [Remote(kind) for kind, on in (("s3", args.s3), ("azure", args.azure)) if on]
+    for r in remotes:
+        engines.append(r.castsql(base))
+        if "deltalake" in names and r.kind == "s3":
+            engines.append(r.delta(base))
     print(f"{os.cpu_count()} cores; {args.rows:,} rows, {args.batches} upserts of {args.batch_rows} rows, "
           f"engines in turns; medians of {args.repeat} for queries")  # fmt: skip
     lat = run_stream(engines, feed)
+    local_delta = next((e for e in engines if e.name == "deltalake"), None)
+    for r in remotes:
+        if r.kind == "azure" and local_delta is not None:
+            # delta-rs merges fail on Azurite ("Invalid table version"; appends
+            # work): its stream's table is copied there instead, for the reads.
+            engines.append(r.delta_copy(local_delta.uri))
     lake_p50 = pct(lat["ducklake"], 50) if "ducklake" in lat else None
     print(f"\n{'commit latency (ms)':<18}{'p50':>8}{'p99':>8}{'p99/p50':>8}{'vs lake':>8}"
           f"{'b90-110':>9}{'last 20':>9}{'end/100':>8}{'files':>7}")  # fmt: skip
-    for e in engines:
+    for e in (e for e in engines if e.name in lat):
         xs = lat[e.name]
         p50, p99 = pct(xs, 50), pct(xs, 99)
         early = statistics.median(xs[90:111]) if len(xs) > 110 else float("nan")
@@ -326,39 +415,32 @@ def main(argv: list[str] | None = None) -> int:
             floor[label] = median_time(
                 lambda q=q: con.sql(q.format(t=f"read_parquet('{one}')")).fetchall(), args.repeat
             )
-    # On S3 the floor is the same file on the same server, read by DuckDB's httpfs.
-    floor_s3 = {}
-    if server is not None and live is not None:
-        from castsql.engine.duck import configure_s3, new_connection
-        from castsql.storage import open_storage
-
-        open_storage("s3://bench/stream", s3=server.config).put("one.parquet", Path(one).read_bytes())
-        con_s3 = new_connection()
-        configure_s3(con_s3, server.config)
-        for label, q in (("full aggregate", full), ("recent 1% of times", recent)):
-            floor_s3[label] = median_time(
-                lambda q=q: con_s3.sql(q.format(t="read_parquet('s3://bench/stream/one.parquet')")).fetchall(),
-                args.repeat,
-            )
+    # On a store the floor is the same file on the same server, read as CastSQL reads that store.
+    floors = {}
+    if live is not None:
+        for r in remotes:
+            floors[r.label] = r.floor(one, {"full aggregate": full, "recent 1% of times": recent}, args.repeat)
     print(f"\n{'after the stream (ms)':<22}{'one file':>9}" + "".join(f"{e.name:>15}{'x':>6}" for e in engines))
     for label, q in (("full aggregate", full), ("recent 1% of times", recent)):
         cells = ""
         for e in engines:
             m = median_time(lambda e=e, q=q: e.query(q), args.repeat)
-            base = floor_s3 if "S3" in e.name else floor
+            base = next((f for label, f in floors.items() if e.name.endswith(f" on {label}")), floor)
             ratio = m / base[label] if label in base else float("nan")
             cells += f"{m * 1000:>15.1f}{ratio:>6.2f}"
         print(f"{label:<22}{floor.get(label, float('nan')) * 1000:>9.1f}{cells}")
-    for label, m in floor_s3.items():
-        print(f"  one file on the S3 server, {label}: {m * 1000:.1f} ms (the floor of the S3 engines' ratios)")
-    if server is not None and args.delay:
-        delayed_queries(server, engines, full, recent, args.delay, args.repeat)
+    for store, f in floors.items():
+        for label, m in f.items():
+            print(f"  one file on the {store} server, {label}: {m * 1000:.1f} ms (the floor of its engines' ratios)")
+    if args.delay:
+        for r in remotes:
+            delayed_queries(r, engines, full, recent, args.delay, args.repeat)
     if "castsql" in names and "ducklake" in names and args.batches >= 300:
         c, d = compaction_race(root, feed, base)
         print(f"\ncompact 300 one-batch files into one: castsql {c * 1000:.0f} ms, "
               f"DuckLake merge_adjacent_files {d * 1000:.0f} ms, ratio {c / d:.2f}")  # fmt: skip
-    if server is not None:
-        server.stop()
+    for r in remotes:
+        r.stop()
     if not args.dir:
         shutil.rmtree(root, ignore_errors=True)  # a 3,000-batch run leaves ~15 GB
     return 0

@@ -226,6 +226,43 @@ def test_a_first_query_asks_the_store_nothing_it_was_told_already(cloud, request
         proxy.stop()
 
 
+@pytest.mark.parametrize("cloud", CLOUDS)
+def test_a_warm_query_reads_no_data_file_again(cloud, request, monkeypatch):
+    """Data files never change: their bytes, once read, are kept by the
+    process (castsql.engine.objectfs.Blocks), so a query asked again, or
+    another of the same columns, makes only the freshness check's requests;
+    a new version's new file is read, its old ones are not."""
+    from faultproxy import FaultProxy
+
+    server = request.getfixturevalue(f"{cloud}_server")
+    uri = f"{request.getfixturevalue(f'{cloud}_root')}/t"
+    castsql.write_table(uri, events(0, 1000), primary_key="id")
+    proxy = FaultProxy(server.port, rate=0)
+    proxy.start()
+    try:
+        if cloud == "gcs":
+            monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.endpoint_url)
+        else:
+            cs = os.environ["AZURE_STORAGE_CONNECTION_STRING"]
+            monkeypatch.setenv(
+                "AZURE_STORAGE_CONNECTION_STRING", cs.replace(f"http://127.0.0.1:{server.port}", proxy.endpoint_url)
+            )
+        con = castsql.connect(uri)
+        q = "SELECT count(*) AS n, sum(v) AS s FROM t WHERE id >= 10"
+        assert con.sql(q).to_pylist() == [{"n": 990, "s": sum(i * 10 for i in range(10, 1000))}]
+        assert [p for _, p, _ in proxy.requests if ".parquet" in p]  # read once
+        proxy.requests.clear()
+        assert con.sql(q).to_pylist() == [{"n": 990, "s": sum(i * 10 for i in range(10, 1000))}]
+        assert not [p for _, p, _ in proxy.requests if ".parquet" in p], proxy.requests
+        castsql.write_table(uri, events(1000, 1001), mode="append")
+        proxy.requests.clear()
+        assert con.sql(q).to_pylist() == [{"n": 991, "s": sum(i * 10 for i in range(10, 1001))}]
+        read = {p.rsplit("/", 1)[-1] for _, p, _ in proxy.requests if ".parquet" in p}
+        assert len(read) == 1, proxy.requests  # the new file only
+    finally:
+        proxy.stop()
+
+
 def test_a_manifest_that_lies_about_a_files_size_fails_that_read_naming_it(cloud_root):
     """GCS and Azure reads take a data file's size from its manifest: a wrong
     one fails the query in one line naming the table, the version and the

@@ -6,6 +6,9 @@ process that reads no such store does not import fsspec.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,10 +20,75 @@ from castsql.storage import Storage
 from castsql.storage.azure import AzureStorage
 from castsql.storage.gcs import GCSStorage
 
+BLOCK = 256 * 1024  # bytes of an immutable object fetched and kept together
+CACHED = 256 * 2**20  # at most this many bytes of blocks kept per filesystem (least recently used dropped)
+
+
+class Blocks:
+    """Aligned blocks of immutable objects, shared by every handle DuckDB opens
+    on one filesystem (each of its threads opens its own): a warm query reads
+    data files from here, as DuckDB's external file cache serves S3 reads, so
+    its only requests are the freshness check's. A read fetches each run of
+    missing blocks it spans with one ranged request.
+
+    >>> calls = []
+    >>> b = Blocks(block=4, limit=64)
+    >>> fetch = lambda s, e: calls.append((s, e)) or bytes(range(s, e))
+    >>> b.read("f", 10, 3, 9, fetch), calls
+    (b'\\x03\\x04\\x05\\x06\\x07\\x08', [(0, 10)])
+    >>> b.read("f", 10, 5, 7, fetch), len(calls)
+    (b'\\x05\\x06', 1)
+    """
+
+    def __init__(self, block: int = BLOCK, limit: int = CACHED) -> None:
+        self.block, self.limit = block, limit
+        self._held: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def read(self, path: str, size: int, start: int, end: int, fetch: Callable[[int, int], bytes]) -> bytes:
+        """Bytes [start, end) of ``path`` (``size`` bytes long); ``fetch(s, e)`` reads a range of it."""
+        end = min(end, size)
+        if start >= end:
+            return b""
+        b = self.block
+        first, last = start // b, (end - 1) // b
+        with self._lock:
+            got = {i: self._held.get((path, i)) for i in range(first, last + 1)}
+            for i, v in got.items():
+                if v is not None:
+                    self._held.move_to_end((path, i))
+        i = first
+        while i <= last:
+            if got[i] is not None:
+                i += 1
+                continue
+            j = i
+            while j + 1 <= last and got[j + 1] is None:
+                j += 1
+            data = fetch(i * b, min((j + 1) * b, size))
+            for k in range(i, j + 1):
+                got[k] = data[(k - i) * b : (k - i + 1) * b]
+            self._keep(path, {k: got[k] for k in range(i, j + 1)})  # type: ignore[misc]
+            i = j + 1
+        joined = b"".join(got[k] for k in range(first, last + 1))  # type: ignore[misc]
+        return joined[start - first * b : end - first * b]
+
+    def _keep(self, path: str, blocks: dict[int, bytes]) -> None:
+        with self._lock:
+            for i, v in blocks.items():
+                old = self._held.pop((path, i), None)
+                self._bytes += len(v) - (len(old) if old is not None else 0)
+                self._held[(path, i)] = v
+            while self._bytes > self.limit and self._held:
+                self._bytes -= len(self._held.popitem(last=False)[1])
+
 
 class _ObjectFile(AbstractBufferedFile):
     def _fetch_range(self, start: int, end: int) -> bytes:
         storage, key = self.fs.storage_of(self.path)
+        if self.fs._immutable(self.path):
+            return self.fs.blocks.read(self.path, self.size, start, end, lambda s, e: storage.get_range(key, s, e - s))
         return storage.get_range(key, start, end - start)
 
 
@@ -48,6 +116,7 @@ class StorageFileSystem(AbstractFileSystem):
         self._buckets: dict[str, Storage] = {}
         self._tables: set[str] = set()
         self._sizes: dict[str, int] = {}
+        self.blocks = Blocks()
 
     def know_size(self, uri: str, size: int) -> None:
         self._sizes[self._strip_protocol(uri)] = size
@@ -103,9 +172,11 @@ class StorageFileSystem(AbstractFileSystem):
             raise CastSQLError(
                 f"{self.scheme}://{self._strip_protocol(path)}: CastSQL reads objects here, it does not write them"
             )
-        return _ObjectFile(
-            self, path, mode, block_size=block_size or 4 * 2**20, cache_type="readahead", size=self.size(path)
-        )
+        path = self._strip_protocol(path)
+        # An immutable object's reads go to the shared blocks, which fetch
+        # aligned runs; others keep fsspec's read-ahead of the handle.
+        cache = "none" if self._immutable(path) else "readahead"
+        return _ObjectFile(self, path, mode, block_size=block_size or 4 * 2**20, cache_type=cache, size=self.size(path))
 
 
 def _sibling(storage: Storage, bucket: str) -> Storage:
