@@ -259,6 +259,11 @@ def test_a_warm_query_reads_no_data_file_again(cloud, request, monkeypatch):
         assert con.sql(q).to_pylist() == [{"n": 991, "s": sum(i * 10 for i in range(10, 1001))}]
         read = {p.rsplit("/", 1)[-1] for _, p, _ in proxy.requests if ".parquet" in p}
         assert len(read) == 1, proxy.requests  # the new file only
+        # Objects a table's writers overwrite in place are read anew each time.
+        st, hint = open_storage(uri), f"{uri}/_iceberg/metadata/version-hint.text"
+        for text in ("1", "22"):
+            st.put("_iceberg/metadata/version-hint.text", text.encode())
+            assert con.sql(f"SELECT content FROM read_text('{hint}')").to_pylist() == [{"content": text}]
     finally:
         proxy.stop()
 

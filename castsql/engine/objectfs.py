@@ -20,6 +20,9 @@ from castsql.storage import Storage
 from castsql.storage.azure import AzureStorage
 from castsql.storage.gcs import GCSStorage
 
+# The objects under a table root that are overwritten in place: the pointer,
+# and the mirrors' hints (FORMAT.md §10). Everything else there is immutable.
+_MOVING = ("/_latest_manifest", "/version-hint.text", "/_last_checkpoint")
 BLOCK = 256 * 1024  # bytes of an immutable object fetched and kept together
 CACHED = 256 * 2**20  # at most this many bytes of blocks kept per filesystem (least recently used dropped)
 
@@ -99,7 +102,7 @@ class StorageFileSystem(AbstractFileSystem):
     storage. The size of an object under an opened table root is asked once
     per process: the format never rewrites such an object in place (data,
     tombstone, metadata and manifest objects have names of their own; only
-    ``_latest_manifest`` moves, and DuckDB never reads it); a data file's
+    ``_latest_manifest`` and the mirrors' hints move); a data file's
     size is usually not asked at all, as its manifest told it
     (:meth:`know_size`). Every other object's size is asked each time DuckDB
     opens it.
@@ -125,7 +128,7 @@ class StorageFileSystem(AbstractFileSystem):
         self._tables.add(storage.root.split("://", 1)[1].rstrip("/") + "/")
 
     def _immutable(self, path: str) -> bool:
-        return not path.endswith("/_latest_manifest") and any(path.startswith(t) for t in self._tables)
+        return not path.endswith(_MOVING) and any(path.startswith(t) for t in self._tables)
 
     def _strip_protocol(self, path: str) -> str:  # type: ignore[override]
         return canonical_uri(path if "://" in path else f"{self.scheme}://{path}").split("://", 1)[1]
