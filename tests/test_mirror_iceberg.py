@@ -316,3 +316,63 @@ def test_the_mirrors_avro_files_read_back_through_pyiceberg_as_written(tmp_path)
     (d,) = got[1].fetch_manifest_entry(io)
     assert (d.data_file.content, d.data_file.record_count, d.sequence_number) == (1, 4, 7)
     assert avro._long(-1) == b"\x01" and avro._long(-(2**63)) == b"\xff" * 9 + b"\x01"
+
+
+def _manifest_paths(st, v: int) -> list[str]:
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+    from pyiceberg.manifest import ManifestContent, read_manifest_list
+
+    snap = next(s for s in read_metadata(st, v)["snapshots"] if s["snapshot-id"] == v)
+    return [
+        m.manifest_path
+        for m in read_manifest_list(PyArrowFileIO().new_input(snap["manifest-list"]))
+        if m.content == ManifestContent.DATA
+    ]
+
+
+def test_removing_files_rewrites_only_the_manifests_that_list_them(tmp_path):
+    """A compaction of a few files of a large table costs those files: the
+    manifests of the other files are carried over as they are."""
+    from castsql.format.change import Change
+
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(10), pa.int64())}), primary_key="id")
+    t = castsql.open(uri)
+    for i in range(1, 4):
+        t.append(pa.table({"id": pa.array(range(10 * i, 10 * i + 10), pa.int64())}))  # v2-v4: a manifest each
+    st = open_storage(uri)
+    log = TableLog(st)
+    export_iceberg(log)
+    before = _manifest_paths(st, 4)
+    assert len(before) == 4
+    m = log.latest()
+    victim = m.change.added_files[0]  # version 4's file: in the last manifest only
+    log.commit(
+        Change("COMPACT", remove_files=(victim.path,), add_files=(), schema=m.schema, read_version=m.version)
+    )  # v5 drops its rows (a removal, as gc of a compaction's inputs would leave)
+    export_iceberg(log)
+    after = _manifest_paths(st, 5)
+    assert after[:3] == before[:3]  # untouched
+    assert before[3] not in after and len(after) == 4  # its manifest left; the version's removal is the new one
+    t = castsql.open(uri)
+    Readers(uri).check(t, [4, 5])
+
+
+def test_small_manifests_are_merged_past_a_count(tmp_path, monkeypatch):
+    """As Iceberg's writers merge manifests: a stream of one-file appends
+    does not make every reader open one manifest per append."""
+    from castsql.mirror import iceberg
+
+    monkeypatch.setattr(iceberg, "MANIFESTS_MERGED_AT", 3)
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array([0], pa.int64())}), primary_key="id",
+                        properties={"castsql.mirror.iceberg": "true"})  # fmt: skip
+    t = castsql.open(uri)
+    for i in range(1, 8):
+        t.append(pa.table({"id": pa.array([i], pa.int64())}))
+        if i % 3 == 0:
+            t.delete(f"id = {i - 1}")
+    st = open_storage(uri)
+    latest = t.at().version
+    assert all(len(_manifest_paths(st, v)) <= 3 for v in range(1, latest + 1))
+    Readers(uri).check(t.at(), range(1, latest + 1))

@@ -49,6 +49,7 @@ from __future__ import annotations
 import io
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,10 @@ HINT_KEY = f"{META_DIR}/version-hint.text"
 # at least this often (a version number divisible by it) and whenever a
 # process continues a mirror it did not write.
 EXPIRE_EVERY = 64
+# Data manifests past which the smallest are merged, and the most files a
+# merged one lists (_merge_small).
+MANIFESTS_MERGED_AT = 100
+MANIFEST_MERGE_ENTRIES = 10_000
 # Entries of a metadata file's metadata-log: Iceberg's own default
 # (write.metadata.previous-versions-max).
 METADATA_LOG_KEPT = 100
@@ -205,6 +210,7 @@ class _State:
     snapshots: list[dict[str, Any]] = field(default_factory=list)
     data: dict[str, avro.Entry] = field(default_factory=dict)  # table key -> its live entry (EXISTING form)
     data_manifests: list[avro.ManifestFile] = field(default_factory=list)
+    members: dict[str, list[str]] = field(default_factory=dict)  # data manifest -> table keys of its live files
     delete_manifests: list[avro.ManifestFile] = field(default_factory=list)
     metadata_log: list[dict[str, Any]] = field(default_factory=list)
     table_uuid: str = ""
@@ -244,11 +250,14 @@ def _read_state(storage: Storage, version: int, files: _Files) -> _State:
                 st.delete_manifests.append(ours)
                 continue
             st.data_manifests.append(ours)
+            keys = st.members[ours.path] = []
             for e in mf.fetch_manifest_entry(files.io, discard_deleted=True):
                 df = e.data_file
                 entry = avro.Entry(avro.EXISTING, e.snapshot_id, e.sequence_number, e.file_sequence_number,
                                    int(df.content), df.file_path, df.record_count, df.file_size_in_bytes)  # fmt: skip
-                st.data[to_table_key(df.file_path, storage.root, what="data file")] = entry.existing()
+                key = to_table_key(df.file_path, storage.root, what="data file")
+                st.data[key] = entry.existing()
+                keys.append(key)
     return st
 
 
@@ -329,20 +338,44 @@ def _write_version(
     now, before, gone = changed_files(snap, prev, state.data.keys())
     added = [k for k in sorted(now) if k not in state.data]
     is_added = set(added)
-    if gone:  # files removed: one manifest of every live file replaces the data manifests
-        entries = [e for k, e in state.data.items() if k not in gone]
-        for k in sorted(gone):
-            e = state.data[k]
-            entries.append(avro.Entry(avro.DELETED, v, e.sequence_number, e.file_sequence_number, e.content,
-                                      e.path, e.record_count, e.size))  # fmt: skip
-        entries += [added_entry(now[k]) for k in added]
-        state.data_manifests = [put_manifest("m0", entries)]
+    members = state.members
+    # A manifest whose every file went (its DELETED entries told the version
+    # that removed them) leaves the list.
+    state.data_manifests = [mf for mf in state.data_manifests if members.get(mf.path)]
+    if gone:
+        # Only the manifests that list a removed file are rewritten, with their
+        # other files as EXISTING; the removals (DELETED) and the additions go
+        # into one new manifest. A compaction of a few files of a large table
+        # costs those files, not the table.
+        kept = []
+        for i, mf in enumerate(state.data_manifests):
+            keys = members[mf.path]
+            if not any(k in gone for k in keys):
+                kept.append(mf)
+                continue
+            survivors = [k for k in keys if k not in gone]
+            del members[mf.path]
+            if survivors:
+                rewritten = put_manifest(f"r{i}", [state.data[k] for k in survivors])
+                members[rewritten.path] = survivors
+                kept.append(rewritten)
+        removals = [
+            avro.Entry(avro.DELETED, v, e.sequence_number, e.file_sequence_number, e.content, e.path,
+                       e.record_count, e.size)
+            for e in (state.data[k] for k in sorted(gone))
+        ]  # fmt: skip
+        first = put_manifest("m0", removals + [added_entry(now[k]) for k in added])
+        members[first.path] = list(added)
+        state.data_manifests = [*kept, first]
         for k in gone:
             del state.data[k]
     elif added:
-        state.data_manifests.append(put_manifest("m0", [added_entry(now[k]) for k in added]))
+        first = put_manifest("m0", [added_entry(now[k]) for k in added])
+        members[first.path] = list(added)
+        state.data_manifests.append(first)
     for k in added:
         state.data[k] = added_entry(now[k]).existing()
+    _merge_small(state, put_manifest)
 
     # Deletes: the positions newly dropped, or all of them again when some came back.
     new_rows: dict[str, BitMap] = {}
@@ -477,6 +510,33 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
     storage.put(HINT_KEY, str(out.latest).encode())  # a hint, like Iceberg's Hadoop tables: readers may list instead
     _HELD.put(storage.root, state)
     return out
+
+
+def _merge_small(state: _State, put_manifest: Callable[[str, list[avro.Entry]], avro.ManifestFile]) -> None:
+    """Past ``MANIFESTS_MERGED_AT`` data manifests, the smallest are merged
+    into one of up to ``MANIFEST_MERGE_ENTRIES`` files, as Iceberg's writers
+    merge manifests (``commit.manifest-merge.enabled``): a stream's one-file
+    appends would otherwise make every reader open one manifest per append."""
+    if len(state.data_manifests) <= MANIFESTS_MERGED_AT:
+        return
+    members = state.members
+    by_size = sorted(state.data_manifests, key=lambda mf: len(members[mf.path]))
+    take, count = [], 0
+    for mf in by_size:
+        n = len(members[mf.path])
+        if count + n > MANIFEST_MERGE_ENTRIES and len(take) >= 2:
+            break
+        take.append(mf)
+        count += n
+    if len(take) < 2:
+        return
+    keys = [k for mf in take for k in members[mf.path]]
+    merged = put_manifest("merged", [state.data[k] for k in keys])
+    gone = {mf.path for mf in take}
+    for path in gone:
+        del members[path]
+    members[merged.path] = keys
+    state.data_manifests = [mf for mf in state.data_manifests if mf.path not in gone] + [merged]
 
 
 def _expire(state: _State, earliest: int) -> None:
