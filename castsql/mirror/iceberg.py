@@ -9,8 +9,9 @@ Iceberg's Hadoop tables, which DuckDB's ``iceberg_scan`` and PyIceberg's
 empty ``CREATE``, has no snapshot, as a new Iceberg table has none).
 
 * Data files are the table's own: an Avro manifest per version lists the
-  files it added; a version that removes files (compaction, overwrite)
-  writes one manifest of every live file instead. Columns are matched to
+  files it added (and those it removed, as ``DELETED``); a version that
+  removes files rewrites only the manifests that listed them, and past 100
+  manifests the smallest are merged. Columns are matched to
   the files by name (``schema.name-mapping.default``), as Iceberg does for
   files written without field ids.
 * Deletes of every kind become **position delete files** (Parquet of
