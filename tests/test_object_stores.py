@@ -350,6 +350,13 @@ def test_a_session_on_s3_keeps_requests_in_flight_on_more_threads_than_cores(clo
         TableLog(st).append(write_data_files(st, events(n + 1, 2 * n), row_group_size=10))
         assert s.sql(q)["n"][0].as_py() == 2 * n
         assert threads(s) == 5
+    with Session(uri, s3=s3) as s:
+        s.sql(f"SET threads = {default}")  # the value the session had: still the user's
+        assert s.sql(q)["n"][0].as_py() == 2 * n and threads(s) == default
+    with Session(s3=s3) as s:
+        s.sql("SET threads = 5")  # before any table is open
+        s.open(uri)
+        assert s.sql(q)["n"][0].as_py() == 2 * n and threads(s) == 5
     with Session(uri, s3=s3, threads=3) as s:
         assert threads(s) == 3
     con = duckdb.connect()

@@ -41,6 +41,7 @@ class Executor:
         self.own_connection = own
         self.httpfs = False  # loaded (or not this connection's to load)
         self.safe = False
+        self.user_threads = False  # a statement set DuckDB's threads: the session no longer chooses them
 
     @property
     def scope(self) -> policy.Scope:
@@ -71,6 +72,9 @@ class Executor:
         try:
             policy.check(self.con, prepared, lambda: self.scope, safe=self.safe, kinds=plan.kinds)
             self._load_httpfs_for(plan)
+            if not self.user_threads and _sets_threads(plan):
+                self.user_threads = True
+                self.planner.views.release_threads()
             self.planner.views.settle_threads()
             return self.con.sql(prepared, params=params)
         except duckdb.Error as e:
@@ -150,3 +154,12 @@ def _as_displayed(rel: duckdb.DuckDBPyRelation) -> tuple[duckdb.DuckDBPyRelation
         for i, c in enumerate(rel.columns)
     ]
     return rel.project(", ".join(cols)), shown
+
+
+def _sets_threads(plan: Plan) -> bool:
+    """Whether the statement sets (or resets) DuckDB's threads: ``SET threads``,
+    ``RESET threads``, ``PRAGMA threads``; then they are the user's to keep."""
+    toks = plan.tokens
+    return any(t.is_name and t.name in ("threads", "worker_threads") for t in toks) and any(
+        t.word in ("SET", "RESET", "PRAGMA") for t in toks
+    )

@@ -152,7 +152,7 @@ class Session:
                 self._s3_ready = self.executor.httpfs = True
         elif "://" in storage.root:
             make_readable(self.con, storage)  # GCS, Azure: castsql.engine.stores
-        if storage.root.startswith("s3://") and not self._threads_set:
+        if storage.root.startswith("s3://") and not self._threads_set and not self.executor.user_threads:
             # DuckDB 1.5 reads a remote file on the thread that scans it, so
             # its threads are its requests in flight: a cold many-file read (an
             # audit's new files, a stream's small files) runs on at least

@@ -70,8 +70,9 @@ class RemoteThreads:
 
     def settle(self) -> None:
         """Set the threads for the query about to run, from what was noted
-        since the last; never again once something else set them (a user's
-        ``SET threads`` in SQL is theirs to keep)."""
+        since the last; never again once something else set them (the
+        session releases them when a user's statement sets them; a value
+        other than the last one set here is taken as someone else's too)."""
         want = self.most if self._new > self.cores else self.cores
         self._new = 0
         if want != self.now and not self.released:

@@ -85,6 +85,11 @@ class Views:
         if self.threads is not None:
             self.threads.note((f.uri, row_groups(f)) for f in files if "://" in f.uri)
 
+    def release_threads(self) -> None:
+        """Never choose the threads again (a user set them)."""
+        if self.threads is not None:
+            self.threads.released = True
+
     def settle_threads(self) -> None:
         """Set the threads of the query about to run (castsql.engine.threads)."""
         if self.threads is not None:

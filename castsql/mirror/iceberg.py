@@ -60,7 +60,7 @@ from pyroaring import BitMap
 
 from castsql.errors import MissingExtra, VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
-from castsql.format.layout import to_table_key
+from castsql.format.layout import manifest_key, to_table_key
 from castsql.mirror import iceberg_avro as avro
 from castsql.mirror.source import (
     Held,
@@ -80,10 +80,6 @@ from castsql.storage.base import overlapped
 
 META_DIR = "_iceberg/metadata"
 HINT_KEY = f"{META_DIR}/version-hint.text"
-# Snapshots of versions the table's gc collected are dropped from the metadata
-# at least this often (a version number divisible by it) and whenever a
-# process continues a mirror it did not write.
-EXPIRE_EVERY = 64
 # Data manifests past which the smallest are merged, and the most files a
 # merged one lists (_merge_small).
 MANIFESTS_MERGED_AT = 100
@@ -493,7 +489,13 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
         else:
             out.delete_files += _write_version(log, m, snap, prev, state, files)
             files.flush()
-        if v % EXPIRE_EVERY == 0 or (held is None and v == state_from + 1):
+        if (
+            v == state_from + 1
+            and state.snapshots
+            and not storage.exists(manifest_key(state.snapshots[0]["snapshot-id"]))
+        ):
+            # gc collected the oldest version listed (one request to ask, per export): no
+            # metadata file lists a snapshot whose files may be gone.
             _expire(state, log.earliest_version())
         body = json.dumps(_metadata(log, m, state), separators=(",", ":")).encode()
         put_version(storage, metadata_key(v), body, "Iceberg", v)
