@@ -47,6 +47,22 @@ def test_reader_streams_batches(session, events):
     assert total == len(events.live[6])
 
 
+def test_a_reader_gives_every_row_when_other_queries_run_before_it_is_read(session, events):
+    """DuckDB ends a connection's pending result when another statement runs on
+    it: the session reads a reader's rest ahead first, so interleaving a
+    reader with other queries (and audits, scans, opens) loses no row."""
+    want = sorted(events.live[6])
+    a = session.reader("SELECT id FROM events ORDER BY id", batch_size=100)
+    b = session.reader("SELECT id FROM events AS OF VERSION 6 ORDER BY id", batch_size=100)
+    first = a.read_next_batch()
+    assert session.sql("SELECT count(*) AS n FROM events")["n"][0].as_py() == len(want)
+    session.scan("events", ["id"])
+    session.changes("events", 5, 6)
+    got_a = [*first.column(0).to_pylist(), *(i for batch in a for i in batch.column(0).to_pylist())]
+    got_b = [i for batch in b for i in batch.column(0).to_pylist()]
+    assert got_a == want and got_b == want
+
+
 def test_snapshot_live_rows(session, events):
     assert session.snapshot("events", 3).live_rows == len(events.live[3])
     assert session.snapshot("events", 4).live_rows is None  # key range: unknown without a scan

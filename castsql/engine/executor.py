@@ -10,7 +10,9 @@ user's terms (:mod:`castsql.engine.messages`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import collections
+import weakref
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import duckdb
@@ -42,6 +44,7 @@ class Executor:
         self.httpfs = False  # loaded (or not this connection's to load)
         self.safe = False
         self.user_threads = False  # a statement set DuckDB's threads: the session no longer chooses them
+        self._streams: weakref.WeakSet[_Stream] = weakref.WeakSet()  # readers' results not read to the end
 
     @property
     def scope(self) -> policy.Scope:
@@ -58,10 +61,12 @@ class Executor:
 
     def prepare(self, sql: str, params: Sequence[Any] | None = None) -> tuple[Plan, str]:
         """The bound plan of ``sql`` and the SQL it becomes (see ``Session.prepare``)."""
+        self.finish_streams()  # planning may run statements (views, audits)
         plan = self.planner.plan(sql).bind(params)
         return plan, self.planner.sql(plan)
 
     def run(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> duckdb.DuckDBPyRelation | None:
+        self.finish_streams()  # planning may run statements (views, audits)
         plan = self.planner.plan(sql)  # memoised by text: tokens and DuckDB's parse, once
         check_statement(sql, private_paths=(self.workdir,), toks=plan.tokens)
         positional = params if isinstance(params, Sequence) and not isinstance(params, str) else None
@@ -133,15 +138,18 @@ class Executor:
                 schema, (pa.RecordBatch.from_arrays(b.columns, schema=schema) for b in inner)
             )
 
-        def batches():
-            # Errors can surface while batches are read (a file vanished, an
-            # interrupt): give them the same one-line form as sql().
-            try:
-                yield from inner
-            except (duckdb.Error, pa.ArrowException, OSError) as e:
-                raise QueryError(one_line(e)) from None
+        stream = _Stream(inner)
+        self._streams.add(stream)
+        return pa.RecordBatchReader.from_batches(inner.schema, stream.batches())
 
-        return pa.RecordBatchReader.from_batches(inner.schema, batches())
+    def finish_streams(self) -> None:
+        """Read to their end the results still being streamed, before another
+        statement runs on the connection: DuckDB keeps one pending result per
+        connection and ends the older one silently, so a reader would stop
+        short. Their remaining batches wait in memory for their readers."""
+        for stream in list(self._streams):
+            stream.drain()
+        self._streams.clear()
 
 
 def _as_displayed(rel: duckdb.DuckDBPyRelation) -> tuple[duckdb.DuckDBPyRelation, dict[int, str]]:
@@ -163,3 +171,45 @@ def _sets_threads(plan: Plan) -> bool:
     return any(t.is_name and t.name in ("threads", "worker_threads") for t in toks) and any(
         t.word in ("SET", "RESET", "PRAGMA") for t in toks
     )
+
+
+class _Stream:
+    """A reader's batches, as DuckDB streams them or, once :meth:`drain` read
+    the rest ahead of another statement, from memory. Errors while reading
+    take the same one-line form as ``sql()``'s."""
+
+    def __init__(self, inner: pa.RecordBatchReader) -> None:
+        self._inner = inner
+        self._ahead: collections.deque[pa.RecordBatch] = collections.deque()
+        self._error: QueryError | None = None
+        self._done = False
+
+    def drain(self) -> None:
+        if self._done:
+            return
+        try:
+            for b in self._inner:
+                self._ahead.append(b)
+        except (duckdb.Error, pa.ArrowException, OSError) as e:
+            self._error = QueryError(one_line(e))
+        self._done = True
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        while True:
+            if self._ahead:
+                yield self._ahead.popleft()
+            elif self._done:
+                if self._error is not None:
+                    raise self._error
+                return
+            else:
+                try:
+                    b = self._inner.read_next_batch()
+                except StopIteration:
+                    self._done = True
+                    continue
+                except (duckdb.Error, pa.ArrowException, OSError) as e:
+                    # An interrupt or a vanished file: one line, as sql() says it.
+                    self._done = True
+                    raise QueryError(one_line(e)) from None
+                yield b

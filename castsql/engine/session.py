@@ -139,6 +139,7 @@ class Session:
         """
         if self.safe:
             raise SafeModeError(f"safe mode: cannot open {uri}; tables are fixed when a safe session starts")
+        self.executor.finish_streams()
         storage = open_storage(uri, s3=self.s3)
         if storage.root.startswith("s3://"):
             if not self._s3_ready:
@@ -245,6 +246,11 @@ class Session:
         2 days 03:00:00``, ``0044-03-15 (BC)``: values Arrow cannot carry or
         Python cannot print), with their DuckDB type in the field's
         ``castsql.type`` metadata. ``params`` as for :meth:`sql`.
+
+        Another statement on this session while the reader is not read to
+        its end (a query, a scan, an audit) first reads the reader's rest
+        into memory: DuckDB would end the stream, and the reader stop short.
+        Read large results to the end first, or use a session per stream.
         """
         return self.executor.reader(query, batch_size, display=display, params=params)
 
@@ -282,6 +288,7 @@ class Session:
 
         Example: ``session.scan("t", ["id"], Predicate("id", ">=", 10), version=2)``.
         """
+        self.executor.finish_streams()
         preds = [filter] if isinstance(filter, Predicate) else list(filter or [])
         snap = self.snapshot(table, version)
         self.check_columns(table, snap, list(columns or []) + [p.column for p in preds])
@@ -309,6 +316,7 @@ class Session:
             >>> s.history("events").column("rows_inserted").to_pylist()  # doctest: +SKIP
             [None, 1000, 20]
         """
+        self.executor.finish_streams()
         return self.audits.history(self.log(table))
 
     def changes(self, table: str, start: Version, end: Version | None = None) -> pa.Table:
@@ -361,6 +369,7 @@ class Session:
         return self._audits
 
     def _arrow(self, disp: str, kind: str, make: Any) -> pa.Table:
+        self.executor.finish_streams()
         name = names.internal(kind, "api", owner=disp)
         try:
             view = make(name)
