@@ -14,6 +14,7 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from faultproxy import FaultProxy
 
 import castsql
 from castsql.engine.session import Session
@@ -153,8 +154,6 @@ def test_a_pointer_move_that_fails_after_the_commit_point_still_reports_the_comm
     can stop answering: once the manifest is created the version stands, so
     the write reports it (a user retrying a failed append would add the rows
     twice), and readers find it past the lagging pointer."""
-    from faultproxy import FaultProxy
-
     from castsql.format.metadata import parse_pointer
 
     proxy = FaultProxy(gcs_server.port, rate=0)
@@ -189,27 +188,28 @@ def test_an_error_inside_duckdbs_read_of_the_store_is_one_line(cloud_root):
     assert p.stderr.count("\n") == 1 and "At:" not in p.stderr, p.stderr
 
 
+def _through(proxy: FaultProxy, cloud: str, port: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Send this process's requests to the GCS or Azure test server through ``proxy``."""
+    if cloud == "gcs":
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.endpoint_url)
+    else:
+        cs = os.environ["AZURE_STORAGE_CONNECTION_STRING"].replace(f"http://127.0.0.1:{port}", proxy.endpoint_url)
+        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", cs)
+
+
 @pytest.mark.parametrize("cloud", CLOUDS)
 def test_a_first_query_asks_the_store_nothing_it_was_told_already(cloud, request, monkeypatch):
     """Requests at the floor (issue 36): the open's check that the URI is a
     table reads the pointer, and the first query uses that read instead of
     its own; DuckDB's first open of a data file takes the file's size from
     the manifest instead of asking the store for it."""
-    from faultproxy import FaultProxy
-
     server = request.getfixturevalue(f"{cloud}_server")
     uri = f"{request.getfixturevalue(f'{cloud}_root')}/t"
     castsql.write_table(uri, events(0, 100), primary_key="id")
     proxy = FaultProxy(server.port, rate=0)
     proxy.start()
     try:
-        if cloud == "gcs":
-            monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.endpoint_url)
-        else:
-            cs = os.environ["AZURE_STORAGE_CONNECTION_STRING"]
-            monkeypatch.setenv(
-                "AZURE_STORAGE_CONNECTION_STRING", cs.replace(f"http://127.0.0.1:{server.port}", proxy.endpoint_url)
-            )
+        _through(proxy, cloud, server.port, monkeypatch)
         con = castsql.connect(uri)
         assert con.sql("SELECT v FROM t WHERE id = 42").to_pylist() == [{"v": 420}]
         pointer = [(m, p) for m, p, _ in proxy.requests if "_latest_manifest" in p]
@@ -232,21 +232,13 @@ def test_a_warm_query_reads_no_data_file_again(cloud, request, monkeypatch):
     process (castsql.engine.objectfs.Blocks), so a query asked again, or
     another of the same columns, makes only the freshness check's requests;
     a new version's new file is read, its old ones are not."""
-    from faultproxy import FaultProxy
-
     server = request.getfixturevalue(f"{cloud}_server")
     uri = f"{request.getfixturevalue(f'{cloud}_root')}/t"
     castsql.write_table(uri, events(0, 1000), primary_key="id")
     proxy = FaultProxy(server.port, rate=0)
     proxy.start()
     try:
-        if cloud == "gcs":
-            monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.endpoint_url)
-        else:
-            cs = os.environ["AZURE_STORAGE_CONNECTION_STRING"]
-            monkeypatch.setenv(
-                "AZURE_STORAGE_CONNECTION_STRING", cs.replace(f"http://127.0.0.1:{server.port}", proxy.endpoint_url)
-            )
+        _through(proxy, cloud, server.port, monkeypatch)
         con = castsql.connect(uri)
         q = "SELECT count(*) AS n, sum(v) AS s FROM t WHERE id >= 10"
         assert con.sql(q).to_pylist() == [{"n": 990, "s": sum(i * 10 for i in range(10, 1000))}]
@@ -294,8 +286,6 @@ def test_on_s3_a_session_asks_a_data_files_size_once(s3_server, s3_root):
     session asks once, and a query after the first asks nothing but the
     pointer, the probe past it and the column ranges."""
     import dataclasses
-
-    from faultproxy import FaultProxy
 
     uri = f"{s3_root}/t"
     castsql.write_table(uri, events(0, 100), primary_key="id", s3=s3_server.config)
