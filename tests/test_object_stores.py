@@ -6,10 +6,12 @@ crash and engine suites run on every store too (their modules use
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -188,13 +190,22 @@ def test_an_error_inside_duckdbs_read_of_the_store_is_one_line(cloud_root):
     assert p.stderr.count("\n") == 1 and "At:" not in p.stderr, p.stderr
 
 
-def _through(proxy: FaultProxy, cloud: str, port: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Send this process's requests to the GCS or Azure test server through ``proxy``."""
-    if cloud == "gcs":
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.endpoint_url)
-    else:
-        cs = os.environ["AZURE_STORAGE_CONNECTION_STRING"].replace(f"http://127.0.0.1:{port}", proxy.endpoint_url)
-        monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", cs)
+@contextlib.contextmanager
+def _proxied(cloud: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+    """A counting proxy in front of the GCS or Azure test server, through which
+    this process's requests go while the block lasts."""
+    port = request.getfixturevalue(f"{cloud}_server").port
+    proxy = FaultProxy(port, rate=0)
+    proxy.start()
+    try:
+        if cloud == "gcs":
+            monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.endpoint_url)
+        else:
+            cs = os.environ["AZURE_STORAGE_CONNECTION_STRING"].replace(f"http://127.0.0.1:{port}", proxy.endpoint_url)
+            monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", cs)
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 @pytest.mark.parametrize("cloud", CLOUDS)
@@ -203,13 +214,9 @@ def test_a_first_query_asks_the_store_nothing_it_was_told_already(cloud, request
     table reads the pointer, and the first query uses that read instead of
     its own; DuckDB's first open of a data file takes the file's size from
     the manifest instead of asking the store for it."""
-    server = request.getfixturevalue(f"{cloud}_server")
     uri = f"{request.getfixturevalue(f'{cloud}_root')}/t"
     castsql.write_table(uri, events(0, 100), primary_key="id")
-    proxy = FaultProxy(server.port, rate=0)
-    proxy.start()
-    try:
-        _through(proxy, cloud, server.port, monkeypatch)
+    with _proxied(cloud, request, monkeypatch) as proxy:
         con = castsql.connect(uri)
         assert con.sql("SELECT v FROM t WHERE id = 42").to_pylist() == [{"v": 420}]
         pointer = [(m, p) for m, p, _ in proxy.requests if "_latest_manifest" in p]
@@ -222,8 +229,6 @@ def test_a_first_query_asks_the_store_nothing_it_was_told_already(cloud, request
         proxy.requests.clear()
         assert con.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": 101}]
         assert [m for m, p, _ in proxy.requests if "_latest_manifest" in p] == ["GET"]
-    finally:
-        proxy.stop()
 
 
 @pytest.mark.parametrize("cloud", CLOUDS)
@@ -232,13 +237,9 @@ def test_a_warm_query_reads_no_data_file_again(cloud, request, monkeypatch):
     process (castsql.engine.objectfs.Blocks), so a query asked again, or
     another of the same columns, makes only the freshness check's requests;
     a new version's new file is read, its old ones are not."""
-    server = request.getfixturevalue(f"{cloud}_server")
     uri = f"{request.getfixturevalue(f'{cloud}_root')}/t"
     castsql.write_table(uri, events(0, 1000), primary_key="id")
-    proxy = FaultProxy(server.port, rate=0)
-    proxy.start()
-    try:
-        _through(proxy, cloud, server.port, monkeypatch)
+    with _proxied(cloud, request, monkeypatch) as proxy:
         con = castsql.connect(uri)
         q = "SELECT count(*) AS n, sum(v) AS s FROM t WHERE id >= 10"
         assert con.sql(q).to_pylist() == [{"n": 990, "s": sum(i * 10 for i in range(10, 1000))}]
@@ -256,8 +257,6 @@ def test_a_warm_query_reads_no_data_file_again(cloud, request, monkeypatch):
         for text in ("1", "22"):
             st.put("_iceberg/metadata/version-hint.text", text.encode())
             assert con.sql(f"SELECT content FROM read_text('{hint}')").to_pylist() == [{"content": text}]
-    finally:
-        proxy.stop()
 
 
 def test_a_manifest_that_lies_about_a_files_size_fails_that_read_naming_it(cloud_root):

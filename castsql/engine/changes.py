@@ -43,7 +43,7 @@ from pyroaring import BitMap
 from castsql.engine import names, native
 from castsql.engine.arrow_tables import temp_table
 from castsql.engine.physical import Group, duck_type, projection
-from castsql.engine.quoting import ident, parquet_files, sql_value
+from castsql.engine.quoting import ident, live_parquet, parquet_files, sql_value
 from castsql.engine.views import Views, row_groups
 from castsql.errors import SchemaMismatch
 from castsql.format import DataFile
@@ -214,10 +214,10 @@ class ChangeRows:
             bound.append((f.uri, f.total_rows, unwanted - wanted))
         set_id = self.views.bitmaps.bind(bound)
         self._sets.setdefault(name, []).append(set_id)
-        uris = ", ".join(sql_value(f.uri) for f, _ in files)
+        scan = live_parquet([f.uri for f, _ in files], set_id)
         return (
             f"SELECT * FROM (SELECT {proj}, (file_index + {first})::UINTEGER AS {_FID}, file_row_number AS {_POS} "
-            f'FROM "castsql/parquet"([{uris}], castsql_set={set_id}, hive_partitioning=false)){where}'
+            f"FROM {scan}){where}"
         )
 
     def _narrow(

@@ -88,9 +88,11 @@ class Blocks:
 
 
 class _ObjectFile(AbstractBufferedFile):
+    immutable = False  # reads go to the filesystem's shared blocks (set by StorageFileSystem._open)
+
     def _fetch_range(self, start: int, end: int) -> bytes:
         storage, key = self.fs.storage_of(self.path)
-        if self.fs._immutable(self.path):
+        if self.immutable:
             return self.fs.blocks.read(self.path, self.size, start, end, lambda s, e: storage.get_range(key, s, e - s))
         return storage.get_range(key, start, end - start)
 
@@ -178,8 +180,13 @@ class StorageFileSystem(AbstractFileSystem):
         path = self._strip_protocol(path)
         # An immutable object's reads go to the shared blocks, which fetch
         # aligned runs; others keep fsspec's read-ahead of the handle.
-        cache = "none" if self._immutable(path) else "readahead"
-        return _ObjectFile(self, path, mode, block_size=block_size or 4 * 2**20, cache_type=cache, size=self.size(path))
+        immutable = self._immutable(path)
+        f = _ObjectFile(
+            self, path, mode, block_size=block_size or 4 * 2**20,
+            cache_type="none" if immutable else "readahead", size=self.size(path),
+        )  # fmt: skip
+        f.immutable = immutable
+        return f
 
 
 def _sibling(storage: Storage, bucket: str) -> Storage:

@@ -46,6 +46,17 @@ def parquet_files(uris: Sequence[str]) -> str:
     return f"read_parquet({sql_list(uris)}, hive_partitioning = false)"
 
 
+def live_parquet(uris: Sequence[str], set_id: int) -> str:
+    """``"castsql/parquet"`` (CastSQL's extension: ``read_parquet`` that skips
+    the positions bound in set ``set_id``) of data files; no hive
+    partitioning, as files are matched to bitmaps by their index in the list.
+
+    >>> print(live_parquet(["/t/a.parquet"], 3))
+    "castsql/parquet"(['/t/a.parquet'], castsql_set=3, hive_partitioning=false)
+    """
+    return f'"castsql/parquet"({sql_list(uris)}, castsql_set={set_id}, hive_partitioning=false)'
+
+
 def sql_value(value: Any) -> str:
     """A literal of the type DuckDB would bind ``value`` as (None, bool, int,
     float, Decimal, str, date, datetime); TypeError for anything else."""

@@ -58,6 +58,10 @@ class RemoteThreads:
             self.now = self.most
             self.released = True
 
+    def release(self) -> None:
+        """Never choose the threads again (a user set them)."""
+        self.released = True
+
     def note(self, files: Iterable[tuple[str, int]]) -> None:
         """Files (URI, row groups) a view or audit of the coming query reads."""
         read = self._read

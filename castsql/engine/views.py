@@ -36,7 +36,7 @@ from pyroaring import BitMap
 from castsql.engine import names, native
 from castsql.engine.arrow_tables import temp_table
 from castsql.engine.physical import Group, Signatures, duck_type, projection
-from castsql.engine.quoting import ident, parquet_files, sql_list, sql_str, sql_value
+from castsql.engine.quoting import ident, live_parquet, parquet_files, sql_str, sql_value
 from castsql.engine.stores import know_sizes
 from castsql.errors import SchemaMismatch
 from castsql.format.schema import type_from_name
@@ -88,7 +88,7 @@ class Views:
     def release_threads(self) -> None:
         """Never choose the threads again (a user set them)."""
         if self.threads is not None:
-            self.threads.released = True
+            self.threads.release()
 
     def settle_threads(self) -> None:
         """Set the threads of the query about to run (castsql.engine.threads)."""
@@ -351,9 +351,7 @@ class Views:
         self._new_tables.append(set_id)
         uris = [f.uri for f, _ in files]
         if native.scans(self.con):
-            # No hive partitioning: files are matched to bitmaps by their index in the list.
-            scan = f'"castsql/parquet"({sql_list(uris)}, castsql_set={set_id}, hive_partitioning=false)'
-            return f"SELECT {proj} FROM {scan}"
+            return f"SELECT {proj} FROM {live_parquet(uris, set_id)}"
         return f'SELECT {proj} FROM {parquet_files(uris)} WHERE "castsql/live"({set_id}, file_index, file_row_number)'
 
     def _positions_table(self, name: str, columns: dict[str, pa.Array]) -> str:

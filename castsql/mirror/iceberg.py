@@ -47,6 +47,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import uuid
@@ -356,11 +357,7 @@ def _write_version(
                 rewritten = put_manifest(f"r{i}", [state.data[k] for k in survivors])
                 members[rewritten.path] = survivors
                 kept.append(rewritten)
-        removals = [
-            avro.Entry(avro.DELETED, v, e.sequence_number, e.file_sequence_number, e.content, e.path,
-                       e.record_count, e.size)
-            for e in (state.data[k] for k in sorted(gone))
-        ]  # fmt: skip
+        removals = [dataclasses.replace(state.data[k], status=avro.DELETED, snapshot_id=v) for k in sorted(gone)]
         first = put_manifest("m0", removals + [added_entry(now[k]) for k in added])
         members[first.path] = list(added)
         state.data_manifests = [*kept, first]

@@ -22,12 +22,11 @@ Example::
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from castsql.storage.base import StorageError, split_bucket_uri
+from castsql.storage.base import StorageError, check_bucket_name, split_bucket_uri
 from castsql.storage.config import env_number
 from castsql.storage.obstore_base import ObstoreStorage, retry_config
 
@@ -49,8 +48,7 @@ def parse_azure_uri(uri: str) -> tuple[str, str, str | None]:
         account = host.split(".", 1)[0] or None
     if not container:
         raise StorageError(f"{uri}: no container in the URI (use az://container/prefix)")
-    if not re.fullmatch(_CONTAINER_NAME[0], container):
-        raise StorageError(f"{uri}: {container!r} cannot be a container name ({_CONTAINER_NAME[1]})")
+    check_bucket_name(uri, container, "container", _CONTAINER_NAME)
     return container, prefix, account
 
 

@@ -255,9 +255,16 @@ def split_bucket_uri(
     what = example.split("://")[1].split("/")[0]
     if not bucket:
         raise StorageError(f"{uri}: no {what} in the URI (use {example})")
-    if name_rule is not None and not re.fullmatch(name_rule[0], bucket):
-        raise StorageError(f"{uri}: {bucket!r} cannot be a {what} name ({name_rule[1]})")
+    if name_rule is not None:
+        check_bucket_name(uri, bucket, what, name_rule)
     return bucket, prefix.strip("/")
+
+
+def check_bucket_name(uri: str, name: str, what: str, rule: tuple[str, str]) -> None:
+    """StorageError naming ``uri`` unless ``name`` (its bucket or container,
+    ``what``) matches ``rule``'s pattern; the error says the rule."""
+    if not re.fullmatch(rule[0], name):
+        raise StorageError(f"{uri}: {name!r} cannot be a {what} name ({rule[1]})")
 
 
 class ObjectStore(Storage):
