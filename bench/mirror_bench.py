@@ -1,7 +1,7 @@
 """What keeping the Delta and Iceberg mirrors in step costs per commit,
 against the commit itself (issue 37), on a table of many files.
 
-    .venv/bin/python bench/mirror_bench.py [--files 100000] [--commits 15]
+    .venv/bin/python bench/mirror_bench.py [--files 100000] [--commits 15] [--iceberg-format-version 3]
 
 A local table whose version 1 lists ``--files`` data files (entries only: a
 commit and its mirror read metadata, never the data, for appends and
@@ -11,7 +11,8 @@ committed; after each, ``export_delta`` and ``export_iceberg`` write their
 mirror versions. Per kind and mirror: the median time and the bytes the
 commit wrote (manifest, tombstone, metadata objects) and the mirror wrote
 (Delta: commit file, deletion vectors; Iceberg: manifests, manifest list,
-position delete file, metadata file), and their ratios. Goal: the mirror adds at most 1x the commit's own metadata
+position delete file or, in format version 3, Puffin deletion vectors,
+metadata file), and their ratios. Goal: the mirror adds at most 1x the commit's own metadata
 bytes and time.
 """
 
@@ -57,6 +58,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=100_000)
     ap.add_argument("--commits", type=int, default=15)
+    ap.add_argument("--iceberg-format-version", choices=("2", "3"), default="2")
     args = ap.parse_args()
     import pyarrow as pa
     from pyroaring import BitMap
@@ -69,7 +71,8 @@ def main() -> int:
     print(machine())
     root = tempfile.mkdtemp(prefix="mirror-bench-") + "/t"
     st = open_storage(root)
-    log = TableLog.create(st, pa.schema([("id", pa.int64())]), primary_key="id")
+    props = {"castsql.mirror.iceberg.formatVersion": args.iceberg_format_version}
+    log = TableLog.create(st, pa.schema([("id", pa.int64())]), primary_key="id", properties=props)
     t0 = time.perf_counter()
     log.append([_entry(i) for i in range(args.files)])
     built = time.perf_counter() - t0

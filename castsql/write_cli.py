@@ -212,7 +212,10 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("uri")
     ex.add_argument("--delta", action="store_true", help="a Delta log: _delta_log/, deletion vectors in _delta_dv/")
     ex.add_argument(
-        "--iceberg", action="store_true", help="Iceberg metadata: _iceberg/metadata/ (version 2, position deletes)"
+        "--iceberg",
+        action="store_true",
+        help="Iceberg metadata: _iceberg/metadata/ (format version 2, position deletes; 3, deletion vectors, "
+        "with the table property castsql.mirror.iceberg.formatVersion=3)",
     )
     ex.add_argument("--version", type=int, metavar="N", help="mirror up to version N (default: the latest)")
     return p

@@ -18,18 +18,27 @@ def sorted_rows(rows: list[dict]) -> list[dict]:
 
 
 def random_history(
-    uri: str, seed: int, steps: int, s3=None, export: Callable | None = None
+    uri: str,
+    seed: int,
+    steps: int,
+    s3=None,
+    export: Callable | None = None,
+    properties: dict[str, str] | None = None,
+    halfway: dict[str, str] | None = None,
 ) -> tuple[castsql.Table, list[int]]:
     """A table, written by CastSQL through every kind of change; the versions
     at which the mirror was brought up to date on the way (so the incremental
-    path runs too)."""
+    path runs too). ``properties``: the table's at creation; ``halfway``:
+    properties set after half the steps."""
     rng = random.Random(seed)
     castsql.write_table(uri, pa.table({"id": pa.array(range(40), pa.int64()), "v": [f"v{i}" for i in range(40)]}),
-                        primary_key="id", s3=s3)  # fmt: skip
+                        primary_key="id", s3=s3, properties=properties)  # fmt: skip
     t = castsql.open(uri, s3=s3)
     log = TableLog(open_storage(uri, s3=s3))
     next_id, exported, added = 1000, [], False
-    for _ in range(steps):
+    for step in range(steps):
+        if halfway and step == steps // 2:
+            t.set_properties(halfway)
         op = rng.choice(["append", "append_rg", "delete", "update", "merge", "key_range", "row_group", "compact",
                          "add_column", "export"])  # fmt: skip
         live = [r["id"] for r in t.to_arrow(columns=["id"]).to_pylist()]

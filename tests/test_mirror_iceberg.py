@@ -90,18 +90,116 @@ def test_every_version_reads_the_same_in_every_iceberg_reader(tmp_path, seed):
     assert Readers(uri).check(t, range(1, latest + 1)) == 3 * latest
 
 
-def test_the_iceberg_mirror_on_s3_reads_the_same(s3_server, s3_root):
-    t, _ = random_history(s3_root, 5, 8, s3=s3_server.config, export=export_iceberg)
+V3 = {"castsql.mirror.iceberg.formatVersion": "3"}
+
+
+def _vectors_per_file(uri: str, v: int) -> list[int]:
+    """For each live data file of version ``v``: how many live deletion
+    vectors name it, each checked to be a Puffin blob in place. Read with
+    DuckDB's Avro reader (PyIceberg 0.12 reads manifests as version 2)."""
+    con = duckdb.connect()
+    load_extension(con, "avro")
+    snap = read_metadata(open_storage(uri), v)["snapshots"][-1]
+    listed = con.execute(f"SELECT manifest_path, content FROM read_avro('{snap['manifest-list']}')").fetchall()
+    data, named = [], []
+    for path, content in listed:
+        if content == 0:  # a data manifest (one a version 2 mirror wrote has no version 3 fields)
+            data += [
+                r[0]
+                for r in con.execute(
+                    f"SELECT data_file.file_path FROM read_avro('{path}') WHERE status != 2"
+                ).fetchall()
+            ]
+            continue
+        rows = con.execute(
+            f"SELECT data_file.file_path, data_file.file_format, data_file.referenced_data_file, "
+            f"data_file.content_offset, data_file.content_size_in_bytes FROM read_avro('{path}') WHERE status != 2"
+        ).fetchall()
+        for file_path, fmt, referenced, offset, size in rows:
+            assert fmt == "PUFFIN" and offset is not None and size is not None
+            with open(file_path.removeprefix("file://"), "rb") as f:
+                f.seek(offset)
+                assert f.read(8)[4:] == bytes([0xD1, 0xD3, 0x39, 0x64])  # the vector's magic, after its length
+            named.append(referenced)
+    assert set(named) <= set(data)
+    return [named.count(p) for p in data]
+
+
+@pytest.mark.parametrize(
+    ("seed", "properties", "halfway", "fresh"),
+    [(2, V3, None, False), (3, V3, None, True), (1, None, V3, True), (4, None, V3, False)],
+)
+def test_deletion_vectors_read_the_same_in_every_iceberg_reader(tmp_path, seed, properties, halfway, fresh):
+    """Format version 3, from the table's creation or set halfway (a version
+    2 mirror upgraded): deletes of every kind become one Puffin deletion
+    vector per data file, replaced when the file's deletes change. ``fresh``:
+    each export is a new process's, reading the mirror back."""
+    from castsql.mirror import iceberg
+
+    def export(log):
+        if fresh:
+            iceberg._HELD.take(log.storage.root)
+        return export_iceberg(log)
+
+    uri = str(tmp_path / "t")
+    t, exported = random_history(uri, seed, 16, export=export, properties=properties, halfway=halfway)
+    assert exported  # so the last export continues a mirror (read back when fresh)
+    export_iceberg(TableLog(open_storage(uri)))
+    latest = t.history().column("version").to_pylist()[-1]
+    assert Readers(uri).check(t, range(1, latest + 1)) == 3 * latest
+    st = open_storage(uri)
+    metas = [read_metadata(st, v) for v in range(latest + 1)]
+    versions = [m["format-version"] for m in metas]
+    assert versions == sorted(versions) and versions[-1] == 3 and (versions[0] == 2) == (halfway is not None)
+    vectors = 0
+    next_row_id = 0
+    for v in range(1, latest + 1):
+        if versions[v] == 3:
+            per_file = _vectors_per_file(uri, v)
+            assert max(per_file, default=0) <= 1  # Iceberg's rule: at most one vector per data file
+            vectors += sum(per_file)
+            snap = metas[v]["snapshots"][-1]
+            assert snap["first-row-id"] == next_row_id and metas[v]["next-row-id"] >= next_row_id
+            next_row_id = metas[v]["next-row-id"]
+    assert vectors > 0
+    # What a new process reads back is what the writing one held.
+    held = iceberg._HELD.take(uri)
+    back = iceberg._read_state(st, latest, iceberg._Files(st))
+    for name in ("data", "members", "vectors", "vector_members", "next_row_id", "format_version"):
+        assert getattr(back, name) == getattr(held, name), name
+
+
+def test_an_iceberg_mirror_never_goes_down_a_format_version(tmp_path):
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(9), pa.int64())}), primary_key="id", properties=V3)
+    t = castsql.open(uri)
+    t.delete("id = 1")
+    t.set_properties({"castsql.mirror.iceberg.formatVersion": "2"})
+    t.delete("id = 2")
+    with pytest.raises(castsql.CastSQLError, match=r"'castsql.mirror.iceberg.formatVersion' takes 2 or 3, not '4'"):
+        t.set_properties({"castsql.mirror.iceberg.formatVersion": "4"})
+    st = open_storage(uri)
+    export_iceberg(TableLog(st))
+    assert [read_metadata(st, v)["format-version"] for v in range(4)] == [3, 3, 3, 3]
+    assert _vectors_per_file(uri, 3) == [1]
+    Readers(uri).check(castsql.open(uri), range(1, 4))
+
+
+@pytest.mark.parametrize("properties", [None, V3])
+def test_the_iceberg_mirror_on_s3_reads_the_same(s3_server, s3_root, properties):
+    t, _ = random_history(s3_root, 5, 8, s3=s3_server.config, export=export_iceberg, properties=properties)
     export_iceberg(TableLog(open_storage(s3_root, s3=s3_server.config)))
     latest = t.history().column("version").to_pylist()[-1]
     Readers(s3_root, s3_server.config).check(t, range(1, latest + 1))
 
 
-def test_a_restore_that_brings_rows_back_is_mirrored(tmp_path):
+@pytest.mark.parametrize("properties", [None, V3])
+def test_a_restore_that_brings_rows_back_is_mirrored(tmp_path, properties):
     """Position deletes only accumulate; rows a restore brings back need the
-    delete files replaced (one file of every dropped position)."""
+    delete files replaced (one file of every dropped position). A deletion
+    vector is replaced by one without them."""
     uri = str(tmp_path / "t")
-    castsql.write_table(uri, pa.table({"id": pa.array(range(20), pa.int64())}), primary_key="id")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(20), pa.int64())}), primary_key="id", properties=properties)
     t = castsql.open(uri)
     t.delete("id < 5")
     t.delete("id = 10")

@@ -17,6 +17,9 @@ CastSQL's own:
 ``castsql.mirror.delta``            false     ``true``: every writer (either engine) writes the Delta
                                              mirror of each version they commit (FORMAT.md §10)
 ``castsql.mirror.iceberg``          false     the same for the Iceberg mirror
+``castsql.mirror.iceberg.formatVersion`` 2   the Iceberg format version the mirror writes from this
+                                             version on: 2 (position delete files) or 3
+                                             (deletion vectors in Puffin files); it never goes down
 ``castsql.changeDataFeed``          false     ``true``: deletes, updates and merges also write the
                                              rows they delete, as they were (FORMAT.md §3.5), so
                                              audits read a version's change, not the row groups
@@ -44,6 +47,7 @@ MAX_FILE_SIZE = "castsql.autoCompact.maxFileSize"
 SORT_BY = "castsql.compact.sortBy"
 MIRROR_DELTA = "castsql.mirror.delta"  # every commit also writes its Delta mirror version
 MIRROR_ICEBERG = "castsql.mirror.iceberg"  # ... and its Iceberg one
+ICEBERG_FORMAT_VERSION = "castsql.mirror.iceberg.formatVersion"  # 2 or 3 (FORMAT.md §10.2)
 CHANGE_DATA_FEED = "castsql.changeDataFeed"  # deletes write their rows' preimages (FORMAT.md §3.5)
 _DEFAULT_MIN_FILES = 10  # measured (bench/stream_bench.py): with tiered compactions cheap, fewer files read faster
 _DEFAULT_MAX_FILE_SIZE = 16 * 1024 * 1024
@@ -53,6 +57,12 @@ def _bool(v: str) -> bool:
     if v.lower() not in ("true", "false"):
         raise ValueError("true or false")
     return v.lower() == "true"
+
+
+def _iceberg_version(v: str) -> int:
+    if v not in ("2", "3"):
+        raise ValueError("2 or 3")
+    return int(v)
 
 
 def _positive(v: str) -> int:
@@ -69,6 +79,7 @@ _KNOWN = {
     SORT_BY: str,
     MIRROR_DELTA: _bool,
     MIRROR_ICEBERG: _bool,
+    ICEBERG_FORMAT_VERSION: _iceberg_version,
     CHANGE_DATA_FEED: _bool,
 }
 
@@ -83,6 +94,11 @@ def mirrors(props: Mapping[str, str]) -> list[str]:
     return [
         name for name, key in (("delta", MIRROR_DELTA), ("iceberg", MIRROR_ICEBERG)) if _bool(props.get(key, "false"))
     ]
+
+
+def iceberg_format_version(props: Mapping[str, str]) -> int:
+    """The Iceberg format version a version's properties ask its mirror for (2 unless set)."""
+    return _iceberg_version(props.get(ICEBERG_FORMAT_VERSION, "2"))
 
 
 def check(props: Mapping[str, str | None], where: str) -> dict[str, str | None]:
@@ -103,7 +119,9 @@ def check(props: Mapping[str, str | None], where: str) -> dict[str, str | None]:
                 try:
                     parse(v)
                 except ValueError:
-                    what = {_bool: "true or false", _positive: "a positive integer"}.get(parse, "a string")
+                    what = {_bool: "true or false", _positive: "a positive integer", _iceberg_version: "2 or 3"}.get(
+                        parse, "a string"
+                    )
                     raise CastSQLError(f"{where}: property {k!r} takes {what}, not {v!r}") from None
         out[k] = v
     return out

@@ -86,6 +86,15 @@ def deserialize(data: bytes) -> BitMap:
     return out
 
 
+def blob(positions: BitMap) -> bytes:
+    """``positions`` as one framed vector: its size (int32, big-endian), the
+    vector and its CRC-32 (big-endian). Delta's vector files hold these one
+    after another; an Iceberg version 3 ``deletion-vector-v1`` Puffin blob is
+    exactly one of them (the Puffin spec chose the framing for that)."""
+    data = serialize(positions)
+    return struct.pack(">i", len(data)) + data + struct.pack(">I", zlib.crc32(data))
+
+
 def read_vector(file_bytes: bytes, offset: int, size: int) -> BitMap:
     """The vector at ``offset`` of a deletion vector file, its size and checksum checked."""
     (n,) = struct.unpack_from(">i", file_bytes, offset)
@@ -122,15 +131,15 @@ class VectorFile:
         return self._size == 1
 
     def add(self, positions: BitMap) -> dict[str, Any]:
-        data = serialize(positions)
+        framed = blob(positions)
         offset = self._size
-        self._parts += [struct.pack(">i", len(data)), data, struct.pack(">I", zlib.crc32(data))]
-        self._size += 8 + len(data)
+        self._parts.append(framed)
+        self._size += len(framed)
         return {
             "storageType": "u",
             "pathOrInlineDv": self.prefix + z85_encode(self.uuid.bytes),
             "offset": offset,
-            "sizeInBytes": len(data),
+            "sizeInBytes": len(framed) - 8,
             "cardinality": len(positions),
         }
 

@@ -18,9 +18,11 @@ empty ``CREATE``, has no snapshot, as a new Iceberg table has none).
   ``file_path``, ``pos``): each version writes one holding the positions it
   newly drops; a version after which a file drops fewer rows than before (a
   restore) writes one file of every dropped position and replaces the
-  older ones. Version 2 position deletes, not version 3 deletion vectors:
-  DuckDB 1.5.5 and PyIceberg 0.12 read them; Puffin deletion vectors are
-  the next step (FORMAT.md §10).
+  older ones. With the table property
+  ``castsql.mirror.iceberg.formatVersion`` at 3 they become Iceberg version
+  3 **deletion vectors** instead: one Puffin blob per data file holding all
+  of its dropped positions, replaced (the old one removed) whenever they
+  change (FORMAT.md §10.2).
 
 Manifests and manifest lists are encoded by
 :mod:`castsql.mirror.iceberg_avro`; a process continuing a mirror it did not
@@ -51,7 +53,7 @@ import dataclasses
 import io
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +64,9 @@ from pyroaring import BitMap
 from castsql.errors import MissingExtra, VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
 from castsql.format.layout import manifest_key, to_table_key
+from castsql.format.properties import iceberg_format_version
 from castsql.mirror import iceberg_avro as avro
+from castsql.mirror.deletion_vectors import blob as vector_blob
 from castsql.mirror.source import (
     Held,
     MirrorError,
@@ -211,6 +215,10 @@ class _State:
     members: dict[str, list[str]] = field(default_factory=dict)  # data manifest -> table keys of its live files
     delete_manifests: list[avro.ManifestFile] = field(default_factory=list)
     metadata_log: list[dict[str, Any]] = field(default_factory=list)
+    format_version: int = 2
+    next_row_id: int = 0  # version 3: the next snapshot's first-row-id
+    vectors: dict[str, avro.Entry] = field(default_factory=dict)  # version 3: data file key -> its live vector
+    vector_members: dict[str, list[str]] = field(default_factory=dict)  # delete manifest -> data keys of its vectors
     table_uuid: str = ""
     digest: str = ""  # of the metadata file of ``version`` as this process wrote it
 
@@ -227,35 +235,68 @@ def mirrored_versions(storage: Storage) -> list[int]:
     return sorted(out)
 
 
+def _read_avro(files: _Files, path: str, schema: Any, types: dict[int, Any]) -> list[Any]:
+    """The records of an Avro file read with PyIceberg's reader in ``schema``
+    (its version 3 schemas: PyIceberg's own readers read as version 2, which
+    drops a deletion vector's place and the row ids)."""
+    from pyiceberg.avro.file import AvroFile
+
+    with AvroFile(files.io.new_input(path), schema, read_types=types) as reader:
+        return list(reader)
+
+
 def _read_state(storage: Storage, version: int, files: _Files) -> _State:
     """The state of mirrored ``version``, read back from its metadata and manifests."""
     manifest = _pyiceberg()
     meta = json.loads(storage.get(metadata_key(version)))
     st = _State(version=version, table_uuid=meta["table-uuid"], schemas=meta["schemas"],
-                snapshots=meta.get("snapshots", []), metadata_log=meta.get("metadata-log", []))  # fmt: skip
+                snapshots=meta.get("snapshots", []), metadata_log=meta.get("metadata-log", []),
+                format_version=meta["format-version"], next_row_id=meta.get("next-row-id", 0))  # fmt: skip
     st.field_ids = {f["name"]: f["id"] for s in meta["schemas"] for f in s["fields"]}
     current = meta.get("current-snapshot-id")
-    if current is not None and current >= 0:
-        snap = next(s for s in st.snapshots if s["snapshot-id"] == current)
-        for mf in manifest.read_manifest_list(files.io.new_input(snap["manifest-list"])):
-            ours = avro.ManifestFile(
-                mf.manifest_path, mf.manifest_length, int(mf.content), mf.added_snapshot_id,
-                mf.added_files_count, mf.existing_files_count, mf.deleted_files_count,
-                mf.added_rows_count, mf.existing_rows_count, mf.deleted_rows_count,
-                mf.min_sequence_number, mf.sequence_number,
-            )  # fmt: skip
-            if mf.content == manifest.ManifestContent.DELETES:
-                st.delete_manifests.append(ours)
-                continue
+    if current is None or current < 0:
+        return st
+    list_schema = manifest.MANIFEST_LIST_FILE_SCHEMAS[3]
+    at = {f.name: i for i, f in enumerate(manifest.DATA_FILE_TYPE[3].fields)}
+    first_row_id_at = [f.name for f in list_schema.fields].index("first_row_id")
+    snap = next(s for s in st.snapshots if s["snapshot-id"] == current)
+    for mf in _read_avro(files, snap["manifest-list"], list_schema, {-1: manifest.ManifestFile}):
+        ours = avro.ManifestFile(
+            mf.manifest_path, mf.manifest_length, int(mf.content), mf.added_snapshot_id,
+            mf.added_files_count, mf.existing_files_count, mf.deleted_files_count,
+            mf.added_rows_count, mf.existing_rows_count, mf.deleted_rows_count,
+            mf.min_sequence_number, mf.sequence_number, mf[first_row_id_at],
+        )  # fmt: skip
+        deletes = int(mf.content) == avro.CONTENT_DELETES
+        if deletes:
+            st.delete_manifests.append(ours)
+            if st.format_version < 3:
+                continue  # position delete files: listed on as they are, never rewritten
+        else:
             st.data_manifests.append(ours)
-            keys = st.members[ours.path] = []
-            for e in mf.fetch_manifest_entry(files.io, discard_deleted=True):
-                df = e.data_file
-                entry = avro.Entry(avro.EXISTING, e.snapshot_id, e.sequence_number, e.file_sequence_number,
-                                   int(df.content), df.file_path, df.record_count, df.file_size_in_bytes)  # fmt: skip
+        keys = (st.vector_members if deletes else st.members)[ours.path] = []
+        types = {-1: manifest.ManifestEntry, 2: manifest.DataFile}
+        row_id = ours.first_row_id
+        for e in _read_avro(files, mf.manifest_path, manifest.MANIFEST_ENTRY_SCHEMAS[3], types):
+            if e.status == manifest.ManifestEntryStatus.DELETED:
+                continue
+            e = manifest._inherit_from_manifest(e, mf)
+            df = e.data_file
+            first_row_id = df[at["first_row_id"]]
+            if first_row_id is None and row_id is not None and not deletes:
+                first_row_id = row_id  # inherited: the manifest's, plus the rows of the files before it
+                row_id += df.record_count
+            entry = avro.Entry(avro.EXISTING, e.snapshot_id, e.sequence_number, e.file_sequence_number,
+                               int(df.content), df.file_path, df.record_count, df.file_size_in_bytes,
+                               first_row_id, df[at["referenced_data_file"]], df[at["content_offset"]],
+                               df[at["content_size_in_bytes"]])  # fmt: skip
+            if deletes:
+                key = to_table_key(entry.referenced, storage.root, what="data file")
+                st.vectors[key] = entry.existing()
+            else:
                 key = to_table_key(df.file_path, storage.root, what="data file")
                 st.data[key] = entry.existing()
-                keys.append(key)
+            keys.append(key)
     return st
 
 
@@ -309,7 +350,7 @@ def _position_deletes(storage: Storage, rows: dict[str, BitMap]) -> tuple[bytes,
 
 
 def _write_version(
-    log: TableLog, m: Manifest, snap: Snapshot, prev: Snapshot | None, state: _State, files: _Files
+    log: TableLog, m: Manifest, snap: Snapshot, prev: Snapshot | None, state: _State, files: _Files, upgrade: bool
 ) -> int:
     """Write mirror version ``m.version``; returns the delete files written."""
     storage = log.storage
@@ -328,7 +369,7 @@ def _write_version(
 
     def put_manifest(name: str, entries: list[avro.Entry], deletes: bool = False) -> avro.ManifestFile:
         key = f"{META_DIR}/{tag}-{name}.avro"
-        body = avro.manifest(table_schema, "deletes" if deletes else "data", entries)
+        body = avro.manifest(table_schema, "deletes" if deletes else "data", entries, state.format_version)
         files.put(key, body)
         content = avro.CONTENT_DELETES if deletes else avro.CONTENT_DATA
         return avro.manifest_file_of(storage.uri(key), len(body), content, v, entries)
@@ -345,18 +386,7 @@ def _write_version(
         # other files as EXISTING; the removals (DELETED) and the additions go
         # into one new manifest. A compaction of a few files of a large table
         # costs those files, not the table.
-        kept = []
-        for i, mf in enumerate(state.data_manifests):
-            keys = members[mf.path]
-            if not any(k in gone for k in keys):
-                kept.append(mf)
-                continue
-            survivors = [k for k in keys if k not in gone]
-            del members[mf.path]
-            if survivors:
-                rewritten = put_manifest(f"r{i}", [state.data[k] for k in survivors])
-                members[rewritten.path] = survivors
-                kept.append(rewritten)
+        kept = _without(state.data_manifests, members, state.data, gone, lambda i, e: put_manifest(f"r{i}", e))
         removals = [dataclasses.replace(state.data[k], status=avro.DELETED, snapshot_id=v) for k in sorted(gone)]
         first = put_manifest("m0", removals + [added_entry(now[k]) for k in added])
         members[first.path] = list(added)
@@ -369,9 +399,54 @@ def _write_version(
         state.data_manifests.append(first)
     for k in added:
         state.data[k] = added_entry(now[k]).existing()
-    _merge_small(state, put_manifest)
+    _merge_small(state.data_manifests, members, state.data, put_manifest)
 
-    # Deletes: the positions newly dropped, or all of them again when some came back.
+    if state.format_version >= 3:
+        written += _write_vectors(
+            storage, snap, now, before, gone, is_added, state, files, put_manifest, tag, v, upgrade
+        )
+        new_rows: dict[str, BitMap] = {}
+    else:
+        new_rows = _newly_dropped(storage, snap, prev, now, before, is_added, state)
+    if new_rows:
+        key = f"{META_DIR}/{tag}-deletes.parquet"
+        data, count = _position_deletes(storage, new_rows)
+        files.put(key, data)
+        delete_file = avro.Entry(avro.ADDED, v, None, None, avro.POSITION_DELETES, storage.uri(key), count, len(data))
+        state.delete_manifests.append(put_manifest("d0", [delete_file], deletes=True))
+        written += 1
+
+    parent = state.snapshots[-1]["snapshot-id"] if state.snapshots else None
+    list_key = f"{META_DIR}/snap-{v}-{tag}.avro"
+    first_row_id = state.next_row_id
+    if state.format_version >= 3:
+        _assign_row_ids(state)
+    files.put(list_key, avro.manifest_list(v, parent, v, [*state.data_manifests, *state.delete_manifests],
+                                           state.format_version, first_row_id))  # fmt: skip
+    ms = int(m.created_at.timestamp() * 1000)
+    state.snapshots.append({
+        "snapshot-id": v, "parent-snapshot-id": parent, "sequence-number": v, "timestamp-ms": ms,
+        "manifest-list": storage.uri(list_key), "schema-id": schema_id,
+        "summary": {"operation": "overwrite", "castsql-operation": m.operation, "castsql-version": str(v),
+                    "castsql-commit-id": m.commit_id or ""},
+        **({"first-row-id": first_row_id, "added-rows": state.next_row_id - first_row_id}
+           if state.format_version >= 3 else {}),
+    })  # fmt: skip
+    return written
+
+
+def _newly_dropped(
+    storage: Storage,
+    snap: Snapshot,
+    prev: Snapshot | None,
+    now: dict[str, ResolvedFile],
+    before: dict[str, ResolvedFile],
+    is_added: set[str],
+    state: _State,
+) -> dict[str, BitMap]:
+    """Version 2: the positions each file newly drops, or, when some came back
+    (a restore), every dropped position again, the older delete files
+    leaving the list."""
     new_rows: dict[str, BitMap] = {}
     reset = False
     for k, f in now.items():
@@ -387,25 +462,113 @@ def _write_version(
     if reset:
         new_rows = {f.key: r for f in snap.files if f.has_deletes and (r := dropped(storage, snap, f))}
         state.delete_manifests = []
-    if new_rows:
-        key = f"{META_DIR}/{tag}-deletes.parquet"
-        data, count = _position_deletes(storage, new_rows)
-        files.put(key, data)
-        delete_file = avro.Entry(avro.ADDED, v, None, None, avro.POSITION_DELETES, storage.uri(key), count, len(data))
-        state.delete_manifests.append(put_manifest("d0", [delete_file], deletes=True))
-        written += 1
+    return new_rows
 
-    parent = state.snapshots[-1]["snapshot-id"] if state.snapshots else None
-    list_key = f"{META_DIR}/snap-{v}-{tag}.avro"
-    files.put(list_key, avro.manifest_list(v, parent, v, [*state.data_manifests, *state.delete_manifests]))
-    ms = int(m.created_at.timestamp() * 1000)
-    state.snapshots.append({
-        "snapshot-id": v, "parent-snapshot-id": parent, "sequence-number": v, "timestamp-ms": ms,
-        "manifest-list": storage.uri(list_key), "schema-id": schema_id,
-        "summary": {"operation": "overwrite", "castsql-operation": m.operation, "castsql-version": str(v),
-                    "castsql-commit-id": m.commit_id or ""},
-    })  # fmt: skip
-    return written
+
+def _write_vectors(
+    storage: Storage,
+    snap: Snapshot,
+    now: dict[str, ResolvedFile],
+    before: dict[str, ResolvedFile],
+    gone: set[str],
+    is_added: set[str],
+    state: _State,
+    files: _Files,
+    put_manifest: Callable[..., avro.ManifestFile],
+    tag: str,
+    v: int,
+    upgrade: bool,
+) -> int:
+    """Version 3: one deletion vector per data file with deletes, holding all
+    of its dropped positions (Iceberg keeps at most one per file). A file
+    whose deletes changed gets a new vector in this version's Puffin file and
+    its old one is removed, as is the vector of a file the version removed;
+    only the delete manifests that list a replaced vector are rewritten.
+    Returns the Puffin files written (0 or 1)."""
+    if upgrade:
+        # The first version 3 snapshot of a version 2 mirror: its position delete
+        # files are replaced by vectors of every file's dropped rows.
+        state.delete_manifests = []
+        now = {f.key: f for f in snap.files}
+        before, is_added = {}, set(now)
+    vectors: dict[str, BitMap] = {}
+    for k, f in now.items():
+        old = None if k in is_added else before.get(k)
+        if old is not None and same_deletes(old, f) and k in state.vectors:
+            continue
+        rows = dropped(storage, snap, f) if f.has_deletes else BitMap()
+        if rows or k in state.vectors:
+            vectors[k] = rows
+    replaced = {k for k in (*vectors, *gone) if k in state.vectors}
+    if not vectors and not replaced:
+        return 0
+    kept = _without(state.delete_manifests, state.vector_members, state.vectors, replaced,
+                    lambda i, e: put_manifest(f"dr{i}", e, deletes=True))  # fmt: skip
+    removals = [dataclasses.replace(state.vectors.pop(k), status=avro.DELETED, snapshot_id=v) for k in sorted(replaced)]
+    live = sorted(k for k, rows in vectors.items() if rows)
+    added: list[avro.Entry] = []
+    if live:
+        key = f"{META_DIR}/{tag}-deletes.puffin"
+        uris = [storage.uri(k) for k in live]
+        blobs = [(vector_blob(vectors[k]), u, len(vectors[k])) for k, u in zip(live, uris, strict=True)]
+        body, places = avro.puffin(blobs)
+        files.put(key, body)
+        puffin_uri = storage.uri(key)
+        for k, u, (offset, length) in zip(live, uris, places, strict=True):
+            added.append(avro.Entry(avro.ADDED, v, None, None, avro.POSITION_DELETES, puffin_uri, len(vectors[k]),
+                                    len(body), referenced=u, content_offset=offset, content_size=length))  # fmt: skip
+    state.delete_manifests = kept
+    if removals or added:
+        mf = put_manifest("d0", removals + added, deletes=True)
+        state.vector_members[mf.path] = list(live)
+        state.delete_manifests.append(mf)
+    for k, e in zip(live, added, strict=True):
+        state.vectors[k] = e.existing()
+    _merge_small(state.delete_manifests, state.vector_members, state.vectors,
+                 lambda name, e: put_manifest("d" + name, e, deletes=True))  # fmt: skip
+    return 1 if live else 0
+
+
+def _without(
+    manifests: list[avro.ManifestFile],
+    members: dict[str, list[str]],
+    live: dict[str, avro.Entry],
+    gone: Collection[str],
+    rewrite: Callable[[int, list[avro.Entry]], avro.ManifestFile],
+) -> list[avro.ManifestFile]:
+    """``manifests`` without the entries of ``gone``: only those that list one
+    are rewritten, their other entries carried on as EXISTING."""
+    kept = []
+    for i, mf in enumerate(manifests):
+        keys = members[mf.path]
+        if not any(k in gone for k in keys):
+            kept.append(mf)
+            continue
+        survivors = [k for k in keys if k not in gone]
+        del members[mf.path]
+        if survivors:
+            rewritten = rewrite(i, [live[k] for k in survivors])
+            members[rewritten.path] = survivors
+            kept.append(rewritten)
+    return kept
+
+
+def _assign_row_ids(state: _State) -> None:
+    """Version 3 row lineage: each data manifest new to the list gets the
+    next range of row ids, and each of its files without one the id its
+    position inherits (the manifest's plus the rows of the files before it),
+    which the file keeps, written out, when a later manifest carries it."""
+    for mf in state.data_manifests:
+        if mf.first_row_id is not None:
+            continue
+        mf.first_row_id = state.next_row_id
+        at = state.next_row_id
+        for k in state.members[mf.path]:
+            e = state.data[k]
+            if e.first_row_id is None:
+                state.data[k] = dataclasses.replace(e, first_row_id=at)
+                at += e.record_count
+        state.next_row_id += mf.added_rows + mf.existing_rows
 
 
 def _metadata(log: TableLog, m: Manifest, state: _State) -> dict[str, Any]:
@@ -413,7 +576,7 @@ def _metadata(log: TableLog, m: Manifest, state: _State) -> dict[str, Any]:
     mapping = [{"field-id": i, "names": [n]} for n, i in sorted(state.field_ids.items(), key=lambda kv: kv[1])]
     current = state.snapshots[-1]["snapshot-id"] if state.snapshots else None
     meta: dict[str, Any] = {
-        "format-version": 2,
+        "format-version": state.format_version,
         "table-uuid": state.table_uuid,
         "location": storage.root,
         "last-sequence-number": m.version,
@@ -438,6 +601,8 @@ def _metadata(log: TableLog, m: Manifest, state: _State) -> dict[str, Any]:
     }
     if current is not None:
         meta["current-snapshot-id"] = current
+    if state.format_version >= 3:
+        meta["next-row-id"] = state.next_row_id
     return meta
 
 
@@ -480,11 +645,19 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
     for v in range(state.version + 1, target + 1):
         m = log.manifest(v)
         snap = resolve(log, v)
+        # A mirror's format version only goes up, from the version whose
+        # properties ask for more (Iceberg tables upgrade, never downgrade).
+        wanted = max(state.format_version, iceberg_format_version(m.properties))
+        upgrade = wanted > state.format_version and bool(state.data_manifests or state.delete_manifests)
+        state.format_version = wanted
+        if upgrade:
+            for mf in state.data_manifests:
+                mf.encoded = None  # its list entry gains a first_row_id
         if v == 0:
             where = f"{storage.root}: Iceberg mirror of version 0"
             state.schemas.append({**_schema_json(snap.schema, state, where, snap.primary_key), "schema-id": 0})
         else:
-            out.delete_files += _write_version(log, m, snap, prev, state, files)
+            out.delete_files += _write_version(log, m, snap, prev, state, files, upgrade)
             files.flush()
         if (
             v == state_from + 1
@@ -512,15 +685,19 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
     return out
 
 
-def _merge_small(state: _State, put_manifest: Callable[[str, list[avro.Entry]], avro.ManifestFile]) -> None:
+def _merge_small(
+    manifests: list[avro.ManifestFile],
+    members: dict[str, list[str]],
+    live: dict[str, avro.Entry],
+    put_manifest: Callable[[str, list[avro.Entry]], avro.ManifestFile],
+) -> None:
     """Past ``MANIFESTS_MERGED_AT`` data manifests, the smallest are merged
     into one of up to ``MANIFEST_MERGE_ENTRIES`` files, as Iceberg's writers
     merge manifests (``commit.manifest-merge.enabled``): a stream's one-file
     appends would otherwise make every reader open one manifest per append."""
-    if len(state.data_manifests) <= MANIFESTS_MERGED_AT:
+    if len(manifests) <= MANIFESTS_MERGED_AT:
         return
-    members = state.members
-    by_size = sorted(state.data_manifests, key=lambda mf: len(members[mf.path]))
+    by_size = sorted(manifests, key=lambda mf: len(members[mf.path]))
     take, count = [], 0
     for mf in by_size:
         n = len(members[mf.path])
@@ -531,12 +708,12 @@ def _merge_small(state: _State, put_manifest: Callable[[str, list[avro.Entry]], 
     if len(take) < 2:
         return
     keys = [k for mf in take for k in members[mf.path]]
-    merged = put_manifest("merged", [state.data[k] for k in keys])
+    merged = put_manifest("merged", [live[k] for k in keys])
     gone = {mf.path for mf in take}
     for path in gone:
         del members[path]
     members[merged.path] = keys
-    state.data_manifests = [mf for mf in state.data_manifests if mf.path not in gone] + [merged]
+    manifests[:] = [mf for mf in manifests if mf.path not in gone] + [merged]
 
 
 def _expire(state: _State, earliest: int) -> None:

@@ -8,11 +8,15 @@ and Avro writers for every file (~3.5 ms of a ~10 ms mirror version,
 docs/PERFORMANCE.md "The mirrors' cost per commit"); reading a mirror back
 (a process that did not write its last version) still goes through PyIceberg.
 
-The schemas are those of the Iceberg spec, format version 2
+The schemas are those of the Iceberg spec, format versions 2 and 3
 (https://iceberg.apache.org/spec/#manifests): ``manifest_entry`` with an empty
-``partition`` record, and ``manifest_file``. Optional fields the mirror does
-not fill (column statistics, split offsets, key metadata) are written as
-null, as PyIceberg writes them.
+``partition`` record, and ``manifest_file``; version 3 adds a data file's
+``first_row_id``, ``referenced_data_file``, ``content_offset`` and
+``content_size_in_bytes`` (a deletion vector's place in its Puffin file) and
+a manifest's ``first_row_id``. Optional fields the mirror does not fill
+(column statistics, split offsets, key metadata) are written as null, as
+PyIceberg writes them. :func:`puffin` writes the Puffin file of a version's
+deletion vectors.
 
 Example::
 
@@ -27,13 +31,16 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 EXISTING, ADDED, DELETED = 0, 1, 2  # manifest entry status
 DATA, POSITION_DELETES = 0, 1  # data file content
 CONTENT_DATA, CONTENT_DELETES = 0, 1  # manifest content
+PUFFIN_MAGIC = b"PFA1"
+ROW_POSITION_ID = 2147483545  # Iceberg's reserved field id of a row's position: what a deletion vector is over
 
 
 def _map(name: str, field_id: int, key_id: int, value_id: int, value: str) -> dict:
@@ -68,14 +75,26 @@ _DATA_FILE = {"type": "record", "name": "r2", "fields": [
     _optional("sort_order_id", 140, "int"),
 ]}  # fmt: skip
 _NULLS_AFTER_SIZE = 10  # the optional fields above, all null
+_DATA_FILE_V3 = {**_DATA_FILE, "fields": [
+    *_DATA_FILE["fields"],
+    _optional("first_row_id", 142, "long"),
+    _optional("referenced_data_file", 143, "string"),
+    _optional("content_offset", 144, "long"),
+    _optional("content_size_in_bytes", 145, "long"),
+]}  # fmt: skip
 
-ENTRY_SCHEMA = json.dumps({"type": "record", "name": "manifest_entry", "fields": [
-    {"name": "status", "field-id": 0, "type": "int"},
-    _optional("snapshot_id", 1, "long"),
-    _optional("sequence_number", 3, "long"),
-    _optional("file_sequence_number", 4, "long"),
-    {"name": "data_file", "field-id": 2, "type": _DATA_FILE},
-]}, separators=(",", ":"))  # fmt: skip
+
+def _entry_schema(data_file: dict) -> str:
+    return json.dumps({"type": "record", "name": "manifest_entry", "fields": [
+        {"name": "status", "field-id": 0, "type": "int"},
+        _optional("snapshot_id", 1, "long"),
+        _optional("sequence_number", 3, "long"),
+        _optional("file_sequence_number", 4, "long"),
+        {"name": "data_file", "field-id": 2, "type": data_file},
+    ]}, separators=(",", ":"))  # fmt: skip
+
+
+ENTRY_SCHEMA = {2: _entry_schema(_DATA_FILE), 3: _entry_schema(_DATA_FILE_V3)}
 
 _SUMMARY = {"type": "record", "name": "r508", "fields": [
     {"name": "contains_null", "field-id": 509, "type": "boolean"},
@@ -84,7 +103,7 @@ _SUMMARY = {"type": "record", "name": "r508", "fields": [
     _optional("upper_bound", 511, "bytes"),
 ]}  # fmt: skip
 
-MANIFEST_FILE_SCHEMA = json.dumps({"type": "record", "name": "manifest_file", "fields": [
+_MANIFEST_FILE_FIELDS = [
     {"name": "manifest_path", "field-id": 500, "type": "string"},
     {"name": "manifest_length", "field-id": 501, "type": "long"},
     {"name": "partition_spec_id", "field-id": 502, "type": "int"},
@@ -100,12 +119,25 @@ MANIFEST_FILE_SCHEMA = json.dumps({"type": "record", "name": "manifest_file", "f
     {"name": "deleted_rows_count", "field-id": 514, "type": "long"},
     _optional("partitions", 507, {"type": "array", "element-id": 508, "items": _SUMMARY}),
     _optional("key_metadata", 519, "bytes"),
-]}, separators=(",", ":"))  # fmt: skip
+]
+
+
+def _manifest_file_schema(fields: list) -> str:
+    return json.dumps({"type": "record", "name": "manifest_file", "fields": fields}, separators=(",", ":"))
+
+
+MANIFEST_FILE_SCHEMA = {
+    2: _manifest_file_schema(_MANIFEST_FILE_FIELDS),
+    3: _manifest_file_schema([*_MANIFEST_FILE_FIELDS, _optional("first_row_id", 520, "long")]),
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One manifest entry: a data or position delete file and its status."""
+    """One manifest entry: a data or position delete file and its status.
+    A version 3 deletion vector is a position delete entry whose ``path`` is
+    its Puffin file, with ``referenced`` the data file it applies to and
+    ``content_offset``/``content_size`` its blob."""
 
     status: int
     snapshot_id: int | None
@@ -115,13 +147,17 @@ class Entry:
     path: str
     record_count: int
     size: int
+    first_row_id: int | None = None  # version 3 data files; None: inherited from the manifest's
+    referenced: str | None = None
+    content_offset: int | None = None
+    content_size: int | None = None
 
     def existing(self) -> Entry:
         """This live entry as a later manifest carries it on (sequence numbers
         as its snapshot gave them: Iceberg's inheritance, resolved)."""
         seq = self.sequence_number if self.sequence_number is not None else self.snapshot_id
         fseq = self.file_sequence_number if self.file_sequence_number is not None else seq
-        return Entry(EXISTING, self.snapshot_id, seq, fseq, self.content, self.path, self.record_count, self.size)
+        return replace(self, status=EXISTING, sequence_number=seq, file_sequence_number=fseq)
 
 
 @dataclass(slots=True)
@@ -141,31 +177,37 @@ class ManifestFile:
     deleted_rows: int
     min_sequence_number: int | None = None
     sequence_number: int | None = None
+    first_row_id: int | None = None  # version 3 data manifests, set before the first list that holds it
     encoded: bytes | None = field(default=None, repr=False, compare=False)  # once its sequence numbers are set
 
 
-def manifest(table_schema: bytes, content: str, entries: Sequence[Entry]) -> bytes:
+def manifest(table_schema: bytes, content: str, entries: Sequence[Entry], format_version: int = 2) -> bytes:
     """An Avro manifest of ``entries`` (``content``: ``data`` or ``deletes``),
     ``table_schema`` the Iceberg schema JSON of the version."""
     meta = {
         "schema": table_schema,
         "partition-spec": b"[]",
         "partition-spec-id": b"0",
-        "format-version": b"2",
+        "format-version": str(format_version).encode(),
         "content": content.encode(),
     }
     out = bytearray()
     for e in entries:
         out += _long(e.status)
         for v in (e.snapshot_id, e.sequence_number, e.file_sequence_number):
-            out += b"\x00" if v is None else b"\x02" + _long(v)
+            out += _optional_long(v)
         out += _long(e.content)
         out += _string(e.path)
-        out += b"\x0ePARQUET"
+        out += b"\x0cPUFFIN" if e.content_offset is not None else b"\x0ePARQUET"
         out += _long(e.record_count)
         out += _long(e.size)
         out += b"\x00" * _NULLS_AFTER_SIZE
-    return _container(ENTRY_SCHEMA, meta, len(entries), bytes(out))
+        if format_version >= 3:
+            out += _optional_long(e.first_row_id)
+            out += b"\x00" if e.referenced is None else b"\x02" + _string(e.referenced)
+            out += _optional_long(e.content_offset)
+            out += _optional_long(e.content_size)
+    return _container(ENTRY_SCHEMA[format_version], meta, len(entries), bytes(out))
 
 
 def manifest_file_of(path: str, length: int, content: int, snapshot_id: int, entries: Sequence[Entry]) -> ManifestFile:
@@ -186,15 +228,26 @@ def manifest_file_of(path: str, length: int, content: int, snapshot_id: int, ent
     )  # fmt: skip
 
 
-def manifest_list(snapshot_id: int, parent: int | None, sequence_number: int, files: Sequence[ManifestFile]) -> bytes:
+def manifest_list(
+    snapshot_id: int,
+    parent: int | None,
+    sequence_number: int,
+    files: Sequence[ManifestFile],
+    format_version: int = 2,
+    first_row_id: int | None = None,
+) -> bytes:
     """An Avro manifest list of ``files`` for snapshot ``snapshot_id``; files
-    new in it get its sequence number (set on them, as Iceberg's writers do)."""
+    new in it get its sequence number (set on them, as Iceberg's writers do).
+    Version 3: ``first_row_id`` is the snapshot's, and every data manifest
+    must have its own set already."""
     meta = {
         "snapshot-id": str(snapshot_id).encode(),
         "parent-snapshot-id": str(parent).encode() if parent is not None else b"null",
         "sequence-number": str(sequence_number).encode(),
-        "format-version": b"2",
+        "format-version": str(format_version).encode(),
     }
+    if format_version >= 3:
+        meta["first-row-id"] = str(first_row_id).encode()
     out = bytearray()
     for f in files:
         if f.encoded is None:
@@ -214,9 +267,11 @@ def manifest_list(snapshot_id: int, parent: int | None, sequence_number: int, fi
                 b += _long(n)
             b += b"\x02\x00"  # partitions: an empty list (no partition fields)
             b += b"\x00"  # key_metadata: null
+            if format_version >= 3:
+                b += _optional_long(f.first_row_id)
             f.encoded = bytes(b)
         out += f.encoded
-    return _container(MANIFEST_FILE_SCHEMA, meta, len(files), bytes(out))
+    return _container(MANIFEST_FILE_SCHEMA[format_version], meta, len(files), bytes(out))
 
 
 def _container(schema: str, meta: dict[str, bytes], count: int, records: bytes) -> bytes:
@@ -248,6 +303,29 @@ def _long(n: int) -> bytes:
     return bytes(out)
 
 
+def _optional_long(n: int | None) -> bytes:
+    return b"\x00" if n is None else b"\x02" + _long(n)
+
+
 def _string(s: str) -> bytes:
     b = s.encode()
     return _long(len(b)) + b
+
+
+def puffin(blobs: Sequence[tuple[bytes, str, int]]) -> tuple[bytes, list[tuple[int, int]]]:
+    """A Puffin file of deletion vectors (``deletion-vector-v1`` blobs), each
+    given as (blob, the data file's location, cardinality); returns the file
+    and each blob's (offset, length), which its manifest entry names."""
+    out = bytearray(PUFFIN_MAGIC)
+    meta, places = [], []
+    for blob, referenced, cardinality in blobs:
+        places.append((len(out), len(blob)))
+        meta.append({
+            "type": "deletion-vector-v1", "fields": [ROW_POSITION_ID], "snapshot-id": -1, "sequence-number": -1,
+            "offset": len(out), "length": len(blob),
+            "properties": {"referenced-data-file": referenced, "cardinality": str(cardinality)},
+        })  # fmt: skip
+        out += blob
+    payload = json.dumps({"blobs": meta, "properties": {"created-by": "CastSQL"}}, separators=(",", ":")).encode()
+    out += PUFFIN_MAGIC + payload + struct.pack("<i", len(payload)) + b"\x00\x00\x00\x00" + PUFFIN_MAGIC
+    return bytes(out), places
