@@ -44,8 +44,9 @@ each a relation.
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -281,20 +282,29 @@ class Audits:
         """The view ``name`` over the steps' rows with Delta's change types, in
         commit order (and key order within a version, an update's preimage first)."""
         _check_names(disp, schema)
-        view = self._rows(disp, _inner(name), schema, steps, keys)
         cols = ", ".join(ident(c) for c in schema.names)
         order = f" ORDER BY {VERSION}, {ident(pk) + ', ' if pk else ''}{KIND} DESC"
-        self.con.execute(
-            f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {cols}, {_change_type(pk, VERSION)} AS "
-            f"{CHANGE_TYPE}, {VERSION}, {TIME} FROM {view}{order}"
-        )
+        # One view over the rows' SELECT, not a view over a view of them:
+        # DuckDB binds each view when it is made and again in every query.
+        with self._readable(disp, steps):
+            body = self.rows.relation(_inner(name), schema, steps, keys)
+            self.con.execute(
+                f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {cols}, {_change_type(pk, VERSION)} AS "
+                f"{CHANGE_TYPE}, {VERSION}, {TIME} FROM ({body}){order}"
+            )
         return ident(name)
 
     def _rows(self, disp: str, name: str, schema: Schema, steps: list[Step], keys: KeyFilter | None = None) -> str:
-        """:meth:`ChangeRows.create`, a file it cannot read named with the
-        version whose change it holds (DuckDB names only the path)."""
-        try:
+        """:meth:`ChangeRows.create`, a file it cannot read named as :meth:`_readable` does."""
+        with self._readable(disp, steps):
             return self.rows.create(name, schema, steps, keys)
+
+    @contextlib.contextmanager
+    def _readable(self, disp: str, steps: list[Step]) -> Iterator[None]:
+        """DuckDB's error for a file it cannot read, raised as a QueryError
+        naming the version whose change the file holds (DuckDB names only the path)."""
+        try:
+            yield
         except duckdb.Error as e:
             msg = one_line(e)
             for s in steps:

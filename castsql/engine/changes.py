@@ -126,10 +126,19 @@ class ChangeRows:
         self._sets: dict[str, list[int]] = {}  # relation -> the extension's sets its scans bind
 
     def create(self, name: str, schema: Schema, steps: Sequence[Step], keys: KeyFilter | None = None) -> str:
-        """Create (or replace) the temp view ``name``: every row the steps
-        inserted or deleted, in ``schema``'s columns (a column a file predates is
-        NULL, a widened one cast), plus ``_castsql_kind`` (0 inserted, 1 deleted),
-        ``_commit_version`` and ``_commit_timestamp``. Returns its quoted name."""
+        """Create (or replace) the temp view ``name`` of :meth:`relation`'s rows;
+        returns its quoted name."""
+        body = self.relation(name, schema, steps, keys)
+        self.con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
+        return ident(name)
+
+    def relation(self, name: str, schema: Schema, steps: Sequence[Step], keys: KeyFilter | None = None) -> str:
+        """The SELECT of every row the steps inserted or deleted, in ``schema``'s
+        columns (a column a file predates is NULL, a widened one cast), plus
+        ``_castsql_kind`` (0 inserted, 1 deleted), ``_commit_version`` and
+        ``_commit_timestamp``; what it reads (an events table, the extension's
+        sets) is kept under ``name`` until :meth:`drop`. A caller that wraps it
+        in its own view spares DuckDB binding a second one (~1.5 ms a query)."""
         uses: dict[str, list[tuple[BitMap, int, int, datetime]]] = {}
         files: dict[str, ResolvedFile] = {}
         for s in steps:
@@ -141,19 +150,31 @@ class ChangeRows:
             uses = self._narrow(name, schema, [files[u] for u in uses], uses, keys)
         self._release(name)
         if not uses:
-            return self._empty(name, schema)
+            return self._empty(schema)
         scans, order = self._scans(name, schema, [files[u] for u in uses], uses, keys)
         self.views.note_reads(files[u] for u in order)
+        body = " UNION ALL ".join(scans)
+        cols = ", ".join(f"r.{ident(c)}" for c in schema.names)
+        if all(len(u) == 1 and len(u[0][0]) == files[uri].total_rows for uri, u in uses.items()):
+            # Every file read whole for one step (a version's change as its
+            # change data feed recorded it): its rows take their step's values
+            # by file alone, from a list in the text: no events table to fill
+            # (~3 ms a query for 81 rows) and a join on one small column.
+            tags = ", ".join(
+                f"({i}::UINTEGER, {u[0][1]}::TINYINT, {u[0][2]}::BIGINT, {sql_value(u[0][3])})"
+                for i, u in enumerate(uses[uri] for uri in order)
+            )
+            return (
+                f"SELECT {cols}, e.k AS {KIND}, e.v AS {VERSION}, e.ts AS {TIME} FROM ({body}) r "
+                f"JOIN (VALUES {tags}) e(fid, k, v, ts) ON r.{_FID} = e.fid"
+            )
         events = names.internal("events", owner=name)
         self._events(events, order, uses)
         self._tables[name] = events
-        body = " UNION ALL ".join(scans)
-        cols = ", ".join(f"r.{ident(c)}" for c in schema.names)
-        self.con.execute(
-            f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {cols}, e.k AS {KIND}, e.v AS {VERSION}, "
-            f"e.ts AS {TIME} FROM ({body}) r JOIN {ident(events)} e ON r.{_FID} = e.fid AND r.{_POS} = e.pos"
+        return (
+            f"SELECT {cols}, e.k AS {KIND}, e.v AS {VERSION}, e.ts AS {TIME} "
+            f"FROM ({body}) r JOIN {ident(events)} e ON r.{_FID} = e.fid AND r.{_POS} = e.pos"
         )
-        return ident(name)
 
     def _scans(
         self,
@@ -278,13 +299,9 @@ class ChangeRows:
         }
         temp_table(self.con, table, pa.table(cols))
 
-    def _empty(self, name: str, schema: Schema) -> str:
+    def _empty(self, schema: Schema) -> str:
         cols = ", ".join(f"NULL::{duck_type(c.type)} AS {ident(c.name)}" for c in schema.columns)
-        self.con.execute(
-            f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {cols}, NULL::TINYINT AS {KIND}, "
-            f"NULL::BIGINT AS {VERSION}, NULL::TIMESTAMPTZ AS {TIME} LIMIT 0"
-        )
-        return ident(name)
+        return f"SELECT {cols}, NULL::TINYINT AS {KIND}, NULL::BIGINT AS {VERSION}, NULL::TIMESTAMPTZ AS {TIME} LIMIT 0"
 
     def drop(self, name: str) -> None:
         self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
