@@ -208,8 +208,8 @@ class Audits:
         ``end``."""
         first, last = self._range(log, disp, start, end)
         steps = self._steps(log, first, last)
-        m = log.manifest(last)  # its schema and key: nothing of the version's files is read
-        return self._paired(name, disp, m.schema, m.primary_key, steps)
+        schema, pk = log.schema_of(last)  # nothing of the version's files is read
+        return self._paired(name, disp, schema, pk, steps)
 
     def row_history(self, log: TableLog, disp: str, name: str, lo: Any, hi: Any | None = None) -> str:
         """Create the view ``name`` of every change of the rows whose primary key
@@ -403,14 +403,16 @@ class Audits:
                 first = start - 1
             else:  # the commits made at or after a time: from the version before the first of them
                 first = self._before(log, disp, _when(start, disp))
-            last = log.latest_version() if end is None else self._version(log, disp, end)
+            # Versions named by number are only checked to be kept (their
+            # records are read by the walk): a full parse is ~1 ms each.
+            last = log.latest_version() if end is None else self._version(log, disp, end, parse=False)
             if first >= last and isinstance(start, int):  # a time span without commits has no changes
                 raise CastSQLError(f"table {disp}: table_changes start version {first + 1} is after end version {last}")
             # GC keeps a contiguous run of versions up to the latest: if the one
             # before start (or version 0 itself) is still stored, so is every
             # version after it.
             try:
-                log.manifest(max(first, 0), probe=True)
+                log.kept(max(first, 0))
             except VersionNotFound as e:
                 why = str(e).split(": ", 1)[-1]
                 if first < 0:
@@ -445,10 +447,10 @@ class Audits:
                 inserted.append(FileRows(f, live))
         return Step(0, snap.manifest.created_at, _bare(inserted), []) if inserted else None
 
-    def _version(self, log: TableLog, disp: str, v: Version) -> int:
+    def _version(self, log: TableLog, disp: str, v: Version, parse: bool = True) -> int:
         try:
             if isinstance(v, int):
-                return log.manifest(v, probe=True).version
+                return log.manifest(v, probe=True).version if parse else log.kept(v)
             return log.version_at(_when(v, disp))
         except VersionNotFound as e:
             raise VersionNotFound(f"table {disp}: {str(e).split(': ', 1)[-1]}") from None

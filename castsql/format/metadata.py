@@ -45,6 +45,7 @@ from castsql.format.manifest import (
     no_gc,
     parse_manifest,
     parse_record,
+    parse_schema,
 )
 from castsql.format.metafiles import read_deletes_object
 from castsql.format.schema import Schema
@@ -166,6 +167,28 @@ class TableMetadata:
             r = parse_record(data, self.storage.uri(key), expected_version=version)
             return r if r is not None else self.manifest(version)
         return VersionRecord.of(m) or m
+
+    def schema_of(self, version: int) -> tuple[Schema, str | None]:
+        """Version ``version``'s schema and primary key, from the cached
+        manifest or a parse of those fields alone. VersionNotFound as :meth:`manifest`."""
+        with self._lock:
+            m = self._manifests.get(version)
+        if m is None:
+            key = manifest_key(version)
+            try:
+                data = self.storage.get(key)
+            except ObjectNotFound:
+                m = self.manifest(version)  # says why: collected, or never committed
+            else:
+                return parse_schema(data, self.storage.uri(key), expected_version=version)
+        return m.schema, m.primary_key
+
+    def kept(self, version: int) -> int:
+        """``version``, when its manifest is still stored (one existence check,
+        nothing parsed); else VersionNotFound as :meth:`manifest` says it."""
+        if isinstance(version, int) and version >= 0 and self.storage.exists(manifest_key(version)):
+            return version
+        return self.manifest(version, probe=True).version
 
     def prefetch_records(self, versions: Sequence[int]) -> dict[int, VersionRecord | Manifest]:
         """:meth:`record` of each of ``versions`` that reads, their manifests
