@@ -282,16 +282,11 @@ class Audits:
         """The view ``name`` over the steps' rows with Delta's change types, in
         commit order (and key order within a version, an update's preimage first)."""
         _check_names(disp, schema)
-        cols = ", ".join(ident(c) for c in schema.names)
-        order = f" ORDER BY {VERSION}, {ident(pk) + ', ' if pk else ''}{KIND} DESC"
         # One view over the rows' SELECT, not a view over a view of them:
         # DuckDB binds each view when it is made and again in every query.
         with self._readable(disp, steps):
             body = self.rows.relation(_inner(name), schema, steps, keys)
-            self.con.execute(
-                f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {cols}, {_change_type(pk, VERSION)} AS "
-                f"{CHANGE_TYPE}, {VERSION}, {TIME} FROM ({body}){order}"
-            )
+            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {_typed(schema, pk, body, steps)}")
         return ident(name)
 
     def _rows(self, disp: str, name: str, schema: Schema, steps: list[Step], keys: KeyFilter | None = None) -> str:
@@ -521,6 +516,29 @@ def _change_type(pk: str | None, version: str) -> str:
     return (
         f"CASE WHEN {ident(pk)} IS NOT NULL AND min({KIND}) OVER ({part}) <> max({KIND}) OVER ({part}) "
         f"THEN CASE WHEN {KIND} = 0 THEN 'update_postimage' ELSE 'update_preimage' END ELSE {plain} END"
+    )
+
+
+def _typed(schema: Schema, pk: str | None, rows: str, steps: list[Step]) -> str:
+    """The SELECT of ``rows`` (a relation of :class:`ChangeRows`) with Delta's
+    change types, in commit order (and key order within a version, an
+    update's preimage first). A key both deleted and inserted by one version
+    is an update: the (version, key) pairs with both kinds are found by one
+    aggregation of the rows, read once (a materialized CTE), and joined back;
+    a window partitioned by (version, key) gives the same types at about
+    twice the cost (~7 ms of CPU for one merge's 81 rows in a fresh session)."""
+    cols = ", ".join(f"r.{ident(c)}" for c in schema.names)
+    plain = f"CASE WHEN r.{KIND} = 0 THEN 'insert' ELSE 'delete' END"
+    if pk is None or not any(s.inserted and s.deleted for s in steps):  # no version can pair a key
+        order = f"r.{VERSION}, {f'r.{ident(pk)}, ' if pk else ''}r.{KIND} DESC"
+        return f"SELECT {cols}, {plain} AS {CHANGE_TYPE}, r.{VERSION}, r.{TIME} FROM ({rows}) r ORDER BY {order}"
+    k = ident(pk)
+    return (
+        f"WITH r AS MATERIALIZED ({rows}), "
+        f"u AS (SELECT {VERSION}, {k} FROM r WHERE {k} IS NOT NULL GROUP BY ALL HAVING min({KIND}) <> max({KIND})) "
+        f"SELECT {cols}, CASE WHEN u.{k} IS NOT NULL THEN CASE WHEN r.{KIND} = 0 THEN 'update_postimage' "
+        f"ELSE 'update_preimage' END ELSE {plain} END AS {CHANGE_TYPE}, r.{VERSION}, r.{TIME} "
+        f"FROM r LEFT JOIN u ON r.{VERSION} = u.{VERSION} AND r.{k} = u.{k} ORDER BY r.{VERSION}, r.{k}, r.{KIND} DESC"
     )
 
 
