@@ -151,6 +151,68 @@ def test_a_missing_change_data_file_is_named_with_its_version(tmp_path):
         assert "\n" not in str(e.value)
 
 
+def test_sql_names_a_missing_change_data_file_with_its_version(tmp_path):
+    """table_changes in SQL stands in the query as its SELECT (no view made):
+    a file it cannot read is still named with the version, whether planning
+    finds it gone (a fresh session) or DuckDB does, running the query (a
+    session that read it before, its footer known)."""
+    from castsql.engine import Session
+
+    t, log = start(str(tmp_path / "t"), None, CDF)
+    with t:
+        t.delete("id = 7")  # v2
+    path = log.manifest(2).change.preimages.path
+    want = f"table t: version 2: {tmp_path / 't' / path} (the rows it deleted) cannot"
+    queries = (
+        "SELECT * FROM table_changes('t', 2, 2)",
+        "SELECT c.id FROM table_changes('t', 2, 2) AS c WHERE c.id > 0",
+        "DESCRIBE table_changes('t', 2, 2)",  # not a FROM item: a view, as before
+    )
+    with Session(str(tmp_path / "t")) as warm:
+        for q in queries:
+            warm.sql(q)
+        (tmp_path / "t" / path).unlink()
+        for q in queries:
+            with pytest.raises(QueryError) as e:
+                warm.sql(q)
+            assert str(e.value).startswith(want), (q, str(e.value))
+    for q in queries:
+        with Session(str(tmp_path / "t")) as s, pytest.raises(QueryError) as e:
+            s.sql(q)
+        assert str(e.value).startswith(want), q
+
+
+def test_table_changes_inline_reads_as_its_view(tmp_path):
+    """Where table_changes is a FROM item its SELECT replaces the call (with
+    the view's name as alias when it has none); elsewhere the view is made.
+    Every form reads the same rows, and a name the user gave still binds."""
+    from castsql.engine import Session
+
+    t, _ = start(str(tmp_path / "t"), None, CDF)
+    with t:
+        t.update({"score": "-1"}, where="id IN (3, 250)")  # v2: two updates
+        t.delete("id = 7")  # v3
+    with Session(str(tmp_path / "t")) as s:
+        want = s.changes("t", 2, 3).to_pylist()
+        assert len(want) == 5
+        for q in (
+            "SELECT * FROM table_changes('t', 2, 3)",
+            "SELECT * FROM table_changes('t', 2, 3) ORDER BY _commit_version, id, _change_type DESC",
+            "SELECT c.* FROM table_changes('t', 2, 3) c",
+            "SELECT x.* FROM table_changes('t', 2, 3) AS x(id, name, score) ORDER BY _commit_version, id",
+            "SELECT * FROM (SELECT * FROM table_changes('t', 2, 3)) ORDER BY _commit_version, id",
+            "FROM table_changes('t', 2, 3) ORDER BY _commit_version, id, _change_type DESC",
+        ):
+            got = s.sql(q)
+            assert "(WITH" in s.prepare(q), q  # the SELECT stands inline, no view
+            assert sorted(map(str, got.to_pylist())) == sorted(map(str, want)), q
+        assert [r["id"] for r in s.sql("SELECT c.id FROM t JOIN table_changes('t', 2, 3) c USING (id)").to_pylist()]
+        shown = s.sql("DESCRIBE table_changes('t', 2, 3)").column("column_name").to_pylist()
+        assert shown == ["id", "name", "score", "_change_type", "_commit_version", "_commit_timestamp"]
+        with pytest.raises(QueryError, match=r"nope"):
+            s.sql("SELECT nope FROM table_changes('t', 2, 3)")
+
+
 def test_a_delete_rebased_over_other_deletes_keeps_exact_change_data(tmp_path):
     """A delete planned on version 2 lands after deletes of the same rows
     (refused: planned again) or of another file (rebased: its change-data

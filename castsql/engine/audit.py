@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -104,6 +104,7 @@ class Audits:
         self.rows = ChangeRows(con, views)
         self._cache: OrderedDict[tuple[str, int], Step | None] = OrderedDict()  # see _steps
         self._indexes: OrderedDict[tuple[str, int], dict] = OrderedDict()  # key indexes read (FORMAT.md §3.6)
+        self._inlined: dict[str, tuple[str, list[Step]]] = {}  # inline relation -> (table, steps): see explain
 
     # ------------------------------------------------------------ history
 
@@ -200,20 +201,26 @@ class Audits:
 
     # ------------------------------------------------------------ changes
 
-    def changes(self, log: TableLog, disp: str, name: str, start: Version, end: Version | None = None) -> str:
+    def changes(
+        self, log: TableLog, disp: str, name: str, start: Version, end: Version | None = None, *, inline: bool = False
+    ) -> str:
         """Create the view ``name`` of the rows each version from ``start`` to
         ``end``, both included, inserted, updated or deleted (Delta's and
         DuckLake's ``table_changes``); returns its quoted name. Timestamps
         (``str`` or ``datetime``) name the commits made from ``start`` up to
-        ``end``."""
+        ``end``. With ``inline`` no view is made: returns its SELECT in
+        parentheses, to stand where the view's name would (see :meth:`explain`)."""
         first, last = self._range(log, disp, start, end)
         steps = self._steps(log, first, last)
         schema, pk = log.schema_of(last)  # nothing of the version's files is read
-        return self._paired(name, disp, schema, pk, steps)
+        return self._paired(name, disp, schema, pk, steps, inline=inline)
 
-    def row_history(self, log: TableLog, disp: str, name: str, lo: Any, hi: Any | None = None) -> str:
+    def row_history(
+        self, log: TableLog, disp: str, name: str, lo: Any, hi: Any | None = None, *, inline: bool = False
+    ) -> str:
         """Create the view ``name`` of every change of the rows whose primary key
-        is ``lo`` (or in [``lo``, ``hi``]) over the kept versions."""
+        is ``lo`` (or in [``lo``, ``hi``]) over the kept versions (``inline``: as
+        :meth:`changes`)."""
         latest = log.latest()  # its schema and key: nothing of the version's files is read
         pk = latest.primary_key
         if pk is None:
@@ -229,7 +236,7 @@ class Audits:
         # change cannot be told (the one before it is collected).
         first = -1 if earliest == 0 else earliest
         steps = self._steps(log, first, latest.version, lambda entry: may_match(entry, preds, types), span)
-        return self._paired(name, disp, latest.schema, pk, steps, KeyFilter(pk, lo, hi))
+        return self._paired(name, disp, latest.schema, pk, steps, KeyFilter(pk, lo, hi), inline=inline)
 
     def _key(self, disp: str, pk: str, type_: str, value: Any) -> Any:
         try:
@@ -273,20 +280,51 @@ class Audits:
     def drop(self, name: str) -> None:
         self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
         self.rows.drop(_inner(name))
+        self._inlined.pop(name, None)
+
+    def explain(self, e: BaseException, names: Iterable[str]) -> str | None:
+        """DuckDB's error ``e`` in a query that read the inline relations
+        ``names``, when it names a file one of them reads: the message
+        :meth:`_readable` gives where a view is made (the file and the version
+        whose change it holds); else None."""
+        msg = one_line(e)
+        for name in names:
+            made = self._inlined.get(name)
+            found = _named(made[0], made[1], msg) if made is not None else None
+            if found is not None:
+                return found
+        return None
 
     # ------------------------------------------------------------ parts
 
     def _paired(
-        self, name: str, disp: str, schema: Schema, pk: str | None, steps: list[Step], keys: KeyFilter | None = None
+        self,
+        name: str,
+        disp: str,
+        schema: Schema,
+        pk: str | None,
+        steps: list[Step],
+        keys: KeyFilter | None = None,
+        *,
+        inline: bool = False,
     ) -> str:
         """The view ``name`` over the steps' rows with Delta's change types, in
-        commit order (and key order within a version, an update's preimage first)."""
+        commit order (and key order within a version, an update's preimage
+        first); with ``inline`` its SELECT in parentheses, no view made."""
         _check_names(disp, schema)
         # One view over the rows' SELECT, not a view over a view of them:
         # DuckDB binds each view when it is made and again in every query.
         with self._readable(disp, steps):
-            body = self.rows.relation(_inner(name), schema, steps, keys)
-            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {_typed(schema, pk, body, steps)}")
+            body = _typed(schema, pk, self.rows.relation(_inner(name), schema, steps, keys), steps)
+            if inline:
+                # No view at all: making one binds the SELECT (its files'
+                # footers, its plan) once more than the query does, ~3 ms
+                # for one merge in a fresh session.
+                self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+                self._inlined[name] = (disp, steps)
+                return f"({body})"
+            self._inlined.pop(name, None)
+            self.con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
         return ident(name)
 
     def _rows(self, disp: str, name: str, schema: Schema, steps: list[Step], keys: KeyFilter | None = None) -> str:
@@ -302,14 +340,7 @@ class Audits:
             yield
         except duckdb.Error as e:
             msg = one_line(e)
-            for s in steps:
-                for kind, rows in (("a file it added", s.inserted), ("the rows it deleted", s.deleted)):
-                    uri = next((r.file.uri for r in rows if r.file.uri in msg), None)
-                    if uri is not None:
-                        raise QueryError(
-                            f"table {disp}: version {s.version}: {uri} ({kind}) cannot be read: {msg}"
-                        ) from None
-            raise QueryError(f"table {disp}: {msg}") from None
+            raise QueryError(_named(disp, steps, msg) or f"table {disp}: {msg}") from None
 
     def _steps(
         self, log: TableLog, first: int, last: int, wanted: Callable | None = None, keys: tuple | None = None
@@ -517,6 +548,17 @@ def _change_type(pk: str | None, version: str) -> str:
         f"CASE WHEN {ident(pk)} IS NOT NULL AND min({KIND}) OVER ({part}) <> max({KIND}) OVER ({part}) "
         f"THEN CASE WHEN {KIND} = 0 THEN 'update_postimage' ELSE 'update_preimage' END ELSE {plain} END"
     )
+
+
+def _named(disp: str, steps: list[Step], msg: str) -> str | None:
+    """DuckDB's one-line ``msg`` with the version whose change holds the file
+    it names (DuckDB names only the path); None when it names none of theirs."""
+    for s in steps:
+        for kind, rows in (("a file it added", s.inserted), ("the rows it deleted", s.deleted)):
+            uri = next((r.file.uri for r in rows if r.file.uri in msg), None)
+            if uri is not None:
+                return f"table {disp}: version {s.version}: {uri} ({kind}) cannot be read: {msg}"
+    return None
 
 
 def _typed(schema: Schema, pk: str | None, rows: str, steps: list[Step]) -> str:

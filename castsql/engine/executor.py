@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import duckdb
@@ -45,6 +45,8 @@ class Executor:
         self.safe = False
         self.user_threads = False  # a statement set DuckDB's threads: the session no longer chooses them
         self._streams: weakref.WeakSet[_Stream] = weakref.WeakSet()  # readers' results not read to the end
+        # A message of the session's own for an error (a file an inline audit reads), or None.
+        self.explain: Callable[[BaseException], str | None] = lambda e: None
 
     @property
     def scope(self) -> policy.Scope:
@@ -111,7 +113,7 @@ class Executor:
     def message(self, e: Exception) -> str:
         """DuckDB's error in one line, in the user's terms: no internal name, and
         a missing table answered with the tables there are."""
-        return message(e, lambda: self.catalog.tables)
+        return self.explain(e) or message(e, lambda: self.catalog.tables)
 
     def sql(self, query: str, params: Sequence[Any] | dict[str, Any] | None = None) -> pa.Table:
         prepared, params, plan = self._ready(query, params)

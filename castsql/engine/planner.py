@@ -44,12 +44,15 @@ class Planner:
         con: duckdb.DuckDBPyConnection,
         catalog: Catalog,
         views: Views,
-        audit: Callable[[AuditCall], None],
+        audit: Callable[[AuditCall, bool], str | None],
     ) -> None:
         self.con = con
         self.catalog = catalog
         self.views = views
-        self._audit = audit  # registers an audit call's result under its label
+        # Makes an audit call's result: a relation under its label, or (asked
+        # to inline it) the SELECT to stand in the call's place, returned.
+        self._audit = audit
+        self.inlined: list[str] = []  # labels of the audit calls the last SQL made holds inline
         self._plans: OrderedDict[str, Plan] = OrderedDict()
         self._plans_of = catalog.generation
         # view name (lower) -> (table URI, version) it shows now
@@ -94,9 +97,15 @@ class Planner:
             values = f"unnest({sql_list(tables)})" if tables else "NULL::VARCHAR"
             return f"SELECT {values} AS name" + ("" if tables else " WHERE false") + " ORDER BY name"
         edits: list[tuple[int, int, str]] = []
+        self.inlined = []
         for call in plan.audits:
-            self._audit(call)
-            edits.append((call.start, call.end, call.replacement))
+            alias = _inline_alias(plan, call)
+            text = self._audit(call, alias is not None)
+            if text is not None:
+                self.inlined.append(call.label)
+                edits.append((call.start, call.end, text + (alias or "")))
+            else:
+                edits.append((call.start, call.end, call.replacement))
         # view (lower) -> (view, snapshot, table as spelled); per reference, its view's key
         wanted: dict[str, tuple[str, Snapshot, str]] = {}
         keys: list[str] = []
@@ -247,3 +256,31 @@ def _shows(snap: Snapshot) -> tuple:
     """What a view of ``snap``'s files shows: its schema, its files and their
     deletes (compared with ``==``: bitmaps by content)."""
     return (snap.schema, snap.primary_key, tuple((f.uri, f.deleted, f.key_ranges) for f in snap.files))
+
+
+# Words that end a FROM item and cannot be its alias: a relation followed by
+# one of them (or by nothing, ``;``, ``)`` or ``,``) takes no alias of the user's.
+_AFTER_FROM_ITEM = frozenset(
+    {"WHERE", "GROUP", "ORDER", "LIMIT", "OFFSET", "UNION", "EXCEPT", "INTERSECT", "JOIN", "INNER", "LEFT", "RIGHT"}
+    | {"FULL", "CROSS", "NATURAL", "POSITIONAL", "ASOF", "ANTI", "SEMI", "HAVING", "WINDOW", "QUALIFY", "ON", "USING"}
+)
+
+
+def _inline_alias(plan: Plan, call: AuditCall) -> str | None:
+    """What follows an audit call's SELECT put in its place, where it is a
+    FROM item (after ``FROM`` or ``JOIN``): `` AS "<label>"`` when the user
+    gave it no alias (columns and DuckDB's messages still name it as the view
+    would), "" before the user's alias; None elsewhere (``DESCRIBE``, ``COPY``
+    …: a subquery is no table name there), where the view is made instead."""
+    if call.kind not in ("changes", "row_history"):
+        return None
+    toks = plan.tokens
+    at = next((i for i, t in enumerate(toks) if t.start == call.start), None)
+    if at is None or at == 0 or toks[at - 1].word not in ("FROM", "JOIN"):
+        return None
+    nxt = next((t for t in toks[at:] if t.start >= call.end and t.kind != "comment"), None)
+    if nxt is None or nxt.text in (";", ")", ",") or nxt.word in _AFTER_FROM_ITEM:
+        return f" AS {call.replacement}"
+    if nxt.word == "AS" or nxt.kind == "identifier":
+        return ""
+    return None

@@ -95,6 +95,7 @@ class Session:
         self._audits: Audits | None = None
         self.planner = Planner(self.con, self.catalog, self.views, self._audit)
         self.executor = Executor(self.con, self.catalog, self.planner, self._workdir, own=self._own_connection)
+        self.executor.explain = self._explain
         self._s3_ready = False
         self._threads_set = threads is not None or not self._own_connection
         if uri is not None:
@@ -330,7 +331,9 @@ class Session:
             ['update_preimage', 'update_postimage', 'delete']
         """
         log, disp = self.log(table), self.catalog.name(table)
-        return self._arrow(disp, "changes", lambda name: self.audits.changes(log, disp, name, start, end))
+        return self._arrow(
+            disp, "changes", lambda name: self.audits.changes(log, disp, name, start, end, inline=True), True
+        )
 
     def diff(self, table: str, a: Version, b: Version) -> pa.Table:
         """The rows version ``b`` holds and ``a`` lacks (``insert``) and the
@@ -356,7 +359,9 @@ class Session:
             [1, 17, 17, 230]
         """
         log, disp = self.log(table), self.catalog.name(table)
-        return self._arrow(disp, "row_history", lambda name: self.audits.row_history(log, disp, name, key, key_hi))
+        return self._arrow(
+            disp, "row_history", lambda name: self.audits.row_history(log, disp, name, key, key_hi, inline=True), True
+        )
 
     @property
     def audits(self) -> Audits:
@@ -368,29 +373,44 @@ class Session:
             self._audits = Audits(self.con, self.views)
         return self._audits
 
-    def _arrow(self, disp: str, kind: str, make: Any) -> pa.Table:
+    def _arrow(self, disp: str, kind: str, make: Any, inline: bool = False) -> pa.Table:
+        """``make(name)``'s relation (a view's name, or with ``inline`` a
+        parenthesized SELECT) read into Arrow."""
         self.executor.finish_streams()
         name = names.internal(kind, "api", owner=disp)
         try:
             view = make(name)
             self.views.settle_threads()
-            return self.con.sql(f"SELECT * FROM {view}").to_arrow_table()
+            return self.con.execute(f"SELECT * FROM {view}").to_arrow_table()
         except duckdb.Error as e:
-            raise QueryError(one_line(e)) from None
+            raise QueryError((self.audits.explain(e, [name]) if inline else None) or one_line(e)) from None
         finally:
             self.audits.drop(name)
 
-    def _audit(self, call: AuditCall) -> None:
-        """Make an audit call of a query's plan a relation under its label."""
+    def _audit(self, call: AuditCall, inline: bool = False) -> str | None:
+        """Make an audit call of a query's plan a relation under its label; with
+        ``inline`` (changes and row histories), return its SELECT instead."""
         log, disp = self.log(call.table), self.catalog.name(call.table)
+        # Safe mode checks the SQL that runs, and CastSQL's own reads of the
+        # table's files are for views alone to hold.
+        inline = inline and not self.safe
         if call.kind == "history":
             temp_table(self.con, call.label, self.audits.history(log))
         elif call.kind == "changes":
-            self.audits.changes(log, disp, call.label, *call.args)
+            text = self.audits.changes(log, disp, call.label, *call.args, inline=inline)
+            return text if inline else None
         elif call.kind == "diff":
             self.audits.diff(log, disp, call.label, *call.args)
         else:
-            self.audits.row_history(log, disp, call.label, *call.args)
+            text = self.audits.row_history(log, disp, call.label, *call.args, inline=inline)
+            return text if inline else None
+        return None
+
+    def _explain(self, e: BaseException) -> str | None:
+        """The error of a query that read audits inline, as :meth:`Audits.explain` says it."""
+        if self._audits is None or not self.planner.inlined:
+            return None
+        return self._audits.explain(e, self.planner.inlined)
 
     def close(self) -> None:
         self._cleanup()
