@@ -380,7 +380,7 @@ def _write_version(
     members = state.members
     # A manifest whose every file went (its DELETED entries told the version
     # that removed them) leaves the list.
-    state.data_manifests = [mf for mf in state.data_manifests if members.get(mf.path)]
+    state.data_manifests = _listing(state.data_manifests, members)
     if gone:
         # Only the manifests that list a removed file are rewritten, with their
         # other files as EXISTING; the removals (DELETED) and the additions go
@@ -401,13 +401,18 @@ def _write_version(
         state.data[k] = added_entry(now[k]).existing()
     _merge_small(state.data_manifests, members, state.data, put_manifest)
 
+    # Rows a restore brings back (or a file it brings back) cannot be un-deleted
+    # by adding delete files, and readers differ on older ones (DuckDB applies a
+    # delete file whatever its sequence number; PyIceberg applies every blob of
+    # a listed Puffin file): the version writes every dropped row anew.
+    reset = upgrade or m.operation == "RESTORE"
     if state.format_version >= 3:
         written += _write_vectors(
-            storage, snap, now, before, gone, is_added, state, files, put_manifest, tag, v, upgrade
+            storage, snap, prev, now, before, gone, is_added, state, files, put_manifest, tag, v, reset
         )
         new_rows: dict[str, BitMap] = {}
     else:
-        new_rows = _newly_dropped(storage, snap, prev, now, before, is_added, state)
+        new_rows = _newly_dropped(storage, snap, prev, now, before, is_added, state, reset)
     if new_rows:
         key = f"{META_DIR}/{tag}-deletes.parquet"
         data, count = _position_deletes(storage, new_rows)
@@ -443,13 +448,15 @@ def _newly_dropped(
     before: dict[str, ResolvedFile],
     is_added: set[str],
     state: _State,
+    reset: bool,
 ) -> dict[str, BitMap]:
     """Version 2: the positions each file newly drops, or, when some came back
-    (a restore), every dropped position again, the older delete files
-    leaving the list."""
+    (a restore) or ``reset``, every dropped position again, the older delete
+    files leaving the list."""
     new_rows: dict[str, BitMap] = {}
-    reset = False
     for k, f in now.items():
+        if reset:
+            break
         old = None if k in is_added else before.get(k)
         if old is not None and same_deletes(old, f):
             continue  # its delete files in force already drop exactly these rows
@@ -468,6 +475,7 @@ def _newly_dropped(
 def _write_vectors(
     storage: Storage,
     snap: Snapshot,
+    prev: Snapshot | None,
     now: dict[str, ResolvedFile],
     before: dict[str, ResolvedFile],
     gone: set[str],
@@ -477,28 +485,35 @@ def _write_vectors(
     put_manifest: Callable[..., avro.ManifestFile],
     tag: str,
     v: int,
-    upgrade: bool,
+    reset: bool,
 ) -> int:
     """Version 3: one deletion vector per data file with deletes, holding all
     of its dropped positions (Iceberg keeps at most one per file). A file
     whose deletes changed gets a new vector in this version's Puffin file and
     its old one is removed, as is the vector of a file the version removed;
     only the delete manifests that list a replaced vector are rewritten.
-    Returns the Puffin files written (0 or 1)."""
-    if upgrade:
-        # The first version 3 snapshot of a version 2 mirror: its position delete
-        # files are replaced by vectors of every file's dropped rows.
-        state.delete_manifests = []
-        now = {f.key: f for f in snap.files}
-        before, is_added = {}, set(now)
+    With ``reset`` (the first version 3 snapshot of a version 2 mirror, a
+    restore) or when a file's dropped rows shrink, every file's vector is
+    written anew and no earlier delete manifest is listed: a removed vector
+    whose Puffin file still holds a live one is applied again by PyIceberg,
+    which reads every blob of a listed Puffin file, so rows could not come
+    back otherwise. Returns the Puffin files written (0 or 1)."""
+    state.delete_manifests = _listing(state.delete_manifests, state.vector_members)
     vectors: dict[str, BitMap] = {}
     for k, f in now.items():
+        if reset:
+            break
         old = None if k in is_added else before.get(k)
         if old is not None and same_deletes(old, f) and k in state.vectors:
             continue
         rows = dropped(storage, snap, f) if f.has_deletes else BitMap()
-        if rows or k in state.vectors:
+        if k in state.vectors and not rows_before(storage, prev, old).issubset(rows):
+            reset = True
+        elif rows or k in state.vectors:
             vectors[k] = rows
+    if reset:
+        state.delete_manifests, state.vectors, state.vector_members = [], {}, {}
+        vectors = {f.key: r for f in snap.files if f.has_deletes and (r := dropped(storage, snap, f))}
     replaced = {k for k in (*vectors, *gone) if k in state.vectors}
     if not vectors and not replaced:
         return 0
@@ -527,6 +542,19 @@ def _write_vectors(
     _merge_small(state.delete_manifests, state.vector_members, state.vectors,
                  lambda name, e: put_manifest("d" + name, e, deletes=True))  # fmt: skip
     return 1 if live else 0
+
+
+def _listing(manifests: list[avro.ManifestFile], members: dict[str, list[str]]) -> list[avro.ManifestFile]:
+    """``manifests`` without those left with no live entry (their DELETED
+    entries told the version that removed them), and ``members`` without
+    their keys: what a process reading the list back holds."""
+    kept = []
+    for mf in manifests:
+        if members.get(mf.path):
+            kept.append(mf)
+        else:
+            members.pop(mf.path, None)
+    return kept
 
 
 def _without(
