@@ -266,6 +266,32 @@ def test_a_process_reading_the_mirror_back_holds_what_its_writer_held(tmp_path):
     Readers(uri).check(castsql.open(uri), range(1, 6))
 
 
+def test_a_metadata_file_lists_the_newest_snapshots_and_every_version_reads_by_its_own(tmp_path, monkeypatch):
+    """The newest metadata file names the last SNAPSHOTS_LISTED versions (so
+    its size does not grow with the history); each version reads through
+    its own metadata file, and a listed one by id from the newest."""
+    from pyiceberg.table import StaticTable
+
+    from castsql.mirror import iceberg
+
+    monkeypatch.setattr(iceberg, "SNAPSHOTS_LISTED", 3)
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, pa.table({"id": pa.array(range(9), pa.int64())}), primary_key="id")
+    t = castsql.open(uri)
+    for i in range(5):
+        t.delete(f"id = {i}")  # versions 2-6
+        if i == 2:
+            export_iceberg(TableLog(open_storage(uri)))  # held state carried over the cap
+    iceberg._HELD.take(uri)  # and a state read back
+    t.append(pa.table({"id": pa.array([100], pa.int64())}))
+    export_iceberg(TableLog(open_storage(uri)))
+    st = open_storage(uri)
+    assert [s["snapshot-id"] for s in read_metadata(st, 7)["snapshots"]] == [5, 6, 7]
+    newest = StaticTable.from_metadata(f"{uri}/{metadata_key(7)}")
+    assert len(newest.scan(snapshot_id=5).to_arrow()) == 5
+    assert Readers(uri).check(castsql.open(uri), range(1, 8)) == 21
+
+
 def test_the_snapshot_ids_are_the_versions_and_a_hint_names_the_newest(tmp_path):
     uri = str(tmp_path / "t")
     castsql.write_table(uri, pa.table({"id": pa.array(range(5), pa.int64())}), primary_key="id")

@@ -92,6 +92,10 @@ MANIFEST_MERGE_ENTRIES = 10_000
 # Entries of a metadata file's metadata-log: Iceberg's own default
 # (write.metadata.previous-versions-max).
 METADATA_LOG_KEPT = 100
+# Snapshots a metadata file lists: the newest versions'. Every version stays
+# readable through its own metadata file; the newest one (what a catalog
+# points at) names only these, so its size does not grow with the history.
+SNAPSHOTS_LISTED = 100
 _POS_FILE_PATH_ID, _POS_POS_ID = 2147483546, 2147483545  # Iceberg's reserved ids of a position delete file
 
 
@@ -437,6 +441,7 @@ def _write_version(
         **({"first-row-id": first_row_id, "added-rows": state.next_row_id - first_row_id}
            if state.format_version >= 3 else {}),
     })  # fmt: skip
+    del state.snapshots[:-SNAPSHOTS_LISTED]
     return written
 
 
