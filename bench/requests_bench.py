@@ -37,7 +37,7 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote
 
-from _common import machine, start_s3
+from _common import ensure_bytecode, machine, start_s3
 from cloudservers import AzuriteServer, GCSServer
 from faultproxy import FaultProxy
 
@@ -220,6 +220,7 @@ def main() -> int:
     args = p.parse_args()
 
     print(machine())
+    ensure_bytecode()
     print(f"{args.rows:,} rows in one file; every request delayed {args.delay * 1000:.0f} ms")
     ok = True
     for name in ["s3", "gcs", "azure"] if args.store == "all" else [args.store]:

@@ -30,6 +30,9 @@ from pathlib import Path
 
 import pexpect
 
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import ensure_bytecode
+
 TARGET_SECONDS = 1.5
 PYTHON = sys.executable
 CASTSQL = str(Path(PYTHON).with_name("castsql"))
@@ -91,6 +94,7 @@ def main() -> int:
     p.add_argument("--dir", help="warehouse (or table) to open; default: build a small one")
     p.add_argument("--runs", type=int, default=7)
     args = p.parse_args()
+    ensure_bytecode()
     with tempfile.TemporaryDirectory() as tmp:
         warehouse = args.dir
         if warehouse is None:
