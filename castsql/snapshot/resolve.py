@@ -365,14 +365,20 @@ def _step(
     before = {r.path for r in prev.manifest.delete_objects}
     if not before <= now or not prev.tombstones[1] <= inline:
         return None
-    if not all(state.contains(k) for k in prev.deletes):
-        return None
-    for name, key in prev.names.items():
-        try:
-            if state.lookup_key(name, where) != key:
-                return None
-        except FormatError:
-            return None  # the full resolve says what is wrong
+    pm = prev.manifest
+    if m.file_objects != pm.file_objects or m.data_files != pm.data_files:
+        # The data files changed: each file the records name must still be there,
+        # under the same name. (With the same files objects and inline entries
+        # nothing can differ, and checking ~250 names cost a delete-only version
+        # ~30 ms on a table of 100,000 files: each lookup walks every part.)
+        if not all(state.contains(k) for k in prev.deletes):
+            return None
+        for name, key in prev.names.items():
+            try:
+                if state.lookup_key(name, where) != key:
+                    return None
+            except FormatError:
+                return None  # the full resolve says what is wrong
     records = [rec for ref in m.delete_objects if ref.path not in before for rec in log.delete_records(ref, where)]
     for key in sorted(inline - prev.tombstones[1]):
         records += [(key, r) for r in log.tombstones(key)]
