@@ -156,32 +156,33 @@ class TableMetadata:
         """What version ``version`` says of its change (:class:`VersionRecord`),
         from the cached manifest or a light parse of it; its full manifest
         for a version-1 one. VersionNotFound as :meth:`manifest`."""
-        with self._lock:
-            m = self._manifests.get(version)
+        m, data, uri = self._cached_or_bytes(version)
         if m is None:
-            key = manifest_key(version)
-            try:
-                data = self.storage.get(key)
-            except ObjectNotFound:
-                return self.manifest(version)  # says why: collected, or never committed
-            r = parse_record(data, self.storage.uri(key), expected_version=version)
+            r = parse_record(data, uri, expected_version=version)
             return r if r is not None else self.manifest(version)
         return VersionRecord.of(m) or m
 
     def schema_of(self, version: int) -> tuple[Schema, str | None]:
         """Version ``version``'s schema and primary key, from the cached
         manifest or a parse of those fields alone. VersionNotFound as :meth:`manifest`."""
+        m, data, uri = self._cached_or_bytes(version)
+        if m is None:
+            return parse_schema(data, uri, expected_version=version)
+        return m.schema, m.primary_key
+
+    def _cached_or_bytes(self, version: int) -> tuple[Manifest | None, bytes, str]:
+        """The cached manifest of ``version``, or its stored bytes and URI for
+        a light parse; VersionNotFound (as :meth:`manifest` says it) when it
+        is not stored."""
         with self._lock:
             m = self._manifests.get(version)
-        if m is None:
-            key = manifest_key(version)
-            try:
-                data = self.storage.get(key)
-            except ObjectNotFound:
-                m = self.manifest(version)  # says why: collected, or never committed
-            else:
-                return parse_schema(data, self.storage.uri(key), expected_version=version)
-        return m.schema, m.primary_key
+        if m is not None:
+            return m, b"", ""
+        key = manifest_key(version)
+        try:
+            return None, self.storage.get(key), self.storage.uri(key)
+        except ObjectNotFound:
+            return self.manifest(version), b"", ""  # says why: collected, or never committed
 
     def kept(self, version: int) -> int:
         """``version``, when its manifest is still stored (one existence check,

@@ -53,7 +53,7 @@ import dataclasses
 import io
 import json
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -459,22 +459,37 @@ def _newly_dropped(
     (a restore) or ``reset``, every dropped position again, the older delete
     files leaving the list."""
     new_rows: dict[str, BitMap] = {}
-    for k, f in now.items():
-        if reset:
-            break
-        old = None if k in is_added else before.get(k)
-        if old is not None and same_deletes(old, f):
-            continue  # its delete files in force already drop exactly these rows
-        rows = dropped(storage, snap, f) if f.has_deletes else BitMap()
-        was = rows_before(storage, prev, old)
+    # A file whose deletes are the same: its delete files in force already drop exactly these rows.
+    for k, rows, was in () if reset else _dropped_now(storage, snap, prev, now, before, is_added, lambda k: True):
         if not was.issubset(rows):
             reset = True
+            break
         if rows - was:
             new_rows[k] = rows - was
     if reset:
         new_rows = {f.key: r for f in snap.files if f.has_deletes and (r := dropped(storage, snap, f))}
         state.delete_manifests = []
     return new_rows
+
+
+def _dropped_now(
+    storage: Storage,
+    snap: Snapshot,
+    prev: Snapshot | None,
+    now: dict[str, ResolvedFile],
+    before: dict[str, ResolvedFile],
+    is_added: set[str],
+    mirrored: Callable[[str], bool],
+) -> Iterator[tuple[str, BitMap, BitMap]]:
+    """For each file of ``now`` whose deletes may differ from the previous
+    version's (or whose deletes the mirror does not hold yet: ``mirrored``
+    false): its key, every position ``snap`` drops of it, and every position
+    ``prev`` dropped (none for a file new to the mirror)."""
+    for k, f in now.items():
+        old = None if k in is_added else before.get(k)
+        if old is not None and same_deletes(old, f) and mirrored(k):
+            continue
+        yield k, (dropped(storage, snap, f) if f.has_deletes else BitMap()), rows_before(storage, prev, old)
 
 
 def _write_vectors(
@@ -505,16 +520,12 @@ def _write_vectors(
     back otherwise. Returns the Puffin files written (0 or 1)."""
     state.delete_manifests = _listing(state.delete_manifests, state.vector_members)
     vectors: dict[str, BitMap] = {}
-    for k, f in now.items():
-        if reset:
-            break
-        old = None if k in is_added else before.get(k)
-        if old is not None and same_deletes(old, f) and k in state.vectors:
-            continue
-        rows = dropped(storage, snap, f) if f.has_deletes else BitMap()
-        if k in state.vectors and not rows_before(storage, prev, old).issubset(rows):
+    changed = () if reset else _dropped_now(storage, snap, prev, now, before, is_added, lambda k: k in state.vectors)
+    for k, rows, was in changed:
+        if not was.issubset(rows):
             reset = True
-        elif rows or k in state.vectors:
+            break
+        if rows or k in state.vectors:
             vectors[k] = rows
     if reset:
         state.delete_manifests, state.vectors, state.vector_members = [], {}, {}
