@@ -455,9 +455,7 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
     ``expected_version`` is the version its key names: a manifest holding
     another version is refused before anything else is checked.
     """
-    obj = load_json(data, where, "manifest")
-    if not isinstance(obj, dict):
-        raise FormatError(f"{where}: manifest must be a JSON object")
+    obj = _manifest_object(data, where)
     fv = obj.get("format_version", 1)
     if not isinstance(fv, int) or isinstance(fv, bool) or fv < 1:
         raise FormatError(f"{where}: format_version must be a positive integer, got {fv!r}")
@@ -521,9 +519,7 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         for p in paths:
             if not is_normal_key(p) and (problem := key_problem(p)) is not None:
                 raise FormatError(f"{where}: {kind} {p!r} is not a plain object key: it {problem}")
-    pk = obj.get("primary_key")
-    if pk is not None and (not isinstance(pk, str) or schema.column(pk) is None):
-        raise FormatError(f"{where}: primary_key {pk!r} is not a column of the schema")
+    pk = _primary_key(obj, schema, where)
     summary = obj.get("summary") or {}
     if not isinstance(summary, dict):
         raise FormatError(f"{where}: 'summary' must be an object")
@@ -693,19 +689,33 @@ def parse_schema(data: bytes, where: str, *, expected_version: int) -> tuple[Sch
     """A manifest's schema and primary key, checked as :func:`parse_manifest`
     checks them, its file lists not parsed: what an audit of a version's
     change needs of its last version (a full parse costs ~1 ms a manifest)."""
-    obj = load_json(data, where, "manifest")
-    if not isinstance(obj, dict):
-        raise FormatError(f"{where}: manifest must be a JSON object")
-    version = obj.get("version")
-    if version != expected_version or isinstance(version, bool):
-        raise FormatError(f"{where}: holds version {version!r}, but its key names version {expected_version}")
+    obj = _manifest_object(data, where)
+    _check_version(obj, where, expected_version)
     if "schema" not in obj:
         raise FormatError(f"{where}: manifest has no 'schema' field")
     schema = Schema.from_json(obj["schema"], where)
+    return schema, _primary_key(obj, schema, where)
+
+
+def _manifest_object(data: bytes, where: str) -> dict[str, Any]:
+    obj = load_json(data, where, "manifest")
+    if not isinstance(obj, dict):
+        raise FormatError(f"{where}: manifest must be a JSON object")
+    return obj
+
+
+def _check_version(obj: dict[str, Any], where: str, expected_version: int) -> None:
+    """A light parse's check that the manifest holds the version its key names."""
+    version = obj.get("version")
+    if version != expected_version or isinstance(version, bool):
+        raise FormatError(f"{where}: holds version {version!r}, but its key names version {expected_version}")
+
+
+def _primary_key(obj: dict[str, Any], schema: Schema, where: str) -> str | None:
     pk = obj.get("primary_key")
     if pk is not None and (not isinstance(pk, str) or schema.column(pk) is None):
         raise FormatError(f"{where}: primary_key {pk!r} is not a column of the schema")
-    return schema, pk
+    return pk
 
 
 def parse_record(data: bytes, where: str, *, expected_version: int) -> VersionRecord | None:
@@ -714,14 +724,11 @@ def parse_record(data: bytes, where: str, *, expected_version: int) -> VersionRe
     inline entries' counts); None for a version-1 manifest. The inline
     entries' statistics and the schema are not parsed: a walk over thousands
     of versions reads each one's change, not its files."""
-    obj = load_json(data, where, "manifest")
-    if not isinstance(obj, dict):
-        raise FormatError(f"{where}: manifest must be a JSON object")
+    obj = _manifest_object(data, where)
     if obj.get("format_version", 1) != 2:
         return None
-    version = obj.get("version")
-    if version != expected_version or isinstance(version, bool):
-        raise FormatError(f"{where}: holds version {version!r}, but its key names version {expected_version}")
+    _check_version(obj, where, expected_version)
+    version = expected_version
     previous, created_at = _lineage(obj, version, where)
     op = obj.get("operation")
     if op is not None and not isinstance(op, str):

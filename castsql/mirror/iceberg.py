@@ -380,7 +380,7 @@ def _write_version(
 
     now, before, gone = changed_files(snap, prev, state.data.keys())
     added = [k for k in sorted(now) if k not in state.data]
-    is_added = set(added)
+    change = _Change(storage, snap, prev, now, before, gone, set(added))
     members = state.members
     # A manifest whose every file went (its DELETED entries told the version
     # that removed them) leaves the list.
@@ -411,12 +411,10 @@ def _write_version(
     # a listed Puffin file): the version writes every dropped row anew.
     reset = upgrade or m.operation == "RESTORE"
     if state.format_version >= 3:
-        written += _write_vectors(
-            storage, snap, prev, now, before, gone, is_added, state, files, put_manifest, tag, v, reset
-        )
+        written += _write_vectors(change, state, files, put_manifest, tag, v, reset)
         new_rows: dict[str, BitMap] = {}
     else:
-        new_rows = _newly_dropped(storage, snap, prev, now, before, is_added, state, reset)
+        new_rows = _newly_dropped(change, state, reset)
     if new_rows:
         key = f"{META_DIR}/{tag}-deletes.parquet"
         data, count = _position_deletes(storage, new_rows)
@@ -445,61 +443,58 @@ def _write_version(
     return written
 
 
-def _newly_dropped(
-    storage: Storage,
-    snap: Snapshot,
-    prev: Snapshot | None,
-    now: dict[str, ResolvedFile],
-    before: dict[str, ResolvedFile],
-    is_added: set[str],
-    state: _State,
-    reset: bool,
-) -> dict[str, BitMap]:
+@dataclass(frozen=True)
+class _Change:
+    """What a mirror version is written from: the version, the one before it
+    (None for the first), the files whose rows may differ as each has them
+    (:func:`changed_files`), the mirrored files it no longer has, and the
+    files new to the mirror."""
+
+    storage: Storage
+    snap: Snapshot
+    prev: Snapshot | None
+    now: dict[str, ResolvedFile]
+    before: dict[str, ResolvedFile]
+    gone: set[str]
+    is_added: set[str]
+
+    def deletes(self, mirrored: Callable[[str], bool]) -> Iterator[tuple[str, BitMap, BitMap]]:
+        """For each changed file whose deletes may differ from the previous
+        version's (or whose deletes the mirror does not hold yet: ``mirrored``
+        false): its key, every position the version drops of it, and every
+        position the previous version dropped (none for a file new to the mirror)."""
+        for k, f in self.now.items():
+            old = None if k in self.is_added else self.before.get(k)
+            if old is not None and same_deletes(old, f) and mirrored(k):
+                continue
+            rows = dropped(self.storage, self.snap, f) if f.has_deletes else BitMap()
+            yield k, rows, rows_before(self.storage, self.prev, old)
+
+    def every_dropped(self) -> dict[str, BitMap]:
+        """Every position the version drops, by file: what a reset writes."""
+        return {f.key: r for f in self.snap.files if f.has_deletes and (r := dropped(self.storage, self.snap, f))}
+
+
+def _newly_dropped(change: _Change, state: _State, reset: bool) -> dict[str, BitMap]:
     """Version 2: the positions each file newly drops, or, when some came back
     (a restore) or ``reset``, every dropped position again, the older delete
     files leaving the list."""
     new_rows: dict[str, BitMap] = {}
     # A file whose deletes are the same: its delete files in force already drop exactly these rows.
-    for k, rows, was in () if reset else _dropped_now(storage, snap, prev, now, before, is_added, lambda k: True):
+    for k, rows, was in () if reset else change.deletes(lambda k: True):
         if not was.issubset(rows):
             reset = True
             break
         if rows - was:
             new_rows[k] = rows - was
     if reset:
-        new_rows = {f.key: r for f in snap.files if f.has_deletes and (r := dropped(storage, snap, f))}
+        new_rows = change.every_dropped()
         state.delete_manifests = []
     return new_rows
 
 
-def _dropped_now(
-    storage: Storage,
-    snap: Snapshot,
-    prev: Snapshot | None,
-    now: dict[str, ResolvedFile],
-    before: dict[str, ResolvedFile],
-    is_added: set[str],
-    mirrored: Callable[[str], bool],
-) -> Iterator[tuple[str, BitMap, BitMap]]:
-    """For each file of ``now`` whose deletes may differ from the previous
-    version's (or whose deletes the mirror does not hold yet: ``mirrored``
-    false): its key, every position ``snap`` drops of it, and every position
-    ``prev`` dropped (none for a file new to the mirror)."""
-    for k, f in now.items():
-        old = None if k in is_added else before.get(k)
-        if old is not None and same_deletes(old, f) and mirrored(k):
-            continue
-        yield k, (dropped(storage, snap, f) if f.has_deletes else BitMap()), rows_before(storage, prev, old)
-
-
 def _write_vectors(
-    storage: Storage,
-    snap: Snapshot,
-    prev: Snapshot | None,
-    now: dict[str, ResolvedFile],
-    before: dict[str, ResolvedFile],
-    gone: set[str],
-    is_added: set[str],
+    change: _Change,
     state: _State,
     files: _Files,
     put_manifest: Callable[..., avro.ManifestFile],
@@ -520,8 +515,8 @@ def _write_vectors(
     back otherwise. Returns the Puffin files written (0 or 1)."""
     state.delete_manifests = _listing(state.delete_manifests, state.vector_members)
     vectors: dict[str, BitMap] = {}
-    changed = () if reset else _dropped_now(storage, snap, prev, now, before, is_added, lambda k: k in state.vectors)
-    for k, rows, was in changed:
+    storage = change.storage
+    for k, rows, was in () if reset else change.deletes(lambda k: k in state.vectors):
         if not was.issubset(rows):
             reset = True
             break
@@ -529,8 +524,8 @@ def _write_vectors(
             vectors[k] = rows
     if reset:
         state.delete_manifests, state.vectors, state.vector_members = [], {}, {}
-        vectors = {f.key: r for f in snap.files if f.has_deletes and (r := dropped(storage, snap, f))}
-    replaced = {k for k in (*vectors, *gone) if k in state.vectors}
+        vectors = change.every_dropped()
+    replaced = {k for k in (*vectors, *change.gone) if k in state.vectors}
     if not vectors and not replaced:
         return 0
     kept = _without(state.delete_manifests, state.vector_members, state.vectors, replaced,
