@@ -119,6 +119,8 @@ class StorageUnreachable(StorageError):
     every attempt: nothing is known about the object, and asking for the next
     one would wait as long again."""
 
+    attempts: int | None = None  # how many tries were made, where the store says
+
 
 class ObjectNotFound(StorageError, FileNotFoundError):
     """The key does not exist."""

@@ -10,6 +10,7 @@ client never learns its write landed), and slow responses.
     proxy.requests  # (method, path, Range header) of every request, in arrival order
     proxy.headers  # the headers of each of them (lower-case names), in the same order
     proxy.whole = {"/bucket/key": b"..."}  # GETs of it answered 200 with all of it, Range or not
+    proxy.stall_answer = lambda method, path: ...  # forwarded, the server acts, its answer never comes back
 
 SigV4 signs the Host header, so it is forwarded as the client sent it.
 """
@@ -48,6 +49,8 @@ class FaultProxy:
         self._server: ThreadingHTTPServer | None = None
         # (method, path) -> True: the request is read and never answered (a stalled server).
         self.stall: Callable[[str, str], bool] | None = None
+        # (method, path) -> True: forwarded (it lands), and its answer held until stop().
+        self.stall_answer: Callable[[str, str], bool] | None = None
         self._released = threading.Event()
         # path -> the object's bytes: a server that ignores Range (answers its GETs itself).
         self.whole: dict[str, bytes] = {}
@@ -129,6 +132,12 @@ class FaultProxy:
                     data = resp.read()
                 finally:
                     up.close()
+                if proxy.stall_answer is not None and proxy.stall_answer(self.command, self.path):
+                    with proxy._lock:
+                        proxy.counts["answer stalled"] += 1
+                    proxy._released.wait()
+                    self.close_connection = True
+                    return
                 if fault == "drop_after":  # the server acted; the client never hears of it
                     self.close_connection = True
                     self.connection.close()

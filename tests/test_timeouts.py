@@ -119,6 +119,55 @@ def test_a_writer_commit_gives_up_and_commits_nothing(proxied, s3_server):
     assert TableLog(open_storage(root, s3=s3_server.config)).latest_version() == 1
 
 
+def test_a_data_file_put_that_timed_out_once_is_repeated_and_the_commit_lands(proxied, s3_server):
+    # object_store repeats no PUT whose answer timed out; a busy server (CI's
+    # Azurite, once) then failed a whole writer over one slow answer.
+    proxy, root, cfg = proxied
+    st = open_storage(root, s3=cfg)
+    stalled: list[str] = []
+
+    def first_data_put(method: str, path: str) -> bool:
+        if method == "PUT" and path.split("?")[0].endswith(".parquet") and not stalled:
+            stalled.append(path)
+            return True
+        return False
+
+    proxy.stall = first_data_put
+    TableLog(st).append(write_data_files(st, pa.table({"id": [100, 101]})))
+    assert len(stalled) == 1
+    puts = [p for m, p, _ in proxy.requests if m == "PUT" and p == stalled[0]]
+    assert len(puts) == 2  # the stalled try and its repeat
+    with Session(root, s3=s3_server.config) as s:
+        assert s.sql("SELECT count(*) AS n, sum(id) AS s FROM events").to_pylist() == [{"n": 102, "s": sum(range(102))}]
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["lost", "landed"])
+def test_a_manifest_put_whose_answer_never_came_is_repeated_and_commits_once(proxied, s3_server, landed):
+    # The commit point: a repeat of a try that landed answers 412, and the
+    # writer finds its own commit there instead of committing again.
+    proxy, root, cfg = proxied
+    st = open_storage(root, s3=cfg)
+    files = write_data_files(st, pa.table({"id": [100, 101]}))
+    held: list[str] = []
+
+    def first_manifest_put(method: str, path: str) -> bool:
+        if method == "PUT" and "/manifest/" in path and not held:
+            held.append(path)
+            return True
+        return False
+
+    if landed:
+        proxy.stall_answer = first_manifest_put
+    else:
+        proxy.stall = first_manifest_put
+    m = TableLog(st).append(files)
+    assert m.version == 2 and held and held[0].split("?")[0].endswith("manifest/v00000002.json")
+    log = TableLog(open_storage(root, s3=s3_server.config))
+    assert log.latest_version() == 2
+    with Session(root, s3=s3_server.config) as s:
+        assert s.sql("SELECT count(*) AS n FROM events").to_pylist() == [{"n": 102}]
+
+
 def test_a_query_whose_data_reads_stall_fails_in_bounded_time(proxied):
     proxy, root, cfg = proxied
     with Session(root, s3=cfg) as s:

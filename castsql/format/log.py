@@ -177,7 +177,9 @@ class TableLog(TableMetadata):
                 writer=self.writer,
             )
             try:
-                self.storage.put_if_absent(manifest_key(new.version), new.to_bytes())
+                # The commit point: a try whose answer never came may have landed,
+                # so its repeat answers 412 and the check below says whose it is.
+                self.storage.repeated(self.storage.put_if_absent, manifest_key(new.version), new.to_bytes())
             except PreconditionFailed:
                 # A client retry of a put that did land reports a loss: check.
                 if not self._is_ours(new.version, commit_id):

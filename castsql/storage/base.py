@@ -205,6 +205,17 @@ class Storage(abc.ABC):
     def delete(self, key: str) -> None:
         """Remove ``key``; a missing key is not an error (GC may race itself)."""
 
+    def repeated(self, write: Callable[[str, bytes], T], key: str, data: bytes) -> T:
+        """``write(key, data)``, one of this storage's puts, tried again after a
+        try whose answer never came, while the store's attempts last. Only for
+        a write a repeat cannot harm (an overwrite, a unique key's create) or
+        whose caller checks what landed: a repeat of a create that did land
+        answers :class:`PreconditionFailed`.
+
+        >>> storage.repeated(storage.put_if_absent, "manifest/v00000007.json", body)  # doctest: +SKIP
+        """
+        return write(key, data)
+
     def put_new(self, key: str, data: bytes) -> None:
         """Create-only put of an object with a unique (uuid) name.
 

@@ -125,11 +125,18 @@ class ObstoreStorage(ObjectStore):
             return StorageError(f"{where}: cannot {action}: access denied{why}: {first}")
         if any(s in text for s in _NO_ANSWER):
             c = self.config
-            return StorageUnreachable(
+            # object_store repeats no write whose answer timed out (it may
+            # have landed); its error says how many retries it made.
+            retries = re.search(r"\bretries: (\d+)", text)
+            made = min(int(retries.group(1)) + 1, c.max_attempts) if retries else c.max_attempts
+            tries = f"up to {c.max_attempts}" if made == c.max_attempts else f"{made} of up to {c.max_attempts}"
+            unreachable = StorageUnreachable(
                 f"{where}: cannot {action}: {self._endpoint} did not answer "
-                f"(up to {c.max_attempts} attempt(s), {c.connect_timeout:g} s to connect, "
+                f"({tries} attempt(s), {c.connect_timeout:g} s to connect, "
                 f"{c.read_timeout:g} s to read each)"
             )
+            unreachable.attempts = made
+            return unreachable
         return StorageError(f"{where}: cannot {action}: {one_line(e, excerpt=False)}")
 
     # -- reads ---------------------------------------------------------------
@@ -231,8 +238,23 @@ class ObstoreStorage(ObjectStore):
             raise
         return strip_etag(result.get("e_tag"))
 
+    def repeated(self, write: Any, key: str, data: bytes) -> Any:
+        # object_store repeats no PUT whose answer timed out (it may have
+        # landed), as delta-rs notes; repeat it here up to the store's attempts.
+        spent = 0
+        while True:
+            try:
+                return write(key, data)
+            except StorageUnreachable as e:
+                spent += e.attempts or self.config.max_attempts
+                if spent >= self.config.max_attempts:
+                    raise
+
     def put(self, key: str, data: bytes) -> None:
-        self._put(key, data, "overwrite")
+        self.repeated(lambda k, d: self._put(k, d, "overwrite"), key, data)
+
+    def put_new(self, key: str, data: bytes) -> None:
+        self.repeated(super().put_new, key, data)
 
     def put_if_absent(self, key: str, data: bytes) -> str:
         return self._put(key, data, "create")
