@@ -48,7 +48,9 @@ def build_parser(commands: Sequence[str] = ()) -> argparse.ArgumentParser:
         epilog=f"Other commands: castsql {' | '.join(commands)} (castsql COMMAND --help)." if commands else None,
         allow_abbrev=False,  # -sep must not pass for -separator, nor -c for -csv
     )
-    p.add_argument("uri", nargs="?", help="a table or a warehouse of tables: a local directory or s3://bucket/prefix")
+    p.add_argument(
+        "uri", nargs="?", help="a table or a warehouse of tables: a local directory, s3://, gs:// or az://bucket/prefix"
+    )
     p.add_argument("sql", nargs="?", help="SQL to run and exit, as DuckDB's CLI takes it after the database")
     p.add_argument(
         "-c", "--command", "-s", dest="commands", action="append", metavar="SQL",

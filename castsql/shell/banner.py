@@ -61,7 +61,9 @@ def banner_text(session: Session) -> str:
             lines.append(f"Try:    {suggested_query(first, v)}")
             lines.append(f"        .history {quote_ident(first)}")
     else:
-        lines.append("Open a table or a warehouse with .open URI (a local directory or s3://bucket/prefix).")
+        lines.append(
+            "Open a table or a warehouse with .open URI (a local directory, s3://, gs:// or az://bucket/prefix)."
+        )
     lines += [f"Skipped: {why}" for why in getattr(session, "skipped", [])]
     lines.append("Statements end with ';'.  .help lists the commands, Ctrl-D quits.")
     return "\n".join(lines)
