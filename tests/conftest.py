@@ -16,9 +16,11 @@ from __future__ import annotations
 import os
 import re
 import uuid
+import warnings
 from collections.abc import Iterator
 
 import pytest
+import s3server
 from cloudservers import AzuriteServer, GCSServer
 from s3server import SeaweedS3Server
 
@@ -41,6 +43,15 @@ def s3_server() -> Iterator[SeaweedS3Server]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _s3_server_alive() -> None:
+    """Before each test, a started S3 server that died is started again, with a warning."""
+    for server in list(s3server.live_servers()):
+        died = server.ensure_running()
+        if died is not None:
+            warnings.warn(f"the S3 test server had died and was started again: {died}", stacklevel=1)
 
 
 @pytest.fixture

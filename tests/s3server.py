@@ -146,6 +146,7 @@ class SeaweedS3Server:
         self.tmpdir: Path | None = None
         self.ports: dict[str, int] = {}
         self._proc: subprocess.Popen[bytes] | None = None
+        self._args: list[str] = []
         self._client = None
 
     # -- lifecycle -----------------------------------------------------------
@@ -220,6 +221,7 @@ class SeaweedS3Server:
         if len(str(self.tmpdir)) < 90:
             args += [f"-s3.localSocket={self.tmpdir / 's3.sock'}", f"-filer.localSocket={self.tmpdir / 'filer.sock'}"]
 
+        self._args = args
         self._proc = spawn(args, self.tmpdir, self.log_path)
         _live.add(self)
         (self.tmpdir / "weed.json").write_text(json.dumps({"pid": self._proc.pid, "ports": self.ports}))
@@ -245,6 +247,21 @@ class SeaweedS3Server:
             f"SeaweedFS S3 did not become ready within {self.startup_timeout:.0f}s "
             f"(last error: {last_error!r})\n{self.log_tail()}"
         )
+
+    def ensure_running(self) -> str | None:
+        """Start the server again, on its ports and over its data, if its
+        process died; returns how it ended (exit code and log tail), or None
+        when it was running. One dead server failed every later S3 test of
+        a CI worker (2026-11-29, log lost with its directory): the suite
+        goes on, and says so."""
+        if self._proc is None or self._proc.poll() is None:
+            return None
+        ended = f"exit code {self._proc.returncode}\n{self.log_tail()}"
+        self.log_path.replace(self.log_path.with_suffix(".log.died"))
+        self._proc = spawn(self._args, self.tmpdir, self.log_path)
+        (self.tmpdir / "weed.json").write_text(json.dumps({"pid": self._proc.pid, "ports": self.ports}))
+        self._wait_ready()
+        return ended
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -300,6 +317,11 @@ class SeaweedS3Server:
 
 
 _live: set[SeaweedS3Server] = set()
+
+
+def live_servers() -> list[SeaweedS3Server]:
+    """The servers this process started and has not stopped."""
+    return list(_live)
 
 
 @atexit.register
