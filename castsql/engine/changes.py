@@ -61,6 +61,7 @@ _FID, _POS = "_castsql_fid", "_castsql_pos"
 # positions than that make the filter cost more than the rows it skips.
 _IN_LIST = 20_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_TAGS_IN_TEXT = 64  # files read whole whose tags a query spells out; past that, a temp table
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,7 @@ class ChangeRows:
     def __init__(self, con: duckdb.DuckDBPyConnection, views: Views) -> None:
         self.con = con
         self.views = views
-        self._tables: dict[str, str] = {}  # relation -> its events table
+        self._tables: dict[str, list[str]] = {}  # relation -> its events and tags tables
         self._sets: dict[str, list[int]] = {}  # relation -> the extension's sets its scans bind
 
     def create(self, name: str, schema: Schema, steps: Sequence[Step], keys: KeyFilter | None = None) -> str:
@@ -166,18 +167,15 @@ class ChangeRows:
         if tagged:
             scans, order = self._scans(name, schema, [files[u] for u in tagged], uses, keys)
             self.views.note_reads(files[u] for u in order)
-            tags = ", ".join(
-                f"({i}::UINTEGER, {u[0][1]}::TINYINT, {u[0][2]}::BIGINT, {sql_value(u[0][3])})"
-                for i, u in enumerate(uses[uri] for uri in order)
-            )
+            tags = self._tags(name, [uses[uri][0] for uri in order])
             body = " UNION ALL ".join(scans)
-            parts.append(f"{out} ({body}) r JOIN (VALUES {tags}) e(fid, k, v, ts) ON r.{_FID} = e.fid")
+            parts.append(f"{out} ({body}) r JOIN {tags} ON r.{_FID} = e.fid")
         if joined:
             scans, order = self._scans(name, schema, [files[u] for u in joined], uses, keys)
             self.views.note_reads(files[u] for u in order)
             events = names.internal("events", owner=name)
             self._events(events, order, uses)
-            self._tables[name] = events
+            self._tables.setdefault(name, []).append(events)
             body = " UNION ALL ".join(scans)
             parts.append(f"{out} ({body}) r JOIN {ident(events)} e ON r.{_FID} = e.fid AND r.{_POS} = e.pos")
         return " UNION ALL ".join(parts)
@@ -282,6 +280,30 @@ class ChangeRows:
         except SchemaMismatch as e:
             raise SchemaMismatch(f"{names.table_of(name)}: {e}") from None
 
+    def _tags(self, name: str, tags: list[tuple[BitMap, int, int, datetime]]) -> str:
+        """The step values of files read whole, by file id, as ``e(fid, k, v,
+        ts)``: a list in the text for a few files (a temp table costs ~3 ms a
+        query), a temp table for many (DuckDB binds a VALUES list's thousands
+        of casts slower than it fills a table: a diff across 1,000 merges)."""
+        if len(tags) <= _TAGS_IN_TEXT:
+            values = ", ".join(
+                f"({i}::UINTEGER, {k}::TINYINT, {v}::BIGINT, {sql_value(t)})" for i, (_, k, v, t) in enumerate(tags)
+            )
+            return f"(VALUES {values}) e(fid, k, v, ts)"
+        table = names.internal("tags", owner=name)
+        cols = {
+            "fid": from_numpy(np.arange(len(tags), dtype=np.uint32)),
+            "k": from_numpy(np.array([k for _, k, _, _ in tags], dtype=np.int8)),
+            "v": from_numpy(np.array([v for _, _, v, _ in tags], dtype=np.int64)),
+            "ts": from_numpy(
+                np.array([(t - _EPOCH) // timedelta(microseconds=1) for *_, t in tags], dtype=np.int64),
+                pa.timestamp("us", tz="UTC"),
+            ),
+        }
+        temp_table(self.con, table, pa.table(cols))
+        self._tables.setdefault(name, []).append(table)
+        return f"{ident(table)} e"
+
     def _events(self, table: str, order: list[str], uses: dict) -> None:
         # One array per (file, step) for the positions; the other columns are
         # one value per (file, step), repeated (a diff across 1,000 merges has
@@ -315,9 +337,8 @@ class ChangeRows:
 
     def _release(self, name: str) -> None:
         """Drop what the relation ``name`` used: its events table and its sets."""
-        events = self._tables.pop(name, None)
-        if events is not None:
-            self.con.execute(f"DROP TABLE IF EXISTS {ident(events)}")
+        for table in self._tables.pop(name, []):
+            self.con.execute(f"DROP TABLE IF EXISTS {ident(table)}")
         for set_id in self._sets.pop(name, []):
             assert self.views.bitmaps is not None
             self.views.bitmaps.forget(set_id)
