@@ -129,10 +129,9 @@ class ObstoreStorage(ObjectStore):
             # have landed); its error says how many retries it made.
             retries = re.search(r"\bretries: (\d+)", text)
             made = min(int(retries.group(1)) + 1, c.max_attempts) if retries else c.max_attempts
-            tries = f"up to {c.max_attempts}" if made == c.max_attempts else f"{made} of up to {c.max_attempts}"
             unreachable = StorageUnreachable(
                 f"{where}: cannot {action}: {self._endpoint} did not answer "
-                f"({tries} attempt(s), {c.connect_timeout:g} s to connect, "
+                f"({_tries(made, c.max_attempts)} attempt(s), {c.connect_timeout:g} s to connect, "
                 f"{c.read_timeout:g} s to read each)"
             )
             unreachable.attempts = made
@@ -246,9 +245,16 @@ class ObstoreStorage(ObjectStore):
             try:
                 return write(key, data)
             except StorageUnreachable as e:
-                spent += e.attempts or self.config.max_attempts
+                made = e.attempts or self.config.max_attempts
+                spent += made
                 if spent >= self.config.max_attempts:
-                    raise
+                    if spent == made:
+                        raise
+                    # The message counts every try, not the last call's alone.
+                    last = f"({_tries(made, self.config.max_attempts)} attempt(s)"
+                    raise StorageUnreachable(
+                        str(e).replace(last, f"({_tries(spent, self.config.max_attempts)} attempt(s)", 1)
+                    ) from None
 
     def put(self, key: str, data: bytes) -> None:
         self.repeated(lambda k, d: self._put(k, d, "overwrite"), key, data)
@@ -269,6 +275,10 @@ class ObstoreStorage(ObjectStore):
             self._call(key, "delete", obstore.delete, self._key(key))
         except ObjectNotFound:
             return
+
+
+def _tries(made: int, most: int) -> str:
+    return f"up to {most}" if made >= most else f"{made} of up to {most}"
 
 
 def strip_etag(etag: str | None) -> str:
