@@ -300,3 +300,18 @@ def test_ctrl_c_stops_a_writer_in_one_line(proxied, shell_env):
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert err.startswith("castsql delete: interrupted")
     assert TableLog(open_storage(root, s3=dataclasses.replace(cfg, **FAST))).latest_version() == 1
+
+
+def test_a_warm_query_fails_as_its_look_for_a_newer_version_fails(proxied):
+    # A warm query runs on the head it knows while it looks for a newer one:
+    # when the look gets no answer the query fails with the look's error,
+    # as when the look came first, and returns no rows of a maybe stale head.
+    proxy, root, cfg = proxied
+    with Session(root, s3=cfg) as s:
+        assert s.sql("SELECT count(*) AS n FROM events").to_pylist() == [{"n": 100}]
+        proxy.stall = lambda method, path: "_latest_manifest" in path
+        t0 = time.monotonic()
+        with pytest.raises(StorageError) as e:
+            s.sql("SELECT sum(id) AS s FROM events")
+        assert time.monotonic() - t0 < BOUND_S
+        assert "_latest_manifest" in str(e.value) and "did not answer" in str(e.value)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import duckdb
@@ -28,7 +29,9 @@ from castsql.engine.pushdown import duck_value
 from castsql.engine.quoting import ident, sql_list
 from castsql.engine.views import Views
 from castsql.errors import SchemaMismatch
+from castsql.format import Manifest, TableLog
 from castsql.snapshot import Predicate, Snapshot, resolve
+from castsql.storage.base import in_background
 
 _PRUNED_VIEWS = 64  # pruning results (and their views) kept per session
 _ANTIJOIN_FILES = 8  # a pruned file set with deletes in at most this many files ...
@@ -53,6 +56,11 @@ class Planner:
         # to inline it) the SELECT to stand in the call's place, returned.
         self._audit = audit
         self.inlined: list[str] = []  # labels of the audit calls the last SQL made holds inline
+        # With speculate, sql() reads each table at the head the session knows
+        # and leaves in checks (log, that version, the look for the latest).
+        self.speculate = False
+        self.checks: list[tuple[TableLog, int, Future[Manifest]]] = []
+        self.found: dict[str, int] = {}  # table URI -> the latest version such a look found
         self._plans: OrderedDict[str, Plan] = OrderedDict()
         self._plans_of = catalog.generation
         # view name (lower) -> (table URI, version) it shows now
@@ -121,7 +129,17 @@ class Planner:
                 keys.append(ref.table)
         for key in plan.reads:
             disp = self.catalog.name(key)
-            wanted[key] = (disp, resolve(self.catalog.logs[key]), disp)
+            log = self.catalog.logs[key]
+            head = log.known_head() if self.speculate and plan.kinds == ("SELECT",) else None
+            if log.uri in self.found:
+                wanted[key] = (disp, resolve(log, self.found[log.uri]), disp)
+            elif head is not None:
+                # Read the head the session knows while the look for a newer
+                # one runs beside the query (see Executor.sql).
+                self.checks.append((log, head.version, in_background(log.latest)))
+                wanted[key] = (disp, resolve(log, head.version), disp)
+            else:
+                wanted[key] = (disp, resolve(log), disp)
         if plan.count_star is not None:
             # SELECT count(*) FROM t: the version's metadata knows (rows minus
             # deletes), on any table size, without opening a file.

@@ -421,6 +421,17 @@ class TableMetadata:
         per version past the pointer, plus one that finds none)."""
         return self._head()[0]
 
+    def known_head(self) -> Manifest | None:
+        """The head the last look at an object store's pointer found (no
+        request; possibly stale), or None: none yet, a pointer read ahead
+        (:meth:`prime`), or a local table, whose look costs less than a thread.
+        A reader may run a query on it while :meth:`latest` checks in the
+        background, and run it again if that finds a newer version."""
+        seen = self._seen
+        if seen is None or self._primed is not None or not isinstance(self.storage, ObjectStore):
+            return None
+        return seen[0]
+
     def write_base(self) -> Manifest:
         """The version a writer plans its first attempt on: the pointer's, without
         the probe past it that :meth:`latest` makes (one request fewer per write).

@@ -21,13 +21,14 @@ Example::
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from castsql.errors import ObjectNotFound, PreconditionFailed, StorageError, StorageUnreachable
 
@@ -142,6 +143,26 @@ def overlapped(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
             _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="castsql-io", initializer=_mark_worker)
         pool = _pool
     return list(pool.map(fn, items))
+
+
+def in_background(fn: Any, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+    """``fn(*args, **kwargs)`` on a daemon thread of its own: one a wait was
+    abandoned on must not hold up the interpreter's exit, as a pool's
+    threads would (they are joined at exit).
+
+    >>> in_background(sum, [1, 2]).result()
+    3
+    """
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # handed to the waiting thread
+            future.set_exception(e)
+
+    threading.Thread(target=run, name="castsql-store", daemon=True).start()
+    return future
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
-import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -24,25 +23,9 @@ from castsql.storage.base import (
     PreconditionFailed,
     StorageError,
     StorageUnreachable,
+    in_background,
     waits_cancelled,
 )
-
-
-def _in_background(fn: Any, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
-    """``fn(*args, **kwargs)`` on a daemon thread of its own: one a wait was
-    abandoned on must not hold up the interpreter's exit, as a pool's
-    threads would (they are joined at exit)."""
-    future: concurrent.futures.Future = concurrent.futures.Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as e:  # handed to the waiting thread
-            future.set_exception(e)
-
-    threading.Thread(target=run, name="castsql-store", daemon=True).start()
-    return future
-
 
 # What an obstore error says when the request got no answer.
 _NO_ANSWER = ("timed out", "error sending request", "Connection refused", "dns error", "connection closed")
@@ -85,7 +68,7 @@ class ObstoreStorage(ObjectStore):
         # obstore's calls block in Rust, where neither Ctrl-C nor a cancelled
         # command reaches them: they run on a worker, and this thread waits in
         # short slices (what it then abandons ends within the store's timeouts).
-        future = _in_background(fn, self._store, *args, **kwargs)
+        future = in_background(fn, self._store, *args, **kwargs)
         try:
             while True:
                 try:
