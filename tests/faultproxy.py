@@ -94,6 +94,16 @@ class FaultProxy:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def _held(self, rule: Callable[[str, str], bool] | None, counted: str) -> bool:
+                """Whether ``rule`` holds this request: then it was held until stop()."""
+                if rule is None or not rule(self.command, self.path):
+                    return False
+                with proxy._lock:
+                    proxy.counts[counted] += 1
+                proxy._released.wait()
+                self.close_connection = True
+                return True
+
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
@@ -102,11 +112,7 @@ class FaultProxy:
                     proxy.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if proxy.delay:
                     time.sleep(proxy.delay)
-                if proxy.stall is not None and proxy.stall(self.command, self.path):
-                    with proxy._lock:
-                        proxy.counts["stalled"] += 1
-                    proxy._released.wait()
-                    self.close_connection = True
+                if self._held(proxy.stall, "stalled"):
                     return
                 whole = proxy.whole.get(self.path.split("?", 1)[0]) if self.command == "GET" else None
                 if whole is not None:
@@ -132,11 +138,7 @@ class FaultProxy:
                     data = resp.read()
                 finally:
                     up.close()
-                if proxy.stall_answer is not None and proxy.stall_answer(self.command, self.path):
-                    with proxy._lock:
-                        proxy.counts["answer stalled"] += 1
-                    proxy._released.wait()
-                    self.close_connection = True
+                if self._held(proxy.stall_answer, "answer stalled"):
                     return
                 if fault == "drop_after":  # the server acted; the client never hears of it
                     self.close_connection = True
