@@ -222,9 +222,8 @@ class SeaweedS3Server:
             args += [f"-s3.localSocket={self.tmpdir / 's3.sock'}", f"-filer.localSocket={self.tmpdir / 'filer.sock'}"]
 
         self._args = args
-        self._proc = spawn(args, self.tmpdir, self.log_path)
+        self._spawn()
         _live.add(self)
-        (self.tmpdir / "weed.json").write_text(json.dumps({"pid": self._proc.pid, "ports": self.ports}))
         self._wait_ready()
 
     def _wait_ready(self) -> None:
@@ -258,10 +257,16 @@ class SeaweedS3Server:
             return None
         ended = f"exit code {self._proc.returncode}\n{self.log_tail()}"
         self.log_path.replace(self.log_path.with_suffix(".log.died"))
-        self._proc = spawn(self._args, self.tmpdir, self.log_path)
-        (self.tmpdir / "weed.json").write_text(json.dumps({"pid": self._proc.pid, "ports": self.ports}))
+        self._spawn()
         self._wait_ready()
         return ended
+
+    def _spawn(self) -> None:
+        """Start ``weed`` with the arguments made at start, and record its pid
+        and ports for :func:`_sweep_stale_dirs`."""
+        assert self.tmpdir is not None
+        self._proc = spawn(self._args, self.tmpdir, self.log_path)
+        (self.tmpdir / "weed.json").write_text(json.dumps({"pid": self._proc.pid, "ports": self.ports}))
 
     def log_tail(self, lines: int = 40) -> str:
         try:
