@@ -113,6 +113,51 @@ def test_time_zones_mean_what_they_mean_in_the_query(table):
         assert s.sql(q).to_pylist() == [{"n": 8}]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2025-01-01 05:00:00+00:00",
+        "2025-01-01T05:00:00Z",
+        "2025-01-01 05:00:00+00",
+        "2025-01-01 05:00:00-0330",
+        "2025-01-01 05:00:00.5-05:30",
+        "2025-01-01",
+        "2025-01-01 05:00:00",
+        "2024-02-29 23:59:59.999999",
+        "0001-01-01 00:00:00+00:00",
+        "0001-01-01 00:00:00+05:00",
+        "9999-12-31 23:59:59-05:00",
+        "2025-02-29",
+        "2025-01-01 24:00:00",
+        "2025-01-01 05:00",
+        "20250101",
+        "２０２５-01-01",
+        "epoch",
+        "infinity",
+        "2025-01-01 05:00:00 America/New_York",
+    ],
+)
+@pytest.mark.parametrize("target", ["DATE", "TIMESTAMP", "TIMESTAMP WITH TIME ZONE"])
+def test_time_literals_prune_by_the_value_duckdb_gives_them(session, text, target):
+    """Common ISO forms are read without asking DuckDB; whatever is read must
+    be the value DuckDB's own cast gives (in a session whose TimeZone is not
+    UTC, so that a time read without its zone would differ)."""
+    from castsql.engine.pushdown import duck_value
+
+    column = {"DATE": "date32[day]", "TIMESTAMP": "timestamp[us]"}.get(target, "timestamp[us, tz=UTC]")
+    zone = session.con.execute("SELECT current_setting('TimeZone')").fetchone()[0]
+    session.con.execute("SET TimeZone = 'Asia/Kolkata'")
+    try:
+        got = duck_value(session.con, text, "VARCHAR", column)
+        try:
+            want = session.con.execute(f"SELECT CAST({sql_str(text)} AS {target})").fetchone()[0]
+        except Exception:
+            want = None
+    finally:
+        session.con.execute(f"SET TimeZone = {sql_str(zone)}")
+    assert got == want and type(got) is type(want)
+
+
 def test_non_ascii_text_before_the_table_name(session):
     q = "SELECT 'ünïcödé' AS u, count(*) AS n FROM t WHERE id = 42"
     assert session.sql(q).to_pylist() == [{"u": "ünïcödé", "n": 1}]

@@ -34,8 +34,10 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from typing import Any
 
 import duckdb
@@ -322,7 +324,37 @@ def duck_value(con: duckdb.DuckDBPyConnection, value: Any, vtype: str, column_ty
     # A typed literal's cast_type id in DuckDB's tree is this same type name.
     if vtype not in ("VARCHAR", f"CAST:{target}") or not isinstance(value, str):
         return None
+    local = _iso_value(value, target)
+    if local is not None:
+        return local
     try:
         return con.execute(f"SELECT CAST({sql_str(value)} AS {target})").fetchone()[0]
     except duckdb.Error:
         return None  # DuckDB will say what is wrong with the literal when the query runs
+
+
+# The literal forms whose value is read here, as DuckDB reads them, without a
+# query: asking DuckDB costs ~0.5 ms a literal, a fifth of a warm range query
+# on a small table. A time with a zone must state its offset (without one it
+# means the session's TimeZone, which only DuckDB knows); a naive one, none.
+_ISO_DATE = r"\d{4}-\d{2}-\d{2}"
+_ISO_TIME = r"[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?"
+_ISO_FORMS = {
+    "DATE": re.compile(_ISO_DATE, re.ASCII),
+    "TIMESTAMP": re.compile(rf"{_ISO_DATE}(?:{_ISO_TIME})?", re.ASCII),
+    "TIMESTAMP WITH TIME ZONE": re.compile(rf"{_ISO_DATE}{_ISO_TIME}(?:Z|[+-]\d{{2}}(?::?\d{{2}})?)", re.ASCII),
+}
+
+
+def _iso_value(text: str, target: str) -> Any | None:
+    """``text`` as a value of ``target`` when it is in one of the ISO forms
+    above and a valid date or time; None for DuckDB to read it."""
+    if not _ISO_FORMS[target].fullmatch(text):
+        return None
+    try:
+        if target == "DATE":
+            return date.fromisoformat(text)
+        value = datetime.fromisoformat(text)
+        return value.astimezone(UTC) if value.tzinfo is not None else value
+    except (ValueError, OverflowError):  # 2025-02-30, 24:00:00, past year 9999 in UTC: DuckDB's to read
+        return None
