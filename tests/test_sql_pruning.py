@@ -131,7 +131,7 @@ def test_time_zones_mean_what_they_mean_in_the_query(table):
         "2025-01-01 24:00:00",
         "2025-01-01 05:00",
         "20250101",
-        "２０２５-01-01",
+        "\uff12\uff10\uff12\uff15-01-01",  # full-width digits
         "epoch",
         "infinity",
         "2025-01-01 05:00:00 America/New_York",

@@ -91,6 +91,7 @@ CHANGE_TYPE = "_change_type"
 _NET, _REP = "_castsql_net", "_castsql_rep"  # a diff's count per distinct row, and its copies (reserved names)
 AUDIT_COLUMNS = (CHANGE_TYPE, VERSION, TIME)
 _STEPS = 8192  # versions' steps a session keeps
+_DIFFS = 16  # diffs between two versions a session keeps
 # Up to this many files, changes pair updates by a join (see _typed); past
 # it, by a window (20 files: the join faster; 200: the window, for count(*)).
 _PAIR_BY_JOIN = 64
@@ -108,6 +109,7 @@ class Audits:
         self._cache: OrderedDict[tuple[str, int], Step | None] = OrderedDict()  # see _steps
         self._indexes: OrderedDict[tuple[str, int], dict] = OrderedDict()  # key indexes read (FORMAT.md §3.6)
         self._inlined: dict[str, tuple[str, list[Step]]] = {}  # inline relation -> (table, steps): see explain
+        self._diffs: OrderedDict[tuple[str, int, int], Step] = OrderedDict()  # see diff
 
     # ------------------------------------------------------------ history
 
@@ -252,12 +254,23 @@ class Audits:
         not (``insert``), the reverse (``delete``), paired by key into updates."""
         va, vb = self._version(log, disp, a), self._version(log, disp, b)
         sa, sb = resolve(log, va, probe=True), resolve(log, vb, probe=True)
-        d = between(sa, sb, self.views.deleted)
-        step = Step(vb, sb.manifest.created_at, _bare(d.inserted), _bare(d.deleted))
+        # Two versions never change, nor do the rows between them: a diff
+        # asked again (the shell's count, then its rows) skips comparing the
+        # two versions' files (~50 ms for 1,000 files).
+        ck = (log.uri, va, vb)
+        step = self._diffs.get(ck)
+        if step is None:
+            d = between(sa, sb, self.views.deleted)
+            step = Step(vb, sb.manifest.created_at, _bare(d.inserted), _bare(d.deleted))
+            self._diffs[ck] = step
+            while len(self._diffs) > _DIFFS:
+                self._diffs.popitem(last=False)
+        else:
+            self._diffs.move_to_end(ck)
         schema = sb.schema if vb >= va else sa.schema
         _check_names(disp, schema)
         inner = _inner(name)
-        view = self._rows(disp, inner, schema, [step] if d.rows else [])
+        view = self._rows(disp, inner, schema, [step] if step.inserted or step.deleted else [])
         cols = ", ".join(ident(c) for c in schema.names)
         # Each side less the other, as whole rows (values a compaction
         # rewrote unchanged cancel out): EXCEPT ALL both ways, computed as one
