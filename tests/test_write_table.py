@@ -106,3 +106,31 @@ def test_the_cli_appends_without_spark(tmp_path):
     r = cli("--from", str(tmp_path / "more.csv"))
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "already in the table" in r.stderr
     assert live(uri) == [(0, "a0"), (1, "a1"), (2, "a2"), (3, "c3"), (4, "c4")]
+
+
+def test_a_table_deleted_and_made_again_in_one_process_is_the_new_table(tmp_path):
+    """A process that read a table, whose directory was then removed and a new
+    table made there (a notebook starting over), reads and writes the new
+    table: the versions it cached belong to the old one. The old table read
+    versions 0-5 with deletes; the new one reaches the same numbers with others."""
+    import shutil
+
+    uri = str(tmp_path / "t")
+    castsql.write_table(uri, rows(range(10)), primary_key="id")
+    with castsql.open(uri) as t:
+        t.append(rows(range(10, 20)))
+        t.delete("id < 3")
+        t.append(rows(range(20, 25)))
+        t.delete("id = 22")
+        assert len(live(uri)) == 21
+    shutil.rmtree(uri)
+    castsql.write_table(uri, rows(range(100, 103), "b"), primary_key="id")
+    with castsql.open(uri) as t:
+        t.append(rows(range(103, 105), "b"))
+        t.delete("id = 100")
+        t.append(rows(range(105, 106), "b"))
+        t.delete("id = 104")
+        t.append(rows(range(106, 107), "b"))
+    assert live(uri) == [(i, f"b{i}") for i in (101, 102, 103, 105, 106)]
+    assert live(uri, version=3) == [(i, f"b{i}") for i in (101, 102, 103, 104)]
+    assert TableLog(open_storage(uri)).latest().version == 6

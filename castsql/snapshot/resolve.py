@@ -309,9 +309,17 @@ def resolve(log: TableLog, version: int | None = None, *, probe: bool = False) -
     ck = (log.uri, manifest.version)
     with _cache_lock:
         snap = _cache.get(ck)
+        if snap is not None and not _same_commit(snap.manifest, manifest):
+            # The table was deleted and made again at the same place (a
+            # notebook's "start over"): none of the old one's versions hold.
+            for k in [k for k in _cache if k[0] == log.uri]:
+                del _cache[k]
+            snap = None
         if snap is not None:
             _cache.move_to_end(ck)
             return snap
+        # A cached version before it is only a starting point: _step checks
+        # that everything it holds is still in ``manifest``.
         prev = _cache.get((log.uri, manifest.version - 1))
     snap = _resolve(log, manifest, prev)
     with _cache_lock:
@@ -319,6 +327,11 @@ def resolve(log: TableLog, version: int | None = None, *, probe: bool = False) -
         while len(_cache) > _CACHE_SIZE:
             _cache.popitem(last=False)
     return snap
+
+
+def _same_commit(a: Manifest, b: Manifest) -> bool:
+    """Whether two manifests of one version number are the same commit."""
+    return a is b or (a.commit_id, a.created_at, a.previous) == (b.commit_id, b.created_at, b.previous)
 
 
 def _resolve(log: TableLog, m: Manifest, prev: Snapshot | None) -> Snapshot:
