@@ -1,4 +1,5 @@
-"""castsql.format.arrays builds the arrays pa.array builds, without pandas."""
+"""castsql.format.arrays builds the arrays pa.array builds, and reads back the
+values to_pylist gives, without pandas."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from castsql.format.arrays import build, from_numpy, scalar, to_numpy
+from castsql.format.arrays import build, from_numpy, py_values, scalar, to_numpy
 
 UTC5 = dt.timezone(dt.timedelta(hours=5))
 CASES = [
@@ -79,3 +80,31 @@ def test_numpy_round_trips_and_scalars():
     assert from_numpy(np.array([True, False, True])).to_pylist() == [True, False, True]
     assert scalar(7, pa.int32()).equals(pa.scalar(7, pa.int32()))
     assert scalar("k", pa.string()).equals(pa.scalar("k"))
+
+
+def _same(a: list, b: list) -> bool:
+    return repr(a) == repr(b)  # NaN equals NaN, and -0.0 is not 0.0
+
+
+@pytest.mark.parametrize(("values", "type_"), CASES, ids=[str(t) for _, t in CASES])
+def test_values_read_back_as_to_pylist_reads_them(values, type_):
+    a = pa.array(values, type_)
+    for part in (a, a.slice(1), a.slice(0, max(len(a) - 1, 0)), pa.chunked_array([a, a.slice(1)], type_)):
+        assert _same(py_values(part), part.to_pylist())
+
+
+@given(
+    st.one_of(
+        st.tuples(st.lists(st.integers(-(2**63), 2**63 - 1)), st.just(pa.int64())),
+        st.tuples(st.lists(st.integers(0, 2**64 - 1)), st.just(pa.uint64())),
+        st.tuples(st.lists(st.floats()), st.just(pa.float64())),
+        st.tuples(st.lists(st.floats(width=32)), st.just(pa.float32())),
+        st.tuples(st.lists(st.text()), st.sampled_from([pa.string(), pa.large_string()])),
+        st.tuples(st.lists(st.lists(st.integers(-5, 5), max_size=4)), st.just(pa.list_(pa.int64()))),
+    ),
+    st.integers(0, 3),
+)
+def test_any_values_without_nulls_read_back_as_to_pylist_reads_them(case, cut):
+    values, type_ = case
+    a = pa.array(values, type_).slice(min(cut, len(values)))
+    assert _same(py_values(a), a.to_pylist())

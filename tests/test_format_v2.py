@@ -385,3 +385,50 @@ def test_stream_batches_are_carried_into_every_later_version(storage):
         doc["streams"] = bad
         with pytest.raises(FormatError, match="m: 'streams' must map stream queries to micro-batch ids"):
             parse_manifest(json.dumps(doc).encode(), "m")
+
+
+def test_entry_statistics_round_trip_through_a_files_object():
+    """What a files object stores of each entry's statistics reads back as the
+    writer gave them (JSON values: times as ISO text in UTC with 'Z', naive
+    times without it), at the limits of Python's times, for every unit and
+    with statistics missing; NaN and infinities are no statistic."""
+    from datetime import UTC, datetime
+
+    from castsql.format.manifest import json_stat
+    from castsql.format.metafiles import files_from_arrow, files_to_arrow
+
+    schema = Schema.from_arrow(
+        pa.schema(
+            [("id", pa.int64()), ("at", pa.timestamp("us", tz="UTC")), ("local", pa.timestamp("us")),
+             ("ms", pa.timestamp("ms", tz="UTC")), ("x", pa.float64()), ("y", pa.float32()), ("s", pa.string())]
+        )
+    )  # fmt: skip
+    times = [
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(201, 5, 1, 3, 4, 5, 6, tzinfo=UTC),
+        datetime(2025, 1, 4, 16, 0, 0, 20000, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    ]
+    floats = [0.1, -0.0, 1e300, float("nan"), float("inf"), 3.5]
+    entries = []
+    for i in range(12):
+        t = times[i % len(times)]
+        ms = t.replace(microsecond=t.microsecond // 1000 * 1000)
+        stats = {"id": i, "at": t, "local": t.replace(tzinfo=None), "ms": ms,
+                 "x": floats[i % len(floats)], "y": 0.25 * i, "s": f"é{i}"}  # fmt: skip
+        if i % 5 == 4:
+            stats = {"id": i}  # an entry with statistics of its key only
+        st_ = {k: json_stat(v) for k, v in stats.items()}
+        st_ = {k: v for k, v in st_.items() if v is not None}
+        entries.append(DataFile(f"data/{i}.parquet", 10 + i, 1, 5, min=st_, max=st_, row_group_rows=(5,)))
+    back = files_from_arrow(files_to_arrow(entries, schema))
+    assert back == entries
+    assert back[2].min["at"] == "2025-01-04T16:00:00.020000Z" and back[2].min["local"] == "2025-01-04T16:00:00.020000"
+    # Another writer's object may hold NaN or an infinity as a statistic: none.
+    table = files_to_arrow(entries[:2], schema)
+    lo = table.column("min").combine_chunks()
+    fields = [f for f in lo.type]
+    kids = [pa.array([float("nan"), float("-inf")]) if f.name == "x" else lo.field(f.name) for f in fields]
+    at = table.schema.get_field_index("min")
+    table = table.set_column(at, "min", pa.StructArray.from_arrays(kids, fields=fields))
+    assert [("x" in f.min, "x" in f.max) for f in files_from_arrow(table)] == [(False, True), (False, True)]

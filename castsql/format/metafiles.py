@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from pyroaring import BitMap
 
 from castsql.errors import FormatError, ObjectNotFound
-from castsql.format.arrays import FALSE, from_numpy, py_array, scalar, to_numpy
+from castsql.format.arrays import FALSE, from_numpy, py_array, py_values, scalar, to_numpy
 from castsql.format.jsonio import loads_text, pk_value
 from castsql.format.layout import new_meta_key
 from castsql.format.manifest import DataFile, MetaRef, json_stat, parse_time
@@ -148,29 +148,46 @@ def files_from_arrow(table: pa.Table) -> list[DataFile]:
             for fld, child in zip(arr.type, arr.flatten(), strict=True):  # flatten: a null struct nulls its fields
                 cols.append((fld.name, _json_values(child)))
         stats[side] = cols
-    rgr = table.column("row_group_rows").to_pylist()
-    extra = table.column("extra").to_pylist()
+    n = table.num_rows
+    rgr = py_values(table.column("row_group_rows"))
+    extra = py_values(table.column("extra"))
     return [
         DataFile(
             path=path,
             size_bytes=size,
             row_group_count=groups,
             total_rows=rows,
-            min={n: v for n, vals in stats["min"] if (v := vals[i]) is not None},
-            max={n: v for n, vals in stats["max"] if (v := vals[i]) is not None},
-            row_group_rows=tuple(rgr[i]) if rgr[i] is not None else None,
-            extra=json.loads(extra[i]) if extra[i] else {},
+            min=lo,
+            max=hi,
+            row_group_rows=tuple(groups_rows) if groups_rows is not None else None,
+            extra=json.loads(more) if more else {},
         )
-        for i, (path, size, groups, rows) in enumerate(
-            zip(
-                table.column("path").to_pylist(),
-                table.column("size_bytes").to_pylist(),
-                table.column("row_group_count").to_pylist(),
-                table.column("total_rows").to_pylist(),
-                strict=True,
-            )
+        for path, size, groups, rows, lo, hi, groups_rows, more in zip(
+            py_values(table.column("path")),
+            py_values(table.column("size_bytes")),
+            py_values(table.column("row_group_count")),
+            py_values(table.column("total_rows")),
+            _stat_dicts(stats["min"], n),
+            _stat_dicts(stats["max"], n),
+            rgr,
+            extra,
+            strict=True,
         )
     ]
+
+
+def _stat_dicts(columns: list[tuple[str, list[Any]]], n: int) -> list[dict[str, Any]]:
+    """One statistics dict per entry from per-column values (None: no statistic)."""
+    if not columns:
+        return [{} for _ in range(n)]
+    names = [name for name, _ in columns]
+    rows = zip(*(vals for _, vals in columns), strict=True)
+    return [{k: v for k, v in zip(names, row, strict=True) if v is not None} for row in rows]
+
+
+# Microseconds since the epoch of 0001-01-01 and of 9999-12-31 23:59:59.999999:
+# the times Python's datetime (and so json_stat) can write.
+_PY_TIMES = (-62_135_596_800_000_000, 253_402_300_799_999_999)
 
 
 def _json_values(arr: pa.Array) -> list[Any]:
@@ -181,10 +198,23 @@ def _json_values(arr: pa.Array) -> list[Any]:
         # naive datetimes, cheap to build, written as format_time writes.
         zone = "Z" if t.tz is not None else ""
         naive = arr.cast(pa.timestamp(t.unit)) if t.tz is not None else arr
+        if t.unit == "us" and _python_times(naive):
+            # Arrow's text of a microsecond time is isoformat's with a space
+            # for the "T", with no datetime built per value.
+            text = py_values(pc.replace_substring(naive.cast(pa.string()), " ", "T", max_replacements=1))
+            return [v + zone if v is not None else None for v in text] if zone else text
         return [v.isoformat(timespec="microseconds") + zone if v is not None else None for v in naive.to_pylist()]
     if pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
-        return arr.to_pylist()
+        return py_values(arr)
+    if pa.types.is_float32(t) or pa.types.is_float64(t):
+        return py_values(pc.if_else(pc.is_finite(arr), arr, pa.nulls(1, t)[0]))  # NaN, ±inf: no statistic
     return [json_stat(v) for v in arr.to_pylist()]
+
+
+def _python_times(arr: pa.Array) -> bool:
+    """Whether every time of ``arr`` (microseconds, no zone) is one Python's datetime holds."""
+    lo, hi = pc.min_max(arr.cast(pa.int64())).values()
+    return lo.as_py() is None or (_PY_TIMES[0] <= lo.as_py() and hi.as_py() <= _PY_TIMES[1])
 
 
 def conform_files(table: pa.Table, schema: Schema) -> pa.Table:
