@@ -112,4 +112,8 @@ def new_connection(*, threads: int | None = None) -> duckdb.DuckDBPyConnection:
         con.execute(f"SET threads = {int(threads)}")
     # Parquet footers of immutable files never go stale: keep them.
     con.execute("SET parquet_metadata_cache = true")
+    # DuckDB's copy of the bytes it reads serves a remote store (S3 turns it
+    # back on); of local files the OS keeps its own, and making the copy cost
+    # a first read of 300 small files ~15% (80 -> 66 ms), the next no faster.
+    con.execute("SET enable_external_file_cache = false")
     return con
