@@ -88,19 +88,20 @@ def _same(a: list, b: list) -> bool:
 
 @pytest.mark.parametrize(("values", "type_"), CASES, ids=[str(t) for _, t in CASES])
 def test_values_read_back_as_to_pylist_reads_them(values, type_):
-    a = pa.array(values, type_)
-    for part in (a, a.slice(1), a.slice(0, max(len(a) - 1, 0)), pa.chunked_array([a, a.slice(1)], type_)):
-        assert _same(py_values(part), part.to_pylist())
+    few, many = pa.array(values, type_), pa.array(values * 9, type_)  # arrays of a few values go to to_pylist
+    for a in (few, many):
+        for part in (a, a.slice(1), a.slice(0, max(len(a) - 1, 0)), pa.chunked_array([a, a.slice(1)], type_)):
+            assert _same(py_values(part), part.to_pylist())
 
 
 @given(
     st.one_of(
-        st.tuples(st.lists(st.integers(-(2**63), 2**63 - 1)), st.just(pa.int64())),
-        st.tuples(st.lists(st.integers(0, 2**64 - 1)), st.just(pa.uint64())),
-        st.tuples(st.lists(st.floats()), st.just(pa.float64())),
-        st.tuples(st.lists(st.floats(width=32)), st.just(pa.float32())),
-        st.tuples(st.lists(st.text()), st.sampled_from([pa.string(), pa.large_string()])),
-        st.tuples(st.lists(st.lists(st.integers(-5, 5), max_size=4)), st.just(pa.list_(pa.int64()))),
+        st.tuples(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=8), st.just(pa.int64())),
+        st.tuples(st.lists(st.integers(0, 2**64 - 1), min_size=8), st.just(pa.uint64())),
+        st.tuples(st.lists(st.floats(), min_size=8), st.just(pa.float64())),
+        st.tuples(st.lists(st.floats(width=32), min_size=8), st.just(pa.float32())),
+        st.tuples(st.lists(st.text(), min_size=8), st.sampled_from([pa.string(), pa.large_string()])),
+        st.tuples(st.lists(st.lists(st.integers(-5, 5), max_size=4), min_size=8), st.just(pa.list_(pa.int64()))),
     ),
     st.integers(0, 3),
 )

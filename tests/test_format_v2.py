@@ -411,7 +411,7 @@ def test_entry_statistics_round_trip_through_a_files_object():
     ]
     floats = [0.1, -0.0, 1e300, float("nan"), float("inf"), 3.5]
     entries = []
-    for i in range(12):
+    for i in range(40):  # past the few an entry lookup formats one by one
         t = times[i % len(times)]
         ms = t.replace(microsecond=t.microsecond // 1000 * 1000)
         stats = {"id": i, "at": t, "local": t.replace(tzinfo=None), "ms": ms,
@@ -425,10 +425,11 @@ def test_entry_statistics_round_trip_through_a_files_object():
     assert back == entries
     assert back[2].min["at"] == "2025-01-04T16:00:00.020000Z" and back[2].min["local"] == "2025-01-04T16:00:00.020000"
     # Another writer's object may hold NaN or an infinity as a statistic: none.
-    table = files_to_arrow(entries[:2], schema)
+    table = files_to_arrow(entries[:20], schema)
     lo = table.column("min").combine_chunks()
     fields = [f for f in lo.type]
-    kids = [pa.array([float("nan"), float("-inf")]) if f.name == "x" else lo.field(f.name) for f in fields]
+    kids = [pa.array([float("nan"), float("-inf")] * 10) if f.name == "x" else lo.field(f.name) for f in fields]
     at = table.schema.get_field_index("min")
     table = table.set_column(at, "min", pa.StructArray.from_arrays(kids, fields=fields))
-    assert [("x" in f.min, "x" in f.max) for f in files_from_arrow(table)] == [(False, True), (False, True)]
+    back = files_from_arrow(table)
+    assert not any("x" in f.min for f in back) and back[0].max["x"] == 0.1

@@ -185,6 +185,7 @@ def _stat_dicts(columns: list[tuple[str, list[Any]]], n: int) -> list[dict[str, 
     return [{k: v for k, v in zip(names, row, strict=True) if v is not None} for row in rows]
 
 
+_FEW_TIMES = 16  # values formatted one by one as fast as by Arrow's compute calls (one entry looked up)
 # Microseconds since the epoch of 0001-01-01 and of 9999-12-31 23:59:59.999999:
 # the times Python's datetime (and so json_stat) can write.
 _PY_TIMES = (-62_135_596_800_000_000, 253_402_300_799_999_999)
@@ -198,7 +199,7 @@ def _json_values(arr: pa.Array) -> list[Any]:
         # naive datetimes, cheap to build, written as format_time writes.
         zone = "Z" if t.tz is not None else ""
         naive = arr.cast(pa.timestamp(t.unit)) if t.tz is not None else arr
-        if t.unit == "us" and _python_times(naive):
+        if t.unit == "us" and len(naive) >= _FEW_TIMES and _python_times(naive):
             # Arrow's text of a microsecond time is isoformat's with a space
             # for the "T", with no datetime built per value.
             text = py_values(pc.replace_substring(naive.cast(pa.string()), " ", "T", max_replacements=1))
@@ -206,7 +207,7 @@ def _json_values(arr: pa.Array) -> list[Any]:
         return [v.isoformat(timespec="microseconds") + zone if v is not None else None for v in naive.to_pylist()]
     if pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
         return py_values(arr)
-    if pa.types.is_float32(t) or pa.types.is_float64(t):
+    if (pa.types.is_float32(t) or pa.types.is_float64(t)) and len(arr) >= _FEW_TIMES:
         return py_values(pc.if_else(pc.is_finite(arr), arr, pa.nulls(1, t)[0]))  # NaN, ±inf: no statistic
     return [json_stat(v) for v in arr.to_pylist()]
 
