@@ -79,6 +79,7 @@ class FilePart:
     _entries: dict[str, DataFile] = field(default_factory=dict, repr=False)
     _all: list[DataFile] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _looked_up: int = field(default=0, repr=False)  # entries converted one by one
 
     def entries(self) -> list[DataFile]:
         """Every entry of the part, in its order (a new list; the entries are
@@ -109,8 +110,14 @@ class FilePart:
                 raise KeyError(key)
             if self._all is not None:
                 return self._all[idx]
+            n = self.table.num_rows
+            if n <= ENTRIES_KEPT and self._looked_up >= max(8, n // 32):
+                # Converted one by one, an entry costs ~30 entries converted
+                # together: a diff of 1,000 files looks up most of each part.
+                return self.entries()[idx]
             f = files_from_arrow(self.table.slice(idx, 1))[0]
             with self._lock:
+                self._looked_up += 1
                 if len(self._entries) >= 4096:
                     self._entries.clear()
                 self._entries[key] = f
