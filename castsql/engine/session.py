@@ -151,8 +151,6 @@ class Session:
                 # session; docs/OBJECT_STORES.md says what that means for a
                 # user's own S3 objects read through the same session.
                 self.con.execute("SET enable_http_metadata_cache = true")
-                if self._own_connection:  # CastSQL's turns it off for local files (duck.new_connection)
-                    self.con.execute("SET enable_external_file_cache = true")  # a warm query's data: no request
                 self._s3_ready = self.executor.httpfs = True
         elif "://" in storage.root:
             make_readable(self.con, storage)  # GCS, Azure: castsql.engine.stores
