@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/stream_bench.py [--rows 200000] [--batches 300] [--batch-rows 40]
                                            [--engines castsql,deltalake,ducklake] [--s3] [--azure] [--repeat 5]
-                                           [--min-files N] [--delay SECONDS]
+                                           [--min-files N] [--delay SECONDS] [--race N]
 
 A table of ``--rows`` events (id, ts, user, kind, amount) takes ``--batches``
 upserts of ``--batch-rows`` rows each (half updates of random existing keys,
@@ -28,7 +28,8 @@ against the same live rows written as one Parquet file read by DuckDB (for the
 engines on a store, that file on the same server, read as CastSQL reads that
 store): a full aggregate and a recent time range (the last 1% of times); and
 the embedded compaction of 300 one-batch files into one against DuckLake's
-``ducklake_merge_adjacent_files`` on the same rows.
+``ducklake_merge_adjacent_files`` on the same rows (``--race N``: that
+alone, N times, with the median ratio).
 
 Goals (issue 35): full aggregate <= 1.5x one file, recent range <= 1.3x;
 commit p50 <= DuckLake's, p99 <= 5x p50; latency at the end <= 1.2x at batch
@@ -350,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--min-files", type=int, help="castsql.autoCompact.minNumFiles (default: the table default)")
     ap.add_argument("--dir")
+    ap.add_argument("--race", type=int, metavar="N", help="only the compaction race, N builds, and the median ratio")
     ap.add_argument(
         "--delay",
         type=float,
@@ -363,7 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(root, ignore_errors=True)
     rng = np.random.default_rng(5)
     base = rows(np.arange(args.rows), np.arange(args.rows), 0)
-    feed = batches(args.rows, args.batches, args.batch_rows, rng)
+    feed = batches(args.rows, max(args.batches, 300 if args.race else 0), args.batch_rows, rng)
+    if args.race:
+        ratios = []
+        for i in range(args.race):
+            c, d = compaction_race(root / f"race{i}", feed, base)
+            ratios.append(c / d)
+            print(f"compact 300 one-batch files into one: castsql {c * 1000:.0f} ms, "
+                  f"DuckLake merge_adjacent_files {d * 1000:.0f} ms, ratio {c / d:.2f}")  # fmt: skip
+        print(f"median ratio of {args.race}: {statistics.median(ratios):.2f}")
+        shutil.rmtree(root, ignore_errors=True)
+        return 0
     names = args.engines.split(",")
     engines: list = []
     if "castsql" in names:
