@@ -50,6 +50,7 @@ _CHUNK = 1 << 20
 OUTPUT_MEMORY = 256 * 1024 * 1024
 _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "KB": 1000, "MB": 10**6}
 _F_SETPIPE_SZ = 1031  # Linux: a 1 MiB pipe buffer instead of 64 KiB, fewer wake-ups
+OUTPUT_VIEW = "__castsql_out_"  # the prefix of the view a result is written from
 _names = itertools.count()
 
 
@@ -194,7 +195,7 @@ def write_text(
     names, types = list(rel.columns), [str(t) for t in rel.types]
     if not names:
         return 0
-    view = f"__castsql_out_{next(_names)}"
+    view = f"{OUTPUT_VIEW}{next(_names)}"
     rel.create_view(view, replace=True)
     try:
         plan = plan_text(mode, names, types, opts)
