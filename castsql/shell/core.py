@@ -31,12 +31,11 @@ from typing import TYPE_CHECKING, TextIO
 import duckdb
 import pyarrow as pa
 
-from castsql import errors
 from castsql.engine.messages import one_line
 from castsql.errors import CastSQLError, QueryError
 from castsql.shell.catalog import Catalog
 from castsql.shell.errors import MAX_READ_DEPTH, Reported, ShellError
-from castsql.shell.pipe import OUTPUT_VIEW, arrow_relation, write_text
+from castsql.shell.pipe import arrow_relation, write_text
 from castsql.shell.render import GRID_MODES, RenderOptions, printable, terminal_text, write_result
 from castsql.shell.runner import Cancelled, Runner
 from castsql.shell.settings import Settings
@@ -248,11 +247,6 @@ class Shell:
                 on_first_output=progress.begin_output if progress is not None else None,
             )
         except duckdb.Error as e:
-            if OUTPUT_VIEW in str(e):
-                # Failed while DuckDB wrote the result (a value the query
-                # cannot convert): its excerpt quotes the internal COPY
-                # statement, not anything the user wrote.
-                e = duckdb.Error(errors.one_line(e, excerpt=False))
             raise QueryError(self.session.error_message(e)) from None
 
     def run_meta(self, line: str) -> None:

@@ -38,6 +38,7 @@ import duckdb
 import pyarrow as pa
 
 from castsql.engine.quoting import ident, sql_str
+from castsql.errors import one_line
 from castsql.shell.text_modes import TextOptions, TextPlan, markdown_plan, normal_mode, plan_text
 
 _CHUNK = 1 << 20
@@ -50,7 +51,6 @@ _CHUNK = 1 << 20
 OUTPUT_MEMORY = 256 * 1024 * 1024
 _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40, "KB": 1000, "MB": 10**6}
 _F_SETPIPE_SZ = 1031  # Linux: a 1 MiB pipe buffer instead of 64 KiB, fewer wake-ups
-OUTPUT_VIEW = "__castsql_out_"  # the prefix of the view a result is written from
 _names = itertools.count()
 
 
@@ -195,7 +195,7 @@ def write_text(
     names, types = list(rel.columns), [str(t) for t in rel.types]
     if not names:
         return 0
-    view = f"{OUTPUT_VIEW}{next(_names)}"
+    view = f"__castsql_out_{next(_names)}"
     rel.create_view(view, replace=True)
     try:
         plan = plan_text(mode, names, types, opts)
@@ -204,6 +204,11 @@ def write_text(
                 names, types, opts, plan.widths, lambda sql: con.sql(f"{sql} FROM {ident(view)}").fetchone() or ()
             )
         return _copy(con, view, plan, out, workdir, terminal_escape, on_first_output or (lambda: None))
+    except duckdb.Error as e:
+        # Every statement here is CastSQL's own (the widths, the COPY): a
+        # value DuckDB fails on while writing is the news, not an excerpt of
+        # a statement (its view, its pipe's path) the user never wrote.
+        raise type(e)(one_line(e, excerpt=False)) from None
     finally:
         with contextlib.suppress(duckdb.Error):
             con.execute(f"DROP VIEW IF EXISTS {ident(view)}")
