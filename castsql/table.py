@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from castsql.format import Manifest
     from castsql.mirror.delta import DeltaExport
     from castsql.mirror.iceberg import IcebergExport
+    from castsql.write.cdc import CdcMetrics
     from castsql.write.garbage import GCReport
     from castsql.write.merge import MergeBuilder, MergeMetrics, MergeSpec
 
@@ -601,6 +602,66 @@ class Table:
             return metrics
 
         return MergeBuilder(self.name, source, on, run, source_alias=source_alias, target_alias=target_alias)
+
+    def apply_cdc(
+        self,
+        batch: Any,
+        *,
+        key: str | Sequence[str],
+        op_column: str | None = None,
+        sequence: str | Sequence[str] | None = None,
+        delete_values: Sequence[str] | None = None,
+        upsert_values: Sequence[str] | None = None,
+        partial: bool = False,
+        unavailable: str | None = None,
+        app_id: str | None = None,
+        batch_id: int | None = None,
+        merge_schema: bool = False,
+        format: str = "rows",
+    ) -> CdcMetrics:
+        """Apply a batch of change data capture (Arrow, pandas or polars: the
+        table's columns plus ``op_column``) as one version, delivered in any
+        order and any number of times (:mod:`castsql.write.cdc`).
+
+        ``sequence`` (one column or several, compared in order) orders each
+        key's changes across batches: a change applies only if it is later
+        than the last one the table applied to its key, a delete included
+        (delete markers are kept for ``castsql.cdc.deleteRetention``), so a
+        late or replayed batch never rolls a row back or brings a deleted key
+        back; ties: a delete wins, then the greater values. Operations
+        (``op_column``, any case): upserts ``i u c r insert update upsert``,
+        deletes ``d delete`` (or ``upsert_values`` / ``delete_values``);
+        any other value is refused. The sequence
+        columns are stored (table columns, or ``merge_schema=True`` adds
+        them); the operation column is not. ``partial=True``: columns the
+        batch lacks keep their stored values; ``unavailable``: a text that
+        means "unchanged" (Debezium's ``castsql.write.cdc.DEBEZIUM_UNAVAILABLE``).
+        ``app_id`` and ``batch_id``: the batch's name (Delta's ``txnAppId`` /
+        ``txnVersion``); a batch id at or below the last one the table
+        committed for ``app_id`` commits nothing (``batch_replayed``).
+
+        ``format="debezium"``: ``batch`` is Debezium change events (a
+        JSON-lines file, a list of events, or an Arrow table of ``op``,
+        ``before``, ``after``, ``source``): the operation, the sequence (from
+        ``source``: ``lsn``, the binlog position, …) and ``unavailable`` come
+        from the envelope (:mod:`castsql.write.debezium`).
+
+        >>> m = events.apply_cdc(batch, key="id", op_column="op", sequence="lsn")   # doctest: +SKIP
+        >>> m.num_changes_applied, m.num_changes_stale, m.version                     # doctest: +SKIP
+        (38, 2, 12)
+        >>> events.apply_cdc("orders.jsonl", key="id", format="debezium", merge_schema=True)  # doctest: +SKIP
+        """
+        from castsql.write.cdc import Cdc, batch_of, debezium_defaults
+
+        schema = self.schema if format == "debezium" else None  # typing the events' values
+        batch, op_column, sequence, unavailable = debezium_defaults(
+            f"table {self.name}: cdc", format, batch, op_column, sequence, unavailable, schema
+        )
+        cdc = Cdc.of(key, op_column, sequence, delete_values, upsert_values, partial, unavailable)
+        stream = batch_of(f"table {self.name}: cdc", app_id, batch_id)
+        metrics = self._writer().apply_cdc(cdc, batch, merge_schema=merge_schema, stream=stream)
+        self._wrote(metrics.version)
+        return metrics
 
     def close(self) -> None:
         """Close the session behind this table (and every Table made from it by ``at``)."""

@@ -47,11 +47,13 @@ from castsql.errors import CastSQLError, UsageError, one_line
 from castsql.format import Manifest, TableLog
 from castsql.format.properties import check
 from castsql.storage import open_storage
+from castsql.write.cdc import CdcMetrics
 from castsql.write.garbage import format_bytes
 
 _AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhms])\s*$")
 _UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 _FORMATS = ("parquet", "csv", "json")
+_MERGE_FORMATS = (*_FORMATS, "debezium")  # Debezium change events, JSON lines (castsql.write.debezium)
 _ENGINES = ("spark", "duckdb")
 _SET = re.compile(r"^\s*(`[^`]+`|\"[^\"]+\"|[A-Za-z_][\w$]*)\s*=(?!=)\s*(.*\S)\s*$", re.S)
 
@@ -130,7 +132,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     m.add_argument("uri")
     m.add_argument("--from", dest="sources", nargs="+", required=True, metavar="FILE")
-    m.add_argument("--format", choices=_FORMATS, help="input format (default: from the file name, else parquet)")
+    m.add_argument(
+        "--format",
+        choices=_MERGE_FORMATS,
+        help="input format (default: from the file name, else parquet); debezium: Debezium change events, "
+        "applied as a CDC batch (operation and sequence from the envelope)",
+    )
     m.add_argument("--on", required=True, metavar="COL[,COL]", help="key column(s) matching source rows to table rows")
     m.add_argument(
         "--delete-matched-when",
@@ -155,15 +162,34 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--op-column",
         metavar="COL",
-        help="a CDC feed: rows whose COL is one of --delete-values delete their key, others upsert it "
-        "(castsql.write.cdc.apply_cdc); the column is not stored",
+        help="a CDC batch (Table.apply_cdc): rows whose COL is one of --delete-values delete their key, "
+        "--upsert-values upsert it, anything else is refused; the column is not stored",
     )
     m.add_argument(
         "--sequence",
-        metavar="COL",
-        help="keep only the last row of each key by COL (a feed that changes a key several times in one file)",
+        metavar="COL[,COL]",
+        help="with --op-column: the column(s) ordering each key's changes, across batches too (stored: a late or "
+        "replayed change never rolls a row back, a deleted key stays deleted); without it: keep only the last "
+        "row of each key by COL",
     )
-    m.add_argument("--delete-values", default="D,delete", metavar="V[,V]", help="--op-column values that delete")
+    m.add_argument("--delete-values", default="d,delete", metavar="V[,V]", help="--op-column values that delete")
+    m.add_argument(
+        "--upsert-values",
+        default="i,u,c,r,insert,update,upsert",
+        metavar="V[,V]",
+        help="--op-column values that upsert",
+    )
+    m.add_argument("--partial", action="store_true", help="CDC: table columns the batch lacks keep their stored values")
+    m.add_argument(
+        "--unavailable", metavar="TEXT", help="CDC: a value meaning 'unchanged' (Debezium's unchanged TOAST columns)"
+    )
+    m.add_argument("--app-id", metavar="NAME", help="CDC: the writer's name, with --batch-id (Delta's txnAppId)")
+    m.add_argument(
+        "--batch-id",
+        type=int,
+        metavar="N",
+        help="CDC: the batch's number; a batch at or below the last one committed for --app-id commits nothing",
+    )
     _engine(m)
     c = sub.add_parser("compact", help="pack small files, rewrite heavily deleted ones, merge tombstones")
     c.add_argument("uri")
@@ -364,7 +390,7 @@ def _run(args: Any) -> str:
             raise UsageError(f"{args.command}: no such file: {missing[0]}")
     if args.command == "merge" and args.no_update and args.update_all:
         raise UsageError("merge: --update-all and --no-update contradict each other")
-    if args.command == "merge" and args.op_column:
+    if args.command == "merge" and (args.op_column or args.format == "debezium"):
         flags = {
             "--delete-matched-when": args.delete_matched_when,
             "--no-update": args.no_update,
@@ -373,7 +399,14 @@ def _run(args: Any) -> str:
         }
         clash = [f for f, on in flags.items() if on]
         if clash:
-            raise UsageError(f"merge: --op-column makes the clauses itself; it does not go with {clash[0]}")
+            what = "--op-column" if args.op_column else "--format debezium"
+            raise UsageError(f"merge: {what} makes the clauses itself; it does not go with {clash[0]}")
+    if args.command == "merge" and not (args.op_column or args.format == "debezium"):
+        cdc_only = {"--partial": args.partial, "--unavailable": args.unavailable, "--app-id": args.app_id,
+                    "--batch-id": args.batch_id is not None}  # fmt: skip
+        wrong = [f for f, on in cdc_only.items() if on]
+        if wrong:
+            raise UsageError(f"merge: {wrong[0]} goes with a CDC batch (--op-column or --format debezium)")
     if args.command == "merge" and args.sequence and not args.op_column and args.engine == "spark":
         raise UsageError("merge: --sequence without --op-column needs --engine duckdb")
     if args.command == "update":
@@ -385,7 +418,8 @@ def _run(args: Any) -> str:
         if args.command == "compact" and not 0 < args.threshold <= 1:
             raise UsageError(f"compact: --threshold must be in (0, 1], got {args.threshold}")
     args.input_format = _input_format(args.sources, args.format) if args.command in ("append", "merge") else None
-    args.cdc = _cdc_options(args) if args.command == "merge" and args.op_column else None
+    cdc = args.command == "merge" and (args.op_column or args.format == "debezium")
+    args.cdc = _cdc_options(args) if cdc else None
     if getattr(args, "engine", "spark") == "duckdb":
         result = _embedded_command(args)
     else:
@@ -406,8 +440,15 @@ def _cdc_options(args: Any) -> dict[str, Any]:
     return {
         "key": args.on.split(","),
         "op_column": args.op_column,
-        "sequence": args.sequence,
+        "sequence": args.sequence.split(",") if args.sequence else None,
         "delete_values": tuple(args.delete_values.split(",")),
+        "upsert_values": tuple(args.upsert_values.split(",")),
+        "partial": args.partial,
+        "unavailable": args.unavailable,
+        "app_id": args.app_id,
+        "batch_id": args.batch_id,
+        "merge_schema": args.merge_schema,
+        "format": "debezium" if args.format == "debezium" else "rows",
     }
 
 
@@ -427,14 +468,22 @@ def _clauses(builder: Any, args: Any) -> Any:
 
 
 def _merge_summary(uri: str, metrics: Any, s3: Any = None) -> str:
+    cdc = ""
+    if isinstance(metrics, CdcMetrics):
+        if metrics.batch_replayed:
+            return "merge: this batch id was already committed for its --app-id; nothing committed"
+        cdc = (
+            f"; changes: {metrics.num_changes_applied:,} applied, {metrics.num_changes_stale:,} stale, "
+            f"{metrics.num_changes_superseded:,} superseded in the batch"
+        )
     if metrics.version is None:
-        return f"merge: no row changed ({metrics.num_source_rows:,} source row(s)); nothing committed"
+        return f"merge: no row changed ({metrics.num_source_rows:,} source row(s){cdc}); nothing committed"
     m = TableLog(open_storage(uri, s3=s3)).manifest(metrics.version)
     records = metrics.extra.get("tombstone_records", 0)
     return (
         f"merge: committed version {metrics.version}; {metrics.num_target_rows_inserted:,} inserted, "
         f"{metrics.num_target_rows_updated:,} updated, {metrics.num_target_rows_deleted:,} deleted "
-        f"({metrics.num_source_rows:,} source row(s)); {metrics.num_target_files_added} file(s), "
+        f"({metrics.num_source_rows:,} source row(s){cdc}); {metrics.num_target_files_added} file(s), "
         f"{format_bytes(metrics.bytes_written)}, {records} tombstone record(s); "
         + "".join(f"{part}; " for part in _schema_changes(m.summary))
         + f"table: {m.file_count} file(s), {m.total_rows:,} stored row(s)"
@@ -544,11 +593,13 @@ def _embedded_command(args: Any) -> Any:
             return table.delete(args.where)
         if args.command == "update":
             return table.update(args.assign, args.where, merge_schema=args.merge_schema)
+        if args.cdc is not None and args.input_format == "debezium":
+            from castsql.write.debezium import read_events
+
+            return table.apply_cdc(read_events(args.sources, "merge"), **args.cdc)
         source = _read_arrow(args.sources, args.input_format, args.uri)
         if args.cdc is not None:
-            from castsql.write.cdc import apply_cdc
-
-            return apply_cdc(table, source, **args.cdc)
+            return table.apply_cdc(source, **args.cdc)
         if args.sequence:
             from castsql.write.cdc import latest_per_key
 

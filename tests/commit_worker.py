@@ -39,7 +39,7 @@ class CrashingStorage:
     def _kind_of(self, key: str) -> str:
         if key == POINTER_KEY:
             return "pointer"
-        return {"data": "data", "tombstone": "tombstone", "manifest": "manifest", "meta": "meta"}.get(
+        return {"data": "data", "tombstone": "tombstone", "manifest": "manifest", "meta": "meta", "cdc": "cdc"}.get(
             key.split("/", 1)[0], "?"
         )
 

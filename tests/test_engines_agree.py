@@ -36,7 +36,8 @@ from castsql.spark.merger import cdc_merge
 from castsql.storage import open_storage
 from castsql.write.cdc import apply_cdc
 
-SCHEMA = pa.schema([("id", pa.int64()), ("kind", pa.string()), ("amount", pa.float64())])
+# seq: the CDC batches' sequence, stored so later batches are ordered against it (NULL in other writes' rows).
+SCHEMA = pa.schema([("id", pa.int64()), ("kind", pa.string()), ("amount", pa.float64()), ("seq", pa.int64())])
 KINDS = ("a", "b", "c")
 # Steps per history; the first five are one of each kind. Fewer on S3, where
 # each Spark job's round trips cost ~2x: the code under test is the same.
@@ -66,7 +67,7 @@ def test_spark_and_embedded_engines_agree_with_a_model(spark, storage_root, s3_c
         append(spark, uri, spark.createDataFrame(_arrow(start)).coalesce(1), s3=s3_config)
     model = {r["id"]: (r["kind"], r["amount"]) for r in start}
     versions = {1: dict(model)}
-    next_id = 300
+    next_id, next_seq = 300, 0
     table = castsql.open(b_uri, s3=s3_config)
     done = []
     try:
@@ -152,9 +153,10 @@ def test_spark_and_embedded_engines_agree_with_a_model(spark, storage_root, s3_c
                 keys = rng.sample(live, min(len(live), 25)) + list(range(next_id, next_id + 10))
                 next_id += 10
                 feed = []
-                for seq in rng.sample(range(1000), 45):
+                first, next_seq = next_seq, next_seq + 1000  # batches arrive in order here: sequences grow
+                for seq in rng.sample(range(first, next_seq), 45):
                     feed.append({**_new_rows(rng, [rng.choice(keys)])[0], "op": rng.choice("IUD"), "seq": seq})
-                batch = pa.Table.from_pylist(feed)
+                batch = pa.Table.from_pylist(feed, schema=SCHEMA.append(pa.field("op", pa.string())))
                 ma = cdc_merge(spark, a_uri, spark.createDataFrame(batch), key="id", op_column="op", sequence="seq",
                                s3=s3_config)  # fmt: skip
                 mb = apply_cdc(table, batch, key="id", op_column="op", sequence="seq")

@@ -935,7 +935,7 @@ def test_cdc_feed_through_foreach_batch_is_applied_once_per_batch(spark, tmp_pat
 
     def apply(batch, batch_id: int) -> None:
         cdc_merge(batch.sparkSession, uri, batch, key="id", op_column="op", sequence="lsn",
-                  query=str(ck), batch_id=batch_id)  # fmt: skip
+                  query=str(ck), batch_id=batch_id, merge_schema=True)  # fmt: skip
 
     def run(files: int) -> None:
         for path in sorted(src.iterdir())[files:]:
@@ -966,7 +966,7 @@ def test_cdc_feed_through_foreach_batch_is_applied_once_per_batch(spark, tmp_pat
     assert batches() == [(0, None), (1, None), (2, 0), (3, 1), (4, 2)]
     run(4)
     assert batches()[-1] == (5, 3) and table(5) == models[3]
-    with pytest.raises(CastSQLError, match="give query and batch_id together"):
+    with pytest.raises(CastSQLError, match="give app_id and batch_id together"):
         cdc_merge(spark, uri, spark.createDataFrame([], FEED), key="id", op_column="op", batch_id=7)
 
 

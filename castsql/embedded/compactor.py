@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -32,8 +33,9 @@ from castsql.embedded.writer import Writer
 from castsql.engine import names
 from castsql.engine.quoting import ident
 from castsql.errors import CastSQLError, CommitConflict
-from castsql.format import DataFile, Manifest
-from castsql.format.properties import AutoCompact
+from castsql.format import Change, DataFile, Manifest, TableLog
+from castsql.format.markers import any_expired
+from castsql.format.properties import AutoCompact, delete_retention
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import Snapshot, resolve
 from castsql.write.compaction import SMALL_TOMBSTONE_BYTES, compaction_change, plan_compaction
@@ -84,7 +86,7 @@ def compact(
             tiered=tiered,
         )
         if not plan:
-            return None
+            return _expire_markers(log, snap) if not tiered else None
         added: list[DataFile] = []
         rows = 0
         for i, files in enumerate(plan.bins):
@@ -104,6 +106,16 @@ def compact(
                 raise CommitConflict(f"{e}; gave up after {attempts} attempts") from None
             _log.warning("compaction of version %d conflicted: %s; planning again", snap.version, e)
     raise AssertionError("unreachable")
+
+
+def _expire_markers(log: TableLog, snap: Snapshot) -> Manifest | None:
+    """With no file to rewrite, a compaction still drops the CDC delete
+    markers past the table's retention (FORMAT.md §3.7): a ``COMPACT``
+    version changing nothing else, or None when none is past it."""
+    state = snap.manifest.cdc
+    if state is None or not any_expired(state.markers, delete_retention(snap.manifest.properties), datetime.now(UTC)):
+        return None
+    return log.commit(Change("COMPACT", read_version=snap.version, summary={"expired_delete_markers": True}))
 
 
 def maintain(session: Session, table: str, version: int) -> Manifest | None:

@@ -69,12 +69,14 @@ from castsql.format.writer import conform
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot
 from castsql.write import pipeline
 from castsql.write.arrow import as_arrow
+from castsql.write.cdc import Cdc, CdcMetrics
 from castsql.write.commit import commit_overwrite
 from castsql.write.keys import check_input_keys, existing_keys
 from castsql.write.merge import (
     ACTION_COL,
     ACTION_DELETE,
     ACTION_INSERT,
+    ACTION_NONE,
     ACTION_UPDATE,
     MATCHES_COL,
     OLD_KEY_COL,
@@ -478,6 +480,56 @@ class Writer:
         finally:
             self.con.unregister(name)
 
+    # ------------------------------------------------------------------ CDC
+
+    dialect = "duckdb"
+
+    def apply_cdc(
+        self,
+        cdc: Cdc,
+        batch: Any,
+        *,
+        attempts: int = ATTEMPTS,
+        merge_schema: bool = False,
+        stream: tuple[str, int] | None = None,
+    ) -> CdcMetrics:
+        """Apply ``batch`` (Arrow, pandas or polars) as one CDC batch
+        (:func:`castsql.write.pipeline.apply_cdc`)."""
+        name = self._batch_raw = self.use_source(batch)
+        self.batch_name = ident(name)
+        try:
+            return pipeline.apply_cdc(self, cdc, pipeline.Options(attempts, merge_schema, stream=stream))
+        finally:
+            self.con.unregister(name)
+            if self._src_name != name:
+                self.con.unregister(self._src_name)
+
+    def temp_name(self, what: str) -> str:
+        return f"castsql_{what}_{next(self._seq)}"
+
+    def sql_type(self, column_type: str) -> str:
+        return duck_type(column_type)
+
+    def query(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> pa.Table:
+        tables = tables or {}
+        for n, t in tables.items():
+            self.con.register(n, t)
+        try:
+            return self.con.sql(sql).to_arrow_table()
+        except duckdb.Error as e:
+            raise MergeError(f"table {self.table}: cdc: {_explain(e)}; nothing was committed") from None
+        finally:
+            for n in tables:
+                self.con.unregister(n)
+
+    def narrow(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> str:
+        rows = self.query(sql, tables)
+        if self._src_name != self._batch_raw:
+            self.con.unregister(self._src_name)
+        self._src, self._src_name = rows, self._name("changes")
+        self.con.register(self._src_name, rows)
+        return ident(self._src_name)
+
     def use_source(self, source: Any) -> str:
         """Register a merge's ``source`` (Arrow, pandas or polars) on the connection; its view's name."""
         self._src = as_arrow(source, f"table {self.table}: merge")
@@ -491,7 +543,7 @@ class Writer:
     def source_rows(self) -> int:
         return self._src.num_rows
 
-    def find_merge(self, snap: Snapshot, spec: MergeSpec) -> _Found:
+    def find_merge(self, snap: Snapshot, spec: MergeSpec, unchanged: bool = False) -> _Found:
         """What ``spec`` does, in one DuckDB query (:func:`castsql.write.merge.actions_sql`)
         over the source and the live target rows it can reach."""
         where = f"table {self.table}: merge"
@@ -515,7 +567,7 @@ class Writer:
                 )
                 made.append(("view", target))
             pk = snap.primary_key
-            sql = actions_sql(spec, ident(target), ident(src_name), columns, _q, old_key=pk)
+            sql = actions_sql(spec, ident(target), ident(src_name), columns, _q, old_key=pk, keep_unchanged=unchanged)
             old = f", {_q(OLD_KEY_COL)}" if pk is not None else ""
             try:
                 self._check_values(spec, target, src_name, schema)
@@ -546,7 +598,8 @@ class Writer:
                 else:
                     self.session.views.drop(name)
         action = out.column(ACTION_COL).to_numpy(zero_copy_only=False)
-        many = np.flatnonzero((out.column(MATCHES_COL).to_numpy(zero_copy_only=False) > 1) & (action != ACTION_INSERT))
+        changes = (action == ACTION_UPDATE) | (action == ACTION_DELETE)
+        many = np.flatnonzero((out.column(MATCHES_COL).to_numpy(zero_copy_only=False) > 1) & changes)
         gone = _distinct_rows(out.filter(pa.array((action == ACTION_UPDATE) | (action == ACTION_DELETE))))
         if pk is not None:
             gone = gone.append_column(PK_COL, gone.column(OLD_KEY_COL))
@@ -557,6 +610,10 @@ class Writer:
             deleted=int((gone_action == ACTION_DELETE).sum()),
             inserted=int((action == ACTION_INSERT).sum()),
         )
+        if unchanged:
+            matched = out.column(FILE_COL).is_valid().to_numpy(zero_copy_only=False)
+            counts.matched_unchanged = int(((action == ACTION_NONE) & matched).sum())
+            counts.unmatched_unchanged = int(((action == ACTION_NONE) & ~matched).sum())
         found = _Found(self, snap, counts, gone=gone, new=out.filter(pa.array(adds)).select(columns),
                        inserted=action[adds] == ACTION_INSERT, op="merge", lossy=lossy, rows=out)  # fmt: skip
         if len(many):

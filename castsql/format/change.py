@@ -15,8 +15,10 @@ Conflict rules (docs/FORMAT.md, "Concurrent writers"):
   file its own tombstones name (``conflict_files``: two updates of one row
   would both re-insert it), and (c) when it inserts rows whose key lies in
   ``key_span``, with a data file committed since whose statistics for that
-  column overlap the span or are missing (the insert could duplicate a key).
-  The writer re-plans from the new head (:mod:`castsql.write.commit`).
+  column overlap the span or are missing (the insert could duplicate a key),
+  or with CDC delete markers committed since whose key bounds overlap it
+  (FORMAT.md §3.7: a key deleted meanwhile by a later change). The writer
+  re-plans from the new head (:mod:`castsql.write.commit`).
 
 Between version-2 manifests these are checked on the ``change`` records of
 the versions committed since the one the writer read (a few small manifests),
@@ -29,13 +31,15 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
-from castsql.errors import CommitConflict, FormatError, ObjectNotFound
-from castsql.format import evolution, fold
+from castsql.errors import CommitConflict, FormatError, ObjectNotFound, WriteError
+from castsql.format import evolution, fold, markers
 from castsql.format.layout import to_table_key
-from castsql.format.manifest import ChangeData, ChangeLog, DataFile, Manifest, Totals
+from castsql.format.manifest import CdcState, ChangeData, ChangeLog, DataFile, Manifest, MetaRef, Totals
 from castsql.format.metadata import TableMetadata
+from castsql.format.properties import delete_retention
 from castsql.format.schema import Schema
 
 
@@ -73,6 +77,14 @@ class Change:
     properties: dict[str, str | None] | None = None
     # The change-data file of the rows add_tombstones delete, and the keys (FORMAT.md §3.5).
     change_data: ChangeData | None = None
+    # A sequenced CDC batch (FORMAT.md §3.7): its (key, sequence) columns, which
+    # the table's order must be (the first such batch sets it), and the markers
+    # object of the deletes it applied.
+    cdc_order: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+    add_markers: MetaRef | None = None
+    # RESTORE: the CDC state of the version restored (the head's otherwise carries on).
+    restore_cdc: bool = False
+    cdc: CdcState | None = None
 
     def apply(self, base: Manifest, meta: TableMetadata) -> Manifest:
         """``base`` with this change applied, as a version-2 manifest; version
@@ -131,6 +143,7 @@ class Change:
             properties = {**properties, **self.properties}
             properties = {k: v for k, v in properties.items() if v is not None}
         return base.evolve(
+            cdc=self._next_cdc(base, meta, properties, where),
             properties=properties,
             streams=streams,
             format_version=2,
@@ -145,11 +158,52 @@ class Change:
                 self.add_tombstones,
                 self.remove_tombstones,
                 **self._change_data(base, since, root),
+                markers=self.add_markers,
             ),
             operation=self.operation,
             summary={**self.summary, **evolution.describe(base.schema, schema)},
             schema=schema,
         )
+
+    def _next_cdc(self, base: Manifest, meta: TableMetadata, properties: dict[str, str], where: str) -> CdcState | None:
+        """The next version's CDC state (FORMAT.md §3.7): the base's (a
+        restore: the restored version's), pinned to this change's key and
+        sequence, with its markers object added, tiers merged and (a
+        compaction) markers past the table's retention dropped."""
+        state = self.cdc if self.restore_cdc else base.cdc
+        if self.cdc_order is not None:
+            key, seq = self.cdc_order
+            if state is None:
+                state = CdcState(key, seq)
+            elif [c.lower() for c in state.key] != [c.lower() for c in key] or [c.lower() for c in state.sequence] != [
+                c.lower() for c in seq
+            ]:
+                raise WriteError(
+                    f"{where}: the table orders CDC changes by key ({', '.join(state.key)}) and sequence "
+                    f"({', '.join(state.sequence)}); this batch names key ({', '.join(key)}) and sequence "
+                    f"({', '.join(seq)}); nothing was committed"
+                )
+        if state is None or (not state.markers and self.add_markers is None):
+            return state
+        st = meta.storage
+
+        def write(table: Any, level: int | None) -> MetaRef:
+            ref = markers.write_markers(st, table, level=level, key=state.key)
+            meta.wrote_markers(ref, table)
+            return ref
+
+        objects = markers.next_markers(
+            state.markers,
+            self.add_markers,
+            load=lambda r: markers.conform(meta.markers_table(r, where), state, base.schema, where),
+            write=write,
+            key=state.key,
+            sequence=state.sequence,
+            retention=delete_retention(properties),
+            now=datetime.now(UTC),
+            prune=self.operation == "COMPACT",
+        )
+        return replace(state, markers=objects)
 
     def _change_data(self, base: Manifest, since: list[ChangeLog] | None, root: str) -> dict[str, Any]:
         """The change-data file and keys (ChangeLog fields), if the file still
@@ -241,6 +295,12 @@ class Change:
                             f"{where}: a concurrent commit added data file {f.path}, which may hold "
                             f"a key this {self.operation.lower()} inserts"
                         )
+                mk = c.markers
+                if mk is not None and (col is None or _overlaps(mk.min.get(col), mk.max.get(col), lo, hi)):
+                    raise DmlConflict(
+                        f"{where}: a concurrent commit deleted keys by a later CDC change, which may be "
+                        f"keys this {self.operation.lower()} inserts"
+                    )
 
 
 def _overlaps(fmin: Any, fmax: Any, lo: Any, hi: Any) -> bool:

@@ -16,6 +16,7 @@ MANIFEST_DIR = "manifest"
 DATA_DIR = "data"
 TOMBSTONE_DIR = "tombstone"
 META_DIR = "meta"
+CDC_DIR = "cdc"  # CDC delete markers (FORMAT.md §3.7): outside meta/, which older GCs list
 
 _MANIFEST_RE = re.compile(r"^manifest/v(\d{8,})\.json$")
 
@@ -68,6 +69,10 @@ def new_data_dir(now: datetime | None = None) -> str:
 
 def new_tombstone_key(now: datetime | None = None) -> str:
     return f"{TOMBSTONE_DIR}/{_hour_dir(now)}/{time_ordered_id()}.del"
+
+
+def new_markers_key(now: datetime | None = None) -> str:
+    return f"{CDC_DIR}/{_hour_dir(now)}/{time_ordered_id()}.markers.parquet"
 
 
 def new_meta_key(kind: str, now: datetime | None = None) -> str:

@@ -379,6 +379,8 @@ class TableLog(TableMetadata):
                 tombstone_targets=frozenset(targets),
                 read_version=base.version,
                 summary={"restored_version": version},
+                restore_cdc=True,
+                cdc=target.cdc,  # the restored version's CDC order and delete markers (FORMAT.md §3.7)
             )
             if not (change.add_files or change.remove_files or change.add_tombstones or change.remove_tombstones):
                 return None

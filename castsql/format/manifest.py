@@ -57,6 +57,7 @@ _KNOWN_FIELDS = {
     "writer",
     "streams",
     "properties",
+    "cdc",
 }
 _FILE_KNOWN = {"path", "size_bytes", "row_group_count", "total_rows", "min", "max", "row_group_rows"}
 
@@ -159,13 +160,16 @@ class MetaRef:
     reader uses to skip it (FORMAT.md §3.2).
 
     ``kind`` is ``files`` (one row per data file) or ``deletes`` (one row per
-    tombstone record). ``entries`` counts its rows; ``level`` is its merge
+    tombstone record) or ``markers`` (one row per CDC delete marker,
+    FORMAT.md §3.7). ``entries`` counts its rows; ``level`` is its merge
     tier (None: full, never merged again). For ``files``: ``rows`` and
     ``bytes`` sum its files' ``total_rows`` and ``size_bytes``; ``min`` and
     ``max`` bound every column statistic of its files (``extra["paths"]``
     bounds their paths). For ``deletes``: ``tombstones`` counts the tombstone
     files whose records it holds (their keys are in the object, not here: a
-    manifest stays the same size however many deletes came before).
+    manifest stays the same size however many deletes came before). For
+    ``markers``: ``min`` and ``max`` bound its key columns, ``extra["oldest"]``
+    is when its oldest marker was written.
     """
 
     path: str
@@ -183,6 +187,8 @@ class MetaRef:
         d: dict[str, Any] = {"path": self.path, "entries": self.entries, "level": self.level}
         if self.kind == "files":
             d.update(rows=self.rows, bytes=self.bytes, min=self.min, max=self.max)
+        elif self.kind == "markers":
+            d.update(min=self.min, max=self.max)
         else:
             d["tombstones"] = self.tombstones
         d.update(self.extra)
@@ -206,13 +212,17 @@ class MetaRef:
         if level is not None:
             level = _nonneg(level, "level", at)
         known = {"path", "entries", "level"}
-        if kind == "files":
+        if kind in ("files", "markers"):
             mins, maxs = obj.get("min", {}), obj.get("max", {})
             if not isinstance(mins, dict) or not isinstance(maxs, dict):
                 raise FormatError(f"{at}: 'min' and 'max' must be objects")
-            rows, size = _nonneg(obj.get("rows"), "rows", at), _nonneg(obj.get("bytes"), "bytes", at)
-            ref = cls(path, kind, entries, level, rows, size, mins, maxs)
-            known |= {"rows", "bytes", "min", "max"}
+            if kind == "files":
+                rows, size = _nonneg(obj.get("rows"), "rows", at), _nonneg(obj.get("bytes"), "bytes", at)
+                ref = cls(path, kind, entries, level, rows, size, mins, maxs)
+                known |= {"rows", "bytes"}
+            else:
+                ref = cls(path, kind, entries, level, min=mins, max=maxs)
+            known |= {"min", "max"}
         else:
             ref = cls(path, kind, entries, level, tombstones=_nonneg(obj.get("tombstones"), "tombstones", at))
             known.add("tombstones")
@@ -322,6 +332,9 @@ class ChangeLog:
     # sorted), when they are few (KEYS_MAX).
     preimages: DataFile | None = None
     keys: tuple[Any, ...] | None = None
+    # The CDC delete markers this version added (FORMAT.md §3.7): their
+    # count and key bounds, which a concurrent writer's conflict check reads.
+    markers: MetaRef | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = {
@@ -334,6 +347,8 @@ class ChangeLog:
             d["preimages"] = self.preimages.to_json()
         if self.keys is not None:
             d["keys"] = list(self.keys)
+        if self.markers is not None:
+            d["markers"] = self.markers.to_json()
         return d
 
     @classmethod
@@ -357,7 +372,53 @@ class ChangeLog:
             raise FormatError(f"{where}: change.keys must be a list of numbers or strings")
         if keys is not None and not ascending(keys):
             keys = None  # a lookup bisects the list: one out of order would hide keys, so it says nothing
-        return cls(added_files=files, preimages=preimages, keys=None if keys is None else tuple(keys), **lists)
+        mk = obj.get("markers")
+        markers = None if mk is None else MetaRef.from_json(mk, "markers", f"{where}: change.markers")
+        return cls(
+            added_files=files,
+            preimages=preimages,
+            keys=None if keys is None else tuple(keys),
+            markers=markers,
+            **lists,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CdcState:
+    """How CDC batches are ordered on this table (FORMAT.md §3.7): the key
+    and sequence columns the first sequenced batch named, and the objects
+    holding the delete markers (the last sequence of keys a delete removed).
+
+    >>> CdcState(("id",), ("lsn",)).to_json()
+    {'key': ['id'], 'sequence': ['lsn'], 'markers': []}
+    """
+
+    key: tuple[str, ...]
+    sequence: tuple[str, ...]
+    markers: tuple[MetaRef, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": list(self.key), "sequence": list(self.sequence), "markers": [r.to_json() for r in self.markers]}
+
+    @classmethod
+    def from_json(cls, obj: Any, schema: Schema, where: str) -> CdcState:
+        if not isinstance(obj, dict):
+            raise FormatError(f"{where}: 'cdc' must be an object")
+        names = {c.lower() for c in schema.names}
+        cols: dict[str, tuple[str, ...]] = {}
+        for part in ("key", "sequence"):
+            v = obj.get(part)
+            if not isinstance(v, list) or not v or not all(isinstance(c, str) and c for c in v):
+                raise FormatError(f"{where}: cdc.{part} must be a non-empty list of column names")
+            missing = [c for c in v if c.lower() not in names]
+            if missing:
+                raise FormatError(f"{where}: cdc.{part} names {missing[0]!r}, which is not a column of the table")
+            cols[part] = tuple(v)
+        refs = obj.get("markers", [])
+        if not isinstance(refs, list):
+            raise FormatError(f"{where}: cdc.markers must be a list")
+        markers = tuple(MetaRef.from_json(r, "markers", f"{where}: cdc.markers[{i}]") for i, r in enumerate(refs))
+        return cls(cols["key"], cols["sequence"], markers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,6 +454,9 @@ class Manifest:
     # Table properties (FORMAT.md §3.2, castsql.format.properties): carried
     # into every later version unless a change sets them.
     properties: dict[str, str] = field(default_factory=dict)
+    # How CDC batches are ordered, and the delete markers (FORMAT.md §3.7):
+    # carried into every later version (a restore takes the restored one's).
+    cdc: CdcState | None = None
 
     @property
     def total_rows(self) -> int:
@@ -442,6 +506,8 @@ class Manifest:
             d["streams"] = self.streams
         if self.properties:
             d["properties"] = self.properties
+        if self.cdc is not None:
+            d["cdc"] = self.cdc.to_json()
         d.update(self.extra)
         return d
 
@@ -536,6 +602,9 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
     ):
         raise FormatError(f"{where}: 'properties' must map names to strings")
+    cdc = obj.get("cdc")
+    if cdc is not None and not v2:
+        raise FormatError(f"{where}: 'cdc' needs format_version 2")
     return Manifest(
         version=version,
         previous=previous,
@@ -556,6 +625,7 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         change=change,
         streams=dict(streams),
         properties=dict(properties),
+        cdc=None if cdc is None else CdcState.from_json(cdc, schema, where),
     )
 
 

@@ -47,6 +47,7 @@ from castsql.format.manifest import (
     parse_record,
     parse_schema,
 )
+from castsql.format.markers import read_markers
 from castsql.format.metafiles import read_deletes_object
 from castsql.format.schema import Schema
 from castsql.format.state import FilePart, VersionState, read_part, read_records
@@ -118,6 +119,7 @@ class TableMetadata:
         self._deletes: OrderedDict[str, pa.Table] = OrderedDict()
         self._records: OrderedDict[str, list[tuple[str, TombstoneRecord]]] = OrderedDict()
         self._object_tombs: OrderedDict[str, frozenset[str]] = OrderedDict()
+        self._markers: OrderedDict[str, pa.Table] = OrderedDict()
         # Data file key -> a files object found to list it (VersionState.contains).
         self.holders: dict[str, str] = {}
         # The last head read, with the pointer's version and ETag: a commit
@@ -281,6 +283,24 @@ class TableMetadata:
             while len(self._deletes) > 256:
                 self._deletes.popitem(last=False)
         return t
+
+    def markers_table(self, ref: MetaRef, where: str | None = None) -> pa.Table:
+        """The rows of CDC markers object ``ref`` (cached by key; FORMAT.md §3.7)."""
+        with self._lock:
+            t = self._markers.get(ref.path)
+            if t is not None:
+                self._markers.move_to_end(ref.path)
+                return t
+        t = read_markers(self.storage, ref, where or self.storage.root)
+        self.wrote_markers(ref, t)
+        return t
+
+    def wrote_markers(self, ref: MetaRef, table: pa.Table) -> None:
+        """A markers object this process wrote or read: the next batch's read of it costs no request."""
+        with self._lock:
+            self._markers[ref.path] = table
+            while len(self._markers) > 256:
+                self._markers.popitem(last=False)
 
     def object_tombstones(self, ref: MetaRef, where: str | None = None) -> frozenset[str]:
         """The keys of the tombstone files whose records deletes object ``ref`` holds (cached by key)."""

@@ -24,6 +24,11 @@ CastSQL's own:
                                              rows they delete, as they were (FORMAT.md §3.5), so
                                              audits read a version's change, not the row groups
                                              its tombstones hit (Delta's ``enableChangeDataFeed``)
+``castsql.cdc.deleteRetention``     30 days   how long a sequenced CDC batch's delete markers are
+                                             kept (FORMAT.md §3.7): ``30 days``, ``12 hours``,
+                                             ``interval 7 days``, ``forever``. A change older than
+                                             a dropped marker, arriving later, is applied as if the
+                                             key had never been deleted
 =================================  ========  ===============================================
 
 Example::
@@ -36,8 +41,10 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from castsql.errors import CastSQLError
 
@@ -49,6 +56,10 @@ MIRROR_DELTA = "castsql.mirror.delta"  # every commit also writes its Delta mirr
 MIRROR_ICEBERG = "castsql.mirror.iceberg"  # ... and its Iceberg one
 ICEBERG_FORMAT_VERSION = "castsql.mirror.iceberg.formatVersion"  # 2 or 3 (FORMAT.md §10.2)
 CHANGE_DATA_FEED = "castsql.changeDataFeed"  # deletes write their rows' preimages (FORMAT.md §3.5)
+DELETE_RETENTION = "castsql.cdc.deleteRetention"  # how long CDC delete markers are kept (FORMAT.md §3.7)
+# Longer than Kafka's default retention (7 days), as Delta's log retention:
+# a batch replayed from the source arrives well within it.
+_DEFAULT_DELETE_RETENTION = timedelta(days=30)
 _DEFAULT_MIN_FILES = 10  # measured (bench/stream_bench.py): with tiered compactions cheap, fewer files read faster
 _DEFAULT_MAX_FILE_SIZE = 16 * 1024 * 1024
 
@@ -63,6 +74,20 @@ def _iceberg_version(v: str) -> int:
     if v not in ("2", "3"):
         raise ValueError("2 or 3")
     return int(v)
+
+
+_UNITS = {"day": 86400, "hour": 3600, "minute": 60, "second": 1, "week": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def _duration(v: str) -> timedelta | None:
+    """``30 days``, ``interval 12 hours``, ``7d``, ``forever`` (None)."""
+    text = v.strip().lower()
+    if text in ("forever", "infinite", "infinity"):
+        return None
+    m = re.fullmatch(r"(?:interval\s+)?(\d+)\s*(weeks?|days?|hours?|minutes?|seconds?|[dhms])", text)
+    if m is None:
+        raise ValueError("a duration")
+    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2).rstrip("s") if len(m.group(2)) > 1 else m.group(2)])
 
 
 def _positive(v: str) -> int:
@@ -81,12 +106,23 @@ _KNOWN = {
     MIRROR_ICEBERG: _bool,
     ICEBERG_FORMAT_VERSION: _iceberg_version,
     CHANGE_DATA_FEED: _bool,
+    DELETE_RETENTION: _duration,
 }
 
 
 def change_data_feed(props: Mapping[str, str]) -> bool:
     """Whether writers record the rows each version deletes (``castsql.changeDataFeed``)."""
     return _bool(props.get(CHANGE_DATA_FEED, "false"))
+
+
+def delete_retention(props: Mapping[str, str]) -> timedelta | None:
+    """How long CDC delete markers are kept (``castsql.cdc.deleteRetention``); None: forever.
+
+    >>> delete_retention({}), delete_retention({DELETE_RETENTION: "interval 12 hours"})
+    (datetime.timedelta(days=30), datetime.timedelta(seconds=43200))
+    """
+    v = props.get(DELETE_RETENTION)
+    return _DEFAULT_DELETE_RETENTION if v is None else _duration(v)
 
 
 def mirrors(props: Mapping[str, str]) -> list[str]:
@@ -119,9 +155,12 @@ def check(props: Mapping[str, str | None], where: str) -> dict[str, str | None]:
                 try:
                     parse(v)
                 except ValueError:
-                    what = {_bool: "true or false", _positive: "a positive integer", _iceberg_version: "2 or 3"}.get(
-                        parse, "a string"
-                    )
+                    what = {
+                        _bool: "true or false",
+                        _positive: "a positive integer",
+                        _iceberg_version: "2 or 3",
+                        _duration: "a duration ('30 days', '12 hours', 'forever')",
+                    }.get(parse, "a string")
                     raise CastSQLError(f"{where}: property {k!r} takes {what}, not {v!r}") from None
         out[k] = v
     return out

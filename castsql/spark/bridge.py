@@ -48,6 +48,7 @@ from castsql.spark.datasource import (
     _path,
     _plan_write,
     commit_files,
+    commit_write,
     last_batch,
     option_spelling,
     resolve_read,
@@ -297,7 +298,9 @@ def _write(df: DataFrame, mode: str, options: dict[str, str]) -> None:
         )
     df = _table_case(df, names)
     plan = _plan_write(options, df.schema, overwrite=mode == "Overwrite")
-    commit_files(plan, [FilesWritten(_write_files(df, plan, options))])
+    if plan.replayed:
+        return None  # txnAppId/txnVersion the table holds already: nothing to write
+    commit_write(plan, [FilesWritten(_write_files(df, plan, options))])
     return None
 
 

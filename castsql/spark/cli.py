@@ -65,11 +65,15 @@ def _spark_command(spark: Any, args: Any, clauses: Callable[[Any, Any], Any]) ->
     if args.command == "merge":
         from castsql.spark.merger import merge
 
-        df = _read_input(spark, args.uri, args.sources, args.input_format, "merge")
         if args.cdc is not None:
             from castsql.spark.merger import cdc_merge
 
+            if args.input_format == "debezium":
+                df, cdc = _debezium_input(spark, args.uri, args.sources, args.cdc)
+                return cdc_merge(spark, args.uri, df, **cdc)
+            df = _read_input(spark, args.uri, args.sources, args.input_format, "merge")
             return cdc_merge(spark, args.uri, df, **args.cdc)
+        df = _read_input(spark, args.uri, args.sources, args.input_format, "merge")
         builder = merge(
             spark,
             args.uri,
@@ -84,6 +88,25 @@ def _spark_command(spark: Any, args: Any, clauses: Callable[[Any, Any], Any]) ->
     if args.target_file_size is not None or args.sort_by is not None:
         raise UsageError("compact: --target-file-size and --sort-by need --engine duckdb")
     return compact(spark, args.uri, threshold=args.threshold)
+
+
+def _debezium_input(spark: Any, uri: str, sources: list[str], cdc: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Debezium events (JSON lines) as a CDC batch whose table columns have
+    the table's types, and ``cdc_merge``'s options for it."""
+    from castsql.spark.merger import _debezium_frame
+
+    with job_errors("merge: reading the input"):
+        df = spark.read.json([os.path.abspath(s) for s in sources])
+    if "payload" in df.columns:  # events with their schema: {"schema": …, "payload": …}
+        df = df.select("payload.*")
+    batch, op, seq, unavailable = _debezium_frame(df, cdc["op_column"], cdc["sequence"], cdc["unavailable"])
+    return _fit_to_table(uri, batch, "json"), {
+        **cdc,
+        "format": "rows",
+        "op_column": op,
+        "sequence": seq,
+        "unavailable": unavailable,
+    }
 
 
 def _read_input(spark: Any, uri: str, sources: list[str], fmt: str, what: str) -> Any:

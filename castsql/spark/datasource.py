@@ -78,6 +78,7 @@ NAME = "castsql"
 READ_OPTIONS = ("path", "versionAsOf", "timestampAsOf")
 WRITE_OPTIONS = (
     "path", "primaryKey", "mergeSchema", "allowDuplicateKeys", "rowGroupSize", "targetFileBytes", "queryId",
+    "txnAppId", "txnVersion",
 )  # fmt: skip
 S3_OPTIONS = {
     "s3.endpoint": "endpoint_url",
@@ -455,6 +456,10 @@ class WritePlan:
     new_schema: Schema | None = None
     # allowDuplicateKeys: commit rows whose primary key is NULL, repeated or already live.
     allow_duplicate_keys: bool = False
+    # txnAppId / txnVersion (Delta's idempotent writes): the batch's name, and
+    # whether the table had it already when the write was planned (then no task writes).
+    txn: tuple[str, int] | None = None
+    replayed: bool = False
 
 
 def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> WritePlan:
@@ -497,7 +502,21 @@ def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> Writ
         _check_schema(storage.root, target, schema, current.primary_key)
         schema, pk = target, current.primary_key  # the files take the table's column order and types
     ref = TableRef(storage.root, getattr(storage, "config", None), schema.to_json(), pk)
-    return WritePlan(ref, rgs, tfb, overwrite, pk, current is not None, new_schema, allow_dupes)
+    txn = _txn(options)
+    replayed = txn is not None and current is not None and last_batch(TableLog(storage), *txn) >= txn[1]
+    return WritePlan(ref, rgs, tfb, overwrite, pk, current is not None, new_schema, allow_dupes, txn, replayed)
+
+
+def _txn(options: Any) -> tuple[str, int] | None:
+    """Delta's ``txnAppId`` and ``txnVersion`` options: a batch write's name (both, or neither)."""
+    app, version = _get(options, "txnAppId"), _int_option(options, "txnVersion")
+    if (app is None) != (version is None):
+        raise BadOption("format('castsql'): give txnAppId and txnVersion together (a batch's name), or neither")
+    if app is None or version is None:
+        return None
+    if not app.strip():
+        raise BadOption("format('castsql'): txnAppId must not be empty")
+    return app, version
 
 
 def _check_schema(root: str, table: Schema, data: Schema, primary_key: str | None = None) -> None:
@@ -536,6 +555,9 @@ def _check_schema(root: str, table: Schema, data: Schema, primary_key: str | Non
 def write_attempt(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> FilesWritten:
     """One task attempt: its batches into new data files (names of its own), their entries out."""
     from castsql.format import write_data_files
+
+    if plan.replayed:
+        return FilesWritten([])  # the table has this txnVersion already: nothing to write
 
     files = write_data_files(
         plan.ref.storage(),
@@ -594,6 +616,20 @@ def commit_files(
     return kept_in_step(log, m)
 
 
+def commit_write(plan: WritePlan, messages: Sequence[WriterCommitMessage | None]) -> None:
+    """A batch write's commit. With ``txnAppId``/``txnVersion`` (Delta's
+    idempotent writes) it is recorded as that app's batch, and a batch the
+    table already holds (planned as such, or committed since by a retried
+    job) commits nothing: its files, if any, stay orphans for GC."""
+    txn = plan.txn
+    if txn is None:
+        commit_files(plan, messages)
+        return
+    if plan.replayed or (plan.exists and last_batch(TableLog(plan.ref.storage()), *txn) >= txn[1]):
+        return
+    commit_files(plan, messages, {"stream_query": txn[0], "stream_batch": txn[1]})
+
+
 def _open_or_create(storage: Storage, plan: WritePlan) -> TableLog:
     from castsql.errors import SchemaMismatch
 
@@ -619,7 +655,7 @@ class CastSQLWriter(DataSourceArrowWriter):
         return write_attempt(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_files(self.plan, messages)
+        commit_write(self.plan, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # The files of the attempts are in no version; GC removes them after its grace period.

@@ -66,10 +66,12 @@ from castsql.snapshot import Snapshot
 from castsql.spark.types import quote
 from castsql.storage import S3Config, open_storage
 from castsql.write import pipeline
+from castsql.write.cdc import CdcMetrics
 from castsql.write.merge import (
     ACTION_COL,
     ACTION_DELETE,
     ACTION_INSERT,
+    ACTION_NONE,
     ACTION_UPDATE,
     MATCHES_COL,
     OLD_KEY_COL,
@@ -240,6 +242,15 @@ def _refuse_lossy(table: str, what: str, lossy: list[Lossy], examples: Sequence[
             raise unstorable(table, what, name, want.simpleString(), got.simpleString(), source, value)
 
 
+def _spark_schema(t: pa.Table) -> Any:
+    """The Spark schema of Arrow table ``t`` (createDataFrame of an empty table needs it)."""
+    from pyspark.sql.types import StructField, StructType
+
+    from castsql.spark.types import spark_type
+
+    return StructType([StructField(f.name, spark_type(f.type)) for f in t.schema])
+
+
 def _analysis(table: str, what: str, e: Exception) -> MergeError:
     from castsql.spark.errors import spark_message
 
@@ -310,59 +321,121 @@ def cdc_merge(
     *,
     key: str | list[str] | tuple[str, ...],
     op_column: str,
-    sequence: str | None = None,
-    delete_values: tuple[str, ...] = ("D", "delete"),
+    sequence: str | Sequence[str] | None = None,
+    delete_values: Sequence[str] | None = None,
+    upsert_values: Sequence[str] | None = None,
+    partial: bool = False,
+    unavailable: str | None = None,
     s3: S3Config | None = None,
     attempts: int = 5,
-    query: str | None = None,
+    app_id: str | None = None,
     batch_id: int | None = None,
-) -> MergeMetrics:
-    """Apply one CDC batch (rows with the table's columns plus ``op_column``)
-    as one version: a key whose last change is a delete (``op_column`` in
-    ``delete_values``) is deleted, any other change replaces the row or
-    inserts it (:func:`castsql.write.cdc.cdc_merge_spec`, the embedded
-    engine's ``apply_cdc`` spec). With ``sequence``, a key changed several
-    times in the batch takes the change with the highest ``sequence`` (a
-    window in Spark); without it, keys must be unique in the batch.
+    merge_schema: bool = False,
+    query: str | None = None,
+    format: str = "rows",
+) -> CdcMetrics:
+    """Apply one CDC batch (a DataFrame of the table's columns plus
+    ``op_column``) as one version, with Spark: the embedded engine's
+    :meth:`castsql.Table.apply_cdc`, the same rules and SQL
+    (:mod:`castsql.write.cdc`) run by Spark SQL. With ``sequence``, a change
+    applies only if it is later than the last one the table applied to its
+    key, a delete included, whatever order batches arrive in and however
+    often; ties are decided by the same rule on both engines, whatever the
+    partitioning.
 
-    From ``foreachBatch``, pass ``query`` (a name of the stream, stable across
-    restarts: its checkpoint location will do) and ``batch_id`` (the one
-    ``foreachBatch`` gives): the version records both, and a batch the table
-    already has for that query (a restart replaying it) commits nothing
-    (``version`` None, ``extra["skipped_batch"]`` True): exactly once, as
-    ``writeStream.format("castsql")`` does.
+    ``app_id`` and ``batch_id`` name the batch (Delta's ``txnAppId`` /
+    ``txnVersion``; from ``foreachBatch``: a stable name of the stream and
+    the ``batch_id`` it gives): a batch the table already has for that app
+    commits nothing (``batch_replayed``; ``extra["skipped_batch"]``).
+    ``query`` is the older spelling of ``app_id``.
+
+    ``format="debezium"``: ``batch`` holds Debezium's envelope (columns
+    ``op``, ``before``, ``after``, ``source``, ``ts_ms``, as ``from_json`` of
+    the Kafka value gives them): read as :mod:`castsql.write.debezium` reads
+    events (the row, the operation, a sequence from ``source``, unchanged
+    TOAST values kept).
 
     Example::
 
         >>> cdc_merge(spark, "/data/users", feed_df, key="id", op_column="op", sequence="lsn").version  # doctest: +SKIP
         12
         >>> def apply(df, batch_id):  # doctest: +SKIP
-        ...     cdc_merge(df.sparkSession, "/data/users", df, key="id", op_column="op",
-        ...               query="users-cdc", batch_id=batch_id)
+        ...     cdc_merge(df.sparkSession, "/data/users", df, key="id", op_column="op", sequence="lsn",
+        ...               app_id="users-cdc", batch_id=batch_id)
         >>> feed.writeStream.foreachBatch(apply).option("checkpointLocation", ck).start()  # doctest: +SKIP
     """
     import time
 
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    from castsql.write.cdc import Cdc, batch_of
 
-    from castsql.write.cdc import cdc_merge_spec
-
-    keys = [key] if isinstance(key, str) else list(key)
-    if sequence is not None:
-        w = Window.partitionBy(*map(quote, keys)).orderBy(F.col(quote(sequence)).desc())
-        batch = batch.withColumn("_castsql_rank", F.row_number().over(w)).where("_castsql_rank = 1")
-        batch = batch.drop("_castsql_rank")
-    if (query is None) != (batch_id is None):
-        raise MergeError(f"{uri}: cdc_merge: give query and batch_id together (from foreachBatch), or neither")
-    stream = (str(query), int(batch_id)) if query is not None and batch_id is not None else None
+    if query is not None and app_id is not None and query != app_id:
+        raise MergeError(f"{uri}: cdc_merge: query is app_id's older name; give one of them")
+    stream = batch_of(f"{uri}: cdc_merge", app_id if app_id is not None else query, batch_id)
+    if format == "debezium":
+        batch, op_column, sequence, unavailable = _debezium_frame(batch, op_column, sequence, unavailable)
+    elif format != "rows":
+        raise MergeError(f"{uri}: cdc_merge: format must be 'rows' or 'debezium', got {format!r}")
+    cdc = Cdc.of(key, op_column, sequence, delete_values, upsert_values, partial, unavailable)
     log = TableLog(open_storage(uri, s3=s3))
-    spec = cdc_merge_spec(keys, op_column, delete_values, quote=quote)
+    log.latest()  # no table here: TableNotFound before any job
     started = time.perf_counter()
-    engine = SparkEngine(spark, log, DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES, source=batch)
-    metrics = kept_in_step(log, pipeline.merge(engine, spec, pipeline.Options(attempts, stream=stream)))
+    engine = SparkEngine(
+        spark, log, DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES, source=batch, merge_schema=merge_schema
+    )
+    try:
+        options = pipeline.Options(attempts, merge_schema, stream=stream)
+        metrics = kept_in_step(log, pipeline.apply_cdc(engine, cdc, options))
+    finally:
+        engine.release()
     metrics.execution_time_ms = int((time.perf_counter() - started) * 1000)
     return metrics
+
+
+def _debezium_frame(
+    df: DataFrame, op_column: str | None, sequence: Any, unavailable: str | None
+) -> tuple[DataFrame, str, Any, str | None]:
+    """A DataFrame of Debezium's envelope as a CDC batch, as
+    :func:`castsql.write.debezium.read_debezium` reads events."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
+
+    from castsql.write.cdc import DEBEZIUM_UNAVAILABLE
+    from castsql.write.debezium import OP_COLUMN, SEQUENCES, TS_SEQUENCE
+
+    cols = {f.name: f.dataType for f in df.schema.fields}
+    if "op" not in cols or not ({"after", "before"} & cols.keys()):
+        raise MergeError(
+            f"cdc_merge: format='debezium' needs the envelope's columns op, before, after, source; got {list(cols)}"
+        )
+    # A side that is never set reads from JSON as a string column of NULLs: absent.
+    after, before = (t if isinstance(t := cols.get(side), StructType) else None for side in ("after", "before"))
+    if after is None and before is None:
+        raise MergeError("cdc_merge: format='debezium': before or after must be a struct (from_json of the event)")
+    # JSON inference types the two sides apart (a delete's before may hold only the key, NULLs
+    # read as strings): each column is after's, or before's cast to after's type for a delete.
+    types = {f.name: f.dataType for f in (*(before.fields if before else ()), *(after.fields if after else ()))}
+
+    def value(name: str) -> Column:
+        a = F.col(f"after.{quote(name)}") if after is not None and name in after.fieldNames() else F.lit(None)
+        if before is None or name not in before.fieldNames():
+            return a.cast(types[name])
+        return F.when(F.col("op") == "d", F.col(f"before.{quote(name)}").cast(types[name])).otherwise(a)
+
+    source = cols.get("source")
+    have = {f.name for f in source.fields} if isinstance(source, StructType) else set()
+    fields, names = next(((f, n) for f, n in SEQUENCES if set(f) <= have), ((), TS_SEQUENCE))
+    seqs = [F.col(f"source.{f}").alias(n) for f, n in zip(fields, names, strict=True)] or [
+        F.col("ts_ms").alias(names[0])
+    ]
+    out = df.where(F.col("op").isNotNull()).select(
+        *[value(n).alias(n) for n in types], F.col("op").alias(OP_COLUMN), *seqs
+    )
+    return (
+        out,
+        op_column or OP_COLUMN,
+        sequence if sequence is not None else names,
+        DEBEZIUM_UNAVAILABLE if unavailable is None else unavailable,
+    )
 
 
 def delete(
@@ -472,6 +545,9 @@ class SparkEngine:
         self.source, self.merge_schema = source, merge_schema
         self._views: list[str] = []
         self._count: int | None = None
+        self._batch: Any = None  # a CDC batch as given, while ``source`` is its changes to apply
+        self._batch_view: str | None = None
+        self._narrowed: Any = None
 
     # -------------------------------------------------- delete and update
 
@@ -595,7 +671,63 @@ class SparkEngine:
                 self._count = self.source.count()
         return self._count
 
-    def find_merge(self, snap: Snapshot, spec: MergeSpec) -> _SparkFound:
+    # -------------------------------------------------- CDC (castsql.write.pipeline.apply_cdc)
+
+    dialect = "spark"
+
+    @property
+    def batch_name(self) -> str:
+        if self._batch_view is None:
+            self._check_source()
+            self._batch, self._batch_view = self.source, self.temp_name("batch")
+            self.source.createOrReplaceTempView(self._batch_view)
+            self._views.append(self._batch_view)
+        return quote(self._batch_view)
+
+    def temp_name(self, what: str) -> str:
+        return f"_castsql_{what}_{uuid.uuid4().hex[:12]}"
+
+    def sql_type(self, column_type: str) -> str:
+        from castsql.spark.types import spark_type
+
+        return spark_type(type_from_name(column_type)).simpleString()
+
+    def _register(self, tables: Mapping[str, pa.Table] | None) -> None:
+        for name, t in (tables or {}).items():
+            df = self.spark.createDataFrame(t) if t.num_rows else self.spark.createDataFrame([], _spark_schema(t))
+            df.createOrReplaceTempView(name)
+            self._views.append(name)
+
+    def query(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> pa.Table:
+        from pyspark.errors import AnalysisException
+
+        from castsql.spark.errors import job_errors
+
+        self._register(tables)
+        try:
+            with job_errors(f"{self.table}: cdc"):
+                return self.spark.sql(sql).toArrow()
+        except AnalysisException as e:
+            raise _analysis(self.table, "cdc", e) from None
+
+    def narrow(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> str:
+        from pyspark import StorageLevel
+        from pyspark.errors import AnalysisException
+
+        self._register(tables)
+        if self._narrowed is not None:
+            self._narrowed.unpersist()
+        try:
+            self.source = self._narrowed = self.spark.sql(sql).persist(StorageLevel.MEMORY_AND_DISK)
+        except AnalysisException as e:
+            raise _analysis(self.table, "cdc", e) from None
+        self._count = None
+        name = self.temp_name("changes")
+        self.source.createOrReplaceTempView(name)
+        self._views.append(name)
+        return quote(name)
+
+    def find_merge(self, snap: Snapshot, spec: MergeSpec, unchanged: bool = False) -> _SparkFound:
         """The actions of :func:`castsql.write.merge.actions_sql` over the
         source and the live target rows, persisted, and counted in one job."""
         from pyspark import StorageLevel
@@ -622,7 +754,9 @@ class SparkEngine:
                           ).createOrReplaceTempView(target_view)  # fmt: skip
             try:
                 acts = self.spark.sql(
-                    actions_sql(spec, quote(target_view), quote(source_view), names, quote, old_key=pk)
+                    actions_sql(
+                        spec, quote(target_view), quote(source_view), names, quote, old_key=pk, keep_unchanged=unchanged
+                    )
                 )
                 cast, lossy = _cast_columns(acts, snap, table, "merge", texts)
                 out = acts.select(
@@ -649,6 +783,12 @@ class SparkEngine:
                 F.sum(F.when(action == ACTION_INSERT, 1).otherwise(0)).alias("inserted"),
                 F.sum(F.when(changes & (F.col(MATCHES_COL) > 1), 1).otherwise(0)).alias("multiple"),
             ]
+            if unchanged:
+                matched = F.col(FILE_COL).isNotNull()
+                aggs += [
+                    F.sum(F.when((action == ACTION_NONE) & matched, 1).otherwise(0)).alias("matched_unchanged"),
+                    F.sum(F.when((action == ACTION_NONE) & ~matched, 1).otherwise(0)).alias("unmatched_unchanged"),
+                ]
             if key is not None:  # the inserted keys, counted in the same job
                 k = F.when(action == ACTION_INSERT, F.col(quote(key)))
                 aggs += [
@@ -666,14 +806,28 @@ class SparkEngine:
             found.close()
             raise
         found.counts = Counts(stats["updated"], stats["deleted"], stats["inserted"] or 0)
+        if unchanged:
+            found.counts.matched_unchanged = stats["matched_unchanged"] or 0
+            found.counts.unmatched_unchanged = stats["unmatched_unchanged"] or 0
         found.multiple = bool(stats["multiple"])
         found.stats, found.stats_key = stats, key
         return found
 
     def close(self) -> None:
+        """Drop the views of an attempt (a CDC batch's own view stays for the next: :meth:`release`)."""
+        for v in self._views:
+            if v != self._batch_view:
+                self.spark.catalog.dropTempView(v)
+        self._views = [v for v in self._views if v == self._batch_view]
+
+    def release(self) -> None:
+        """Drop every view and cached relation (a CDC batch's, after the last attempt)."""
+        if self._narrowed is not None:
+            self._narrowed.unpersist()
+            self._narrowed = None
         for v in self._views:
             self.spark.catalog.dropTempView(v)
-        self._views = []
+        self._views, self._batch_view = [], None
 
 
 class _SparkFound:

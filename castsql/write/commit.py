@@ -31,10 +31,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import pyarrow as pa
+
 from castsql.errors import CommitConflict
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord
 from castsql.format.change import Change
 from castsql.format.manifest import ChangeData, added_summary
+from castsql.format.markers import level, stamp, write_markers
 from castsql.format.schema import Schema
 
 log_ = logging.getLogger(__name__)
@@ -54,25 +57,36 @@ def commit_dml(
     schema: Schema | None = None,
     new_schema: Schema | None = None,
     change_data: ChangeData | None = None,
+    cdc_order: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
+    markers: pa.Table | None = None,
 ) -> Manifest:
     """Write one tombstone file holding ``records`` (if any) and commit it with
     the data files ``files`` as one version planned from ``read_version``
     (and ``change_data``: the written change-data file of the rows ``records``
-    delete, with the keys the write changed).
+    delete, with the keys the write changed). A sequenced CDC batch gives
+    ``cdc_order`` (its key and sequence columns) and ``markers``: the key and
+    sequence of each delete it applied (FORMAT.md §3.7), written as one
+    markers object.
 
     The records are checked against ``read_version`` first (files in it, row
     groups and positions that exist). ``insert_key_span`` is (key column, lo,
     hi) of the rows the operation inserts (JSON statistics; column None: any
     concurrent data file conflicts). Raises CommitConflict when a concurrent
     commit makes the plan stale (nothing committed: plan again)."""
-    if not records and not files:
-        raise ValueError("commit_dml needs records or files")
+    if not records and not files and (markers is None or not markers.num_rows):
+        raise ValueError("commit_dml needs records, files or markers")
     where = f"{log.storage.root}: {operation.lower()}"
     targets: set[str] = set()
     tombstones: tuple[str, ...] = ()
     if records:
         targets = log.validate_tombstones(records, log.manifest(read_version), where=where)
         tombstones = (log.write_tombstone(records),)
+    added_markers = None
+    if markers is not None and markers.num_rows:
+        stamped = stamp(markers)
+        key = cdc_order[0] if cdc_order else None
+        added_markers = write_markers(log.storage, stamped, level=level(stamped.num_rows), key=key)
+        log.wrote_markers(added_markers, stamped)
     full = {
         **added_summary(files),
         "added_tombstones": len(tombstones),
@@ -91,6 +105,8 @@ def commit_dml(
         read_version=read_version,
         summary=full,
         change_data=change_data,
+        cdc_order=cdc_order,
+        add_markers=added_markers,
     )
     return log.commit(change, base=log.manifest(read_version))
 

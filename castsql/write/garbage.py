@@ -42,6 +42,7 @@ from datetime import UTC, datetime, timedelta
 from castsql.errors import CastSQLError, VersionNotFound
 from castsql.format import Manifest, TableLog, keyindex
 from castsql.format.layout import (
+    CDC_DIR,
     DATA_DIR,
     MANIFEST_DIR,
     META_DIR,
@@ -149,6 +150,8 @@ def _references(log: TableLog, m: Manifest) -> set[str]:
     refs = set(log.state(m).keys().to_pylist())
     refs |= {to_table_key(t, root, what="tombstone") for t in m.tombstones}
     refs |= {r.path for r in (*m.file_objects, *m.delete_objects)}
+    if m.cdc is not None:  # its CDC delete markers (FORMAT.md §3.7)
+        refs |= {r.path for r in m.cdc.markers}
     if m.change is not None and m.change.preimages is not None:  # its change-data file (FORMAT.md §3.5)
         refs.add(to_table_key(m.change.preimages.path, root, what="change-data file"))
     return refs
@@ -219,7 +222,9 @@ def gc(
 
     # 1. Candidates first: whatever is written after this listing is not ours to judge.
     objects = {
-        i.key: i for prefix in (DATA_DIR + "/", TOMBSTONE_DIR + "/", META_DIR + "/") for i in storage.list(prefix)
+        i.key: i
+        for prefix in (DATA_DIR + "/", TOMBSTONE_DIR + "/", META_DIR + "/", CDC_DIR + "/")
+        for i in storage.list(prefix)
     }
     manifests = {v: i for i in storage.list(MANIFEST_DIR + "/") if (v := manifest_version(i.key)) is not None}
     indexes = list(storage.list(keyindex.INDEX_DIR + "/"))
@@ -271,7 +276,7 @@ def gc(
         if key in dropped_refs:
             if key.startswith(DATA_DIR + "/"):
                 report.removed_data_files.append(key)
-            elif key.startswith(META_DIR + "/"):
+            elif key.startswith((META_DIR + "/", CDC_DIR + "/")):
                 report.removed_metadata.append(key)
             else:
                 report.removed_tombstones.append(key)

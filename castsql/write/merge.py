@@ -297,6 +297,7 @@ def actions_sql(
     columns: Sequence[str],
     quote: Callable[[str], str],
     old_key: str | None = None,
+    keep_unchanged: bool = False,
 ) -> str:
     """ONE SQL query, valid in DuckDB and Spark SQL, giving what the merge does.
 
@@ -313,6 +314,8 @@ def actions_sql(
     new row has them (NULL for a delete). Unchanged rows are left out. With
     ``old_key`` (the primary key, a column of the target relation), also
     ``_castsql_old_key``: the key the target row had, which an update may change.
+    ``keep_unchanged``: rows no clause changes are kept too (action 0), so a
+    caller can count the source rows that changed nothing.
     """
     q = quote
     t, s = q(spec.target_alias), q(spec.source_alias)
@@ -370,6 +373,8 @@ def actions_sql(
         f"FROM (SELECT *, TRUE AS {q(_TP)} FROM {target}) AS {t} "
         f"{join} (SELECT *, TRUE AS {q(_SP)} FROM {source}) AS {s} ON {on}"
     )
+    if keep_unchanged:
+        return inner
     return f"SELECT * FROM ({inner}) AS {q('_castsql_actions')} WHERE {q(ACTION_COL)} <> {ACTION_NONE}"
 
 

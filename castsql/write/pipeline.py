@@ -49,10 +49,12 @@ from castsql.errors import MergeError, WriteError
 from castsql.format import Change, DataFile, Manifest, Schema, TableLog, TombstoneRecord
 from castsql.format.evolution import fits, merged, rebase, refusal, widens
 from castsql.format.manifest import ChangeData, added_summary, json_stat
+from castsql.format.markers import WRITTEN_AT, conform
 from castsql.format.properties import change_data_feed
 from castsql.format.schema import normalize_type, type_from_name, type_name
 from castsql.format.tombstone import serialize_tombstones
 from castsql.snapshot import Snapshot, resolve
+from castsql.write.cdc import Cdc, CdcMetrics, Dialect
 from castsql.write.commit import commit_dml, with_retries
 from castsql.write.keys import check_input_keys, check_written_keys, existing_keys, refuse_existing
 from castsql.write.merge import MergeMetrics, MergeSpec, inserts_unmatched, moves_keys, validate
@@ -63,11 +65,16 @@ ATTEMPTS = 5  # plans made before a conflicting operation gives up (FORMAT.md §
 
 @dataclass
 class Counts:
-    """Target rows an attempt updates and deletes (distinct rows) and rows it inserts."""
+    """Target rows an attempt updates and deletes (distinct rows) and rows it
+    inserts; with ``unchanged`` asked of :meth:`Engine.find_merge`, also the
+    source rows that matched a row and changed nothing, and those that
+    matched none and inserted nothing."""
 
     updated: int = 0
     deleted: int = 0
     inserted: int = 0
+    matched_unchanged: int = 0
+    unmatched_unchanged: int = 0
 
     @property
     def any(self) -> bool:
@@ -152,8 +159,30 @@ class Engine(Protocol):
 
     def source_rows(self) -> int: ...
 
-    def find_merge(self, snap: Snapshot, spec: MergeSpec) -> Found:
-        """What ``spec`` does to the live rows of ``snap``."""
+    def find_merge(self, snap: Snapshot, spec: MergeSpec, unchanged: bool = False) -> Found:
+        """What ``spec`` does to the live rows of ``snap`` (``unchanged``: also
+        count the source rows that change nothing, :class:`Counts`)."""
+        ...
+
+    # A CDC batch (apply_cdc) is read with SQL the pipeline writes in the engine's dialect.
+    dialect: str  # "duckdb" or "spark"
+    batch_name: str  # the merge's source as given, a relation SQL can name
+
+    def query(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> pa.Table:
+        """The rows of ``sql`` (small), which may name ``batch_name`` and ``tables`` (registered by those names)."""
+        ...
+
+    def narrow(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> str:
+        """The merge's source becomes the rows of ``sql`` (as :meth:`query`);
+        the name SQL gives it until the next call."""
+        ...
+
+    def temp_name(self, what: str) -> str:
+        """A relation name no other statement of the engine's session uses."""
+        ...
+
+    def sql_type(self, column_type: str) -> str:
+        """The engine's SQL name of a manifest column type (``int64``)."""
         ...
 
 
@@ -402,10 +431,16 @@ def append(
 # ---------------------------------------------------------------------- merge
 
 
-def last_batch(log: TableLog, query: str) -> int:
+def last_batch(log: TableLog, query: str, batch: int | None = None) -> int:
     """The highest micro-batch id of stream ``query`` committed to the table, or -1:
     the head's record (every version carries it, whatever GC dropped), else, for
-    batches committed before manifests carried it, the versions' summaries."""
+    batches committed before manifests carried it, the versions' summaries.
+
+    Given ``batch``, the pointer's version answers when it holds ``batch``
+    already (records only grow): a replay costs the pointer and one manifest,
+    without the probe for versions past the pointer."""
+    if batch is not None and (known := log.write_base().streams.get(query, -1)) >= batch:
+        return known
     head = log.latest()
     if query in head.streams:
         return head.streams[query]
@@ -435,7 +470,7 @@ def merge(engine: Engine, spec: MergeSpec, options: Options | None = None) -> Me
     o = options or Options()
     table = engine.table
     where = f"table {table}: merge"
-    if o.stream is not None and last_batch(engine.log, o.stream[0]) >= o.stream[1]:
+    if o.stream is not None and last_batch(engine.log, *o.stream) >= o.stream[1]:
         return MergeMetrics(extra={"skipped_batch": True})
     head = engine.log.latest()
     source = engine.source_schema()
@@ -479,8 +514,11 @@ def merge_once(
 
 def _commit_merge(
     engine: Engine, snap: Snapshot, spec: MergeSpec, found: Found, metrics: MergeMetrics, o: Options,
-    new_schema: Schema | None,
+    new_schema: Schema | None, cdc: Cdc | None = None, markers: pa.Table | None = None,
 ) -> MergeMetrics:  # fmt: skip
+    """Commit what ``found`` holds; a sequenced CDC batch (``cdc``) also keeps
+    ``markers``, the key and sequence of each delete it applied (FORMAT.md
+    §3.7), and commits for them alone when no row changed."""
     table = engine.table
     if found.multiple and not spec.multiple_matches_allowed:
         raise MergeError(
@@ -493,9 +531,12 @@ def _commit_merge(
     metrics.num_target_rows_updated, metrics.num_target_rows_deleted = c.updated, c.deleted
     metrics.num_target_rows_inserted, metrics.num_output_rows = c.inserted, c.updated + c.inserted
     metrics.version = None
-    if not c.any:
+    keep = markers is not None and markers.num_rows > 0
+    if not c.any and not keep:
         return metrics
-    span = _merge_keys(engine, snap, spec, found, o.allow_duplicate_keys)
+    span = _merge_keys(engine, snap, spec, found, o.allow_duplicate_keys) if c.any else None
+    if keep:
+        span = _with_markers(span, snap, spec, markers)
     records, n_gone = found.tombstones()
     if n_gone != c.updated + c.deleted:
         raise WriteError(
@@ -515,11 +556,14 @@ def _commit_merge(
             "deleted_rows": n_gone,
             "source_rows": metrics.num_source_rows,
             **({"stream_query": stream[0], "stream_batch": stream[1]} if stream is not None else {}),
+            **({"delete_markers": markers.num_rows} if keep else {}),
         },
         insert_key_span=span,
         schema=snap.schema if new_schema is not None else None,
         new_schema=new_schema,  # merge_schema: the schema changes in this version (FORMAT.md §3.4)
         change_data=_change_data(engine, snap, found, files),  # None without deleted rows
+        cdc_order=(cdc.key, cdc.sequence) if cdc is not None and cdc.sequence else None,
+        markers=markers if keep else None,
     )
     metrics.version = m.version
     metrics.num_target_files_added = len(files)
@@ -567,3 +611,129 @@ def _merge_keys(engine: Engine, snap: Snapshot, spec: MergeSpec, found: Found, a
     st = found.insert_stats(col)
     lo, hi = json_stat(st.lo), json_stat(st.hi)
     return (col, lo, hi) if lo is not None and hi is not None else (None, None, None)
+
+
+def _with_markers(span: tuple | None, snap: Snapshot, spec: MergeSpec, markers: pa.Table) -> tuple:
+    """``span`` (the keys a merge inserts) widened to the keys of the delete
+    markers it keeps: a concurrent commit that adds a row of such a key made
+    the delete's plan stale (FORMAT.md §3.7)."""
+    pk = snap.primary_key
+    col = pk if pk is not None and any(k.lower() == pk.lower() for k in spec.keys or ()) else (spec.keys or (None,))[0]
+    if col is None or (span is not None and span[0] != col):
+        return (None, None, None)
+    mm = pc.min_max(markers.column(next(n for n in markers.column_names if n.lower() == col.lower())))
+    lo, hi = json_stat(mm["min"].as_py()), json_stat(mm["max"].as_py())
+    if lo is None or hi is None:
+        return (None, None, None)
+    if span is None:
+        return (col, lo, hi)
+    try:
+        return (col, min(lo, span[1]), max(hi, span[2]))
+    except TypeError:
+        return (None, None, None)
+
+
+# ---------------------------------------------------------------------- change data capture
+
+
+def apply_cdc(engine: Engine, cdc: Cdc, options: Options | None = None) -> CdcMetrics:
+    """Apply the engine's source as one CDC batch (:mod:`castsql.write.cdc`):
+    one version, or none when no change outranks the table's. A batch id of
+    ``options.stream`` the table already has commits nothing and reads
+    nothing past the head (``batch_replayed``)."""
+    o = options or Options()
+    log = engine.log
+    where = f"table {engine.table}: cdc"
+    metrics = CdcMetrics()
+    if o.stream is not None and last_batch(log, *o.stream) >= o.stream[1]:
+        metrics.batch_replayed = True
+        metrics.extra["skipped_batch"] = True
+        return metrics
+    head = log.latest()
+    batch = engine.source_schema()
+    stored = pa.schema([f for f in batch if f.name.lower() != cdc.op_column.lower()])
+    pk = head.primary_key
+    target = merged(head.schema, stored, where, pk) if o.merge_schema else head.schema
+    cdc = cdc.bind(where, target, batch)
+    state = head.cdc
+    if state is not None and not cdc.sequence:
+        raise MergeError(
+            f"{where}: the table orders CDC changes by sequence ({', '.join(state.sequence)}); give sequence= "
+            "(a change without one could bring back a key deleted by a later change); nothing was committed"
+        )
+    if state is not None and (_lower(state.key), _lower(state.sequence)) != (_lower(cdc.key), _lower(cdc.sequence)):
+        raise MergeError(
+            f"{where}: the table orders CDC changes by key ({', '.join(state.key)}) and sequence "
+            f"({', '.join(state.sequence)}); this batch names key ({', '.join(cdc.key)}) and sequence "
+            f"({', '.join(cdc.sequence)}); nothing was committed"
+        )
+    d = Dialect(engine.dialect, engine.sql_type)
+    spec = cdc.merge_spec(cdc.columns, d)
+    _source_fits(engine, spec, target, stored, where)
+    nan = [c for c in (*cdc.key, *cdc.sequence) if pa.types.is_floating(batch.field(c).type)]
+    bad = engine.query(cdc.problems_sql(engine.batch_name, d, nan))
+    if bad.num_rows:
+        raise cdc.refusal(where, bad.to_pylist()[0])
+    names = batch.names
+    typed = f"({cdc.typed_sql(engine.batch_name, names, d)})"
+    latest = f"({cdc.latest_sql(typed, names, d)})" if cdc.sequence else typed
+    metrics.num_source_rows = engine.source_rows()
+    metrics.num_changes = (
+        int(engine.query(f"SELECT count(*) AS n FROM {latest} AS {d.q('_castsql_l')}").column(0)[0].as_py())
+        if cdc.sequence
+        else metrics.num_source_rows
+    )
+    metrics.num_changes_superseded = metrics.num_source_rows - metrics.num_changes
+
+    def attempt(i: int) -> CdcMetrics:
+        metrics.attempts = i + 1
+        if i and o.stream is not None and last_batch(log, o.stream[0]) >= o.stream[1]:
+            metrics.batch_replayed = True  # committed meanwhile by an earlier run of the batch
+            metrics.extra["skipped_batch"] = True
+            return metrics
+        snap = _planned(log, i)
+        new_schema = None
+        if o.merge_schema:
+            evolved = evolve(snap, merged(snap.schema, stored, where, snap.primary_key), where)
+            if evolved is not snap:
+                snap, new_schema = evolved, evolved.schema
+        tables = {}
+        held = _markers(log, snap, cdc) if cdc.sequence else None
+        if held is not None:
+            tables[engine.temp_name("markers")] = held
+        fresh = engine.narrow(cdc.fresh_sql(latest, next(iter(tables), None), names, d), tables)
+        n_fresh = int(engine.query(f"SELECT count(*) AS n FROM {fresh}").column(0)[0].as_py())
+        dels = engine.query(cdc.deletes_sql(fresh, d)) if cdc.sequence else None
+        found = engine.find_merge(snap, spec, unchanged=True)
+        try:
+            out = _commit_merge(engine, snap, spec, found, metrics, o, new_schema, cdc, dels)
+        finally:
+            found.close()
+        c = found.counts
+        if out.version is None and not _stands(log, snap, i):
+            return attempt(i + 1)
+        metrics.num_changes_stale = metrics.num_changes - n_fresh + c.matched_unchanged
+        # A delete of a key the table does not hold is applied when its marker is kept.
+        remembered = c.unmatched_unchanged if cdc.sequence else 0
+        metrics.num_changes_applied = c.updated + c.deleted + c.inserted + remembered
+        metrics.num_delete_markers_added = dels.num_rows if dels is not None and out.version is not None else 0
+        return metrics
+
+    return with_retries(where, o.attempts, attempt)
+
+
+def _lower(names: Sequence[str]) -> tuple[str, ...]:
+    return tuple(n.lower() for n in names)
+
+
+def _markers(log: TableLog, snap: Snapshot, cdc: Cdc) -> pa.Table | None:
+    """The key and sequence of the delete markers ``snap`` holds (FORMAT.md
+    §3.7), or None when it holds none."""
+    state = snap.manifest.cdc
+    if state is None or not state.markers:
+        return None
+    where = log.where(snap.version)
+    parts = [conform(log.markers_table(r, where), state, snap.schema, where) for r in state.markers]
+    table = pa.concat_tables(parts).drop_columns([WRITTEN_AT])
+    # The batch's spelling of the columns (the table's may differ in case).
+    return table.rename_columns([*cdc.key, *cdc.sequence])
