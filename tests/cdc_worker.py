@@ -3,7 +3,7 @@ URI BATCHES START [STEP BATCH]`` applies the batches of the JSON file BATCHES
 from index START on, each with ``app_id="feed"`` and its index as
 ``batch_id`` (as a consumer resuming from its last committed offset does);
 with STEP, it SIGKILLs itself at that step (commit_worker.CrashingStorage)
-while applying batch BATCH."""
+in the first batch from BATCH on that reaches it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def main() -> None:
     log = t._session.log(t.name)
     plain = log.storage
     for i in range(start, len(batches)):
-        log.storage = CrashingStorage(plain, step) if i == at and step else plain
+        log.storage = CrashingStorage(plain, step) if step and i >= at else plain
         t.apply_cdc(cdc_model.arrow(batches[i]), key="id", op_column="op", sequence="seq", app_id="feed", batch_id=i)
     print("done", t.version)
 

@@ -113,7 +113,7 @@ def _expire_markers(log: TableLog, snap: Snapshot) -> Manifest | None:
     markers past the table's retention (FORMAT.md §3.7): a ``COMPACT``
     version changing nothing else, or None when none is past it."""
     state = snap.manifest.cdc
-    if state is None or not any_expired(state.markers, delete_retention(snap.manifest.properties), datetime.now(UTC)):
+    if state is None or not any_expired(state, delete_retention(snap.manifest.properties), datetime.now(UTC)):
         return None
     return log.commit(Change("COMPACT", read_version=snap.version, summary={"expired_delete_markers": True}))
 

@@ -44,6 +44,7 @@ Example::
 from __future__ import annotations
 
 import array
+import dataclasses
 import itertools
 import re
 from collections import defaultdict
@@ -69,7 +70,7 @@ from castsql.format.writer import conform
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot
 from castsql.write import pipeline
 from castsql.write.arrow import as_arrow
-from castsql.write.cdc import Cdc, CdcMetrics
+from castsql.write.cdc import Cdc, CdcMetrics, Check, check, deletes, prepare
 from castsql.write.commit import commit_overwrite
 from castsql.write.keys import check_input_keys, existing_keys
 from castsql.write.merge import (
@@ -495,40 +496,23 @@ class Writer:
     ) -> CdcMetrics:
         """Apply ``batch`` (Arrow, pandas or polars) as one CDC batch
         (:func:`castsql.write.pipeline.apply_cdc`)."""
-        name = self._batch_raw = self.use_source(batch)
-        self.batch_name = ident(name)
+        self._batch = as_arrow(batch, f"table {self.table}: cdc")
+        self._src, self._src_name = self._batch, None
         try:
             return pipeline.apply_cdc(self, cdc, pipeline.Options(attempts, merge_schema, stream=stream))
         finally:
-            self.con.unregister(name)
-            if self._src_name != name:
+            if self._src_name is not None:
                 self.con.unregister(self._src_name)
 
-    def temp_name(self, what: str) -> str:
-        return f"castsql_{what}_{next(self._seq)}"
+    def cdc_check(self, cdc: Cdc) -> Check:
+        return check(cdc, self._batch)
 
-    def sql_type(self, column_type: str) -> str:
-        return duck_type(column_type)
-
-    def query(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> pa.Table:
-        tables = tables or {}
-        for n, t in tables.items():
-            self.con.register(n, t)
-        try:
-            return self.con.sql(sql).to_arrow_table()
-        except duckdb.Error as e:
-            raise MergeError(f"table {self.table}: cdc: {_explain(e)}; nothing was committed") from None
-        finally:
-            for n in tables:
-                self.con.unregister(n)
-
-    def narrow(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> str:
-        rows = self.query(sql, tables)
-        if self._src_name != self._batch_raw:
+    def cdc_changes(self, cdc: Cdc, markers: pa.Table | None) -> tuple[int, pa.Table]:
+        if self._src_name is not None:
             self.con.unregister(self._src_name)
-        self._src, self._src_name = rows, self._name("changes")
-        self.con.register(self._src_name, rows)
-        return ident(self._src_name)
+        self._src, self._src_name = prepare(cdc, self._batch, markers), self._name("changes")
+        self.con.register(self._src_name, self._src)
+        return self._src.num_rows, deletes(cdc, self._src)
 
     def use_source(self, source: Any) -> str:
         """Register a merge's ``source`` (Arrow, pandas or polars) on the connection; its view's name."""
@@ -554,7 +538,9 @@ class Writer:
         made: list[tuple[str, str]] = []
         try:
             if fast:
-                target = self._matched_targets(spec, src, src_name, snap, made)
+                target, tied = self._matched_targets(spec, src, src_name, snap, made)
+                if spec.untied is not None and not tied:
+                    spec = dataclasses.replace(spec, clauses=spec.untied)
             else:
                 target = self._name("target")
                 view = self._name("all")
@@ -623,11 +609,13 @@ class Writer:
 
     def _matched_targets(
         self, spec: MergeSpec, src: pa.Table, src_name: str, snap: Snapshot, made: list[tuple[str, str]]
-    ) -> str:
+    ) -> tuple[str, bool]:
         """A temp table of the live target rows some source row matches on the
-        keys: the columns the clauses use, and row identity. Files whose key
+        keys: the columns the clauses use, and row identity; and whether some
+        such row equals its source row in ``spec.order``. Files whose key
         statistics cannot hold a source key are never opened; only the key
-        columns of the others are scanned, other columns only for matched rows."""
+        (and order) columns of the others are scanned, other columns only for
+        matched rows."""
         keys = spec.keys or ()
         preds: list[Predicate] = []
         nothing = False
@@ -645,15 +633,27 @@ class Writer:
         if snap.primary_key is not None and snap.primary_key not in used:
             used.append(snap.primary_key)  # the key a changed row had (the key check)
         first = [c for c in snap.schema.names if c.lower() in {k.lower() for k in keys}]
-        hits = self._key_scan(snap, files, first, spec, src_name)
+        # Columns the conditions order rows by come with the keys (a column's
+        # scan costs less than a fetch by position); tie-breaking ones only when
+        # some matched row ties (else NULL: the conditions do not look at them).
+        order = [c for c in snap.schema.names if c.lower() in {o.lower() for o in spec.order} and c not in first]
+        hits = self._key_scan(snap, files, first, spec, src_name, carry=order)
+        first += order
         extra = [c for c in used if c not in first]
+        tied = bool(order) and self._ties(hits, src, first)
+        lower = {c.lower() for c in spec.tiebreak}
+        unread = [c for c in extra if c.lower() in lower] if lower and not tied else []
+        extra = [c for c in extra if c not in unread]
         if extra and hits.num_rows:
             hits = self._fetch(snap, hits, extra)
         elif extra:  # no source key matched: the columns, without rows
             arrow = snap.schema.to_arrow()
             for c in extra:
                 hits = hits.append_column(arrow.field(c), pa.array([], arrow.field(c).type))
-        cols = [c for c in snap.schema.names if c in first or c in extra]
+        arrow_schema = snap.schema.to_arrow()
+        for c in unread:
+            hits = hits.append_column(arrow_schema.field(c), pa.nulls(hits.num_rows, arrow_schema.field(c).type))
+        cols = [c for c in snap.schema.names if c in first or c in extra or c in unread]
         table = hits.select([*cols, FILE_COL, POS_COL])
         table = table.append_column(RG_COL, pa.nulls(table.num_rows, pa.int32()))
         # Columns the clauses do not use are NULL: a reference to one fails to
@@ -666,13 +666,29 @@ class Writer:
         finally:
             self.con.unregister(arrow)
         made.append(("table", name))
-        return name
+        return name, tied
+
+    @staticmethod
+    def _ties(hits: pa.Table, src: pa.Table, columns: list[str]) -> bool:
+        """Whether a matched row equals its source row in ``columns`` (keys and order)."""
+        if not hits.num_rows:
+            return False
+        have = {c.lower(): c for c in src.column_names}
+        # A batch's few rows: Python tuples cost less than a join's set-up (its values are the table's types).
+        mine = set(zip(*(src.column(have[c.lower()]).to_pylist() for c in columns), strict=True))
+        return any(r in mine for r in zip(*(hits.column(c).to_pylist() for c in columns), strict=True))
 
     def _key_scan(
-        self, snap: Snapshot, files: list[ResolvedFile], keys: list[str], spec: MergeSpec | None, src_name: str
+        self,
+        snap: Snapshot,
+        files: list[ResolvedFile],
+        keys: list[str],
+        spec: MergeSpec | None,
+        src_name: str,
+        carry: Sequence[str] = (),
     ) -> pa.Table:
-        """(keys…, file, position) of the live rows of ``files`` whose keys a source row has."""
-        empty = {k: pa.array([], snap.schema.to_arrow().field(k).type) for k in keys}
+        """(keys…, carry…, file, position) of the live rows of ``files`` whose keys a source row has."""
+        empty = {k: pa.array([], snap.schema.to_arrow().field(k).type) for k in (*keys, *carry)}
         empty_t = pa.table({**empty, FILE_COL: pa.array([], pa.string()), POS_COL: pa.array([], pa.int64())})
         if not files:
             return empty_t
@@ -680,7 +696,7 @@ class Writer:
         parts = []
         src_cols = {c.lower(): c for c in self.con.sql(f"SELECT * FROM {ident(src_name)} LIMIT 0").columns}
         on = " AND ".join(f"p.{ident(k)} = s.{ident(src_cols[k.lower()])}" for k in keys)
-        klist = ", ".join(f"p.{ident(k)}" for k in keys)
+        klist = ", ".join(f"p.{ident(k)}" for k in (*keys, *carry))
         for group, members in views._groups(files):
             proj = views._projection(snap, group, members[0])
             scan = parquet_files([f.uri for f in members])
@@ -700,7 +716,7 @@ class Writer:
                     sel = np.flatnonzero(fi == i)
                     keep[sel] = [p not in dead for p in pos[sel].tolist()]
             names = np.array([f.key for f in members], dtype=object)
-            part = got.select(keys).append_column(FILE_COL, pa.array(names[fi], pa.string()))
+            part = got.select([*keys, *carry]).append_column(FILE_COL, pa.array(names[fi], pa.string()))
             part = part.append_column(POS_COL, pa.array(pos, pa.int64()))
             parts.append(part.filter(pa.array(keep)))
         if not parts:

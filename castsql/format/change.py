@@ -81,7 +81,7 @@ class Change:
     # the table's order must be (the first such batch sets it), and the markers
     # object of the deletes it applied.
     cdc_order: tuple[tuple[str, ...], tuple[str, ...]] | None = None
-    add_markers: MetaRef | None = None
+    add_markers: Any = None  # pa.Table: key and sequence columns, then _castsql_written_at
     # RESTORE: the CDC state of the version restored (the head's otherwise carries on).
     restore_cdc: bool = False
     cdc: CdcState | None = None
@@ -158,7 +158,7 @@ class Change:
                 self.add_tombstones,
                 self.remove_tombstones,
                 **self._change_data(base, since, root),
-                markers=self.add_markers,
+                markers=markers.bounds(self.add_markers, self.cdc_order[0]) if self.add_markers is not None else None,
             ),
             operation=self.operation,
             summary={**self.summary, **evolution.describe(base.schema, schema)},
@@ -168,8 +168,9 @@ class Change:
     def _next_cdc(self, base: Manifest, meta: TableMetadata, properties: dict[str, str], where: str) -> CdcState | None:
         """The next version's CDC state (FORMAT.md §3.7): the base's (a
         restore: the restored version's), pinned to this change's key and
-        sequence, with its markers object added, tiers merged and (a
-        compaction) markers past the table's retention dropped."""
+        sequence, with its markers added (inline, or folded into an object),
+        tiers merged and markers past the table's retention dropped (all of
+        them in a compaction)."""
         state = self.cdc if self.restore_cdc else base.cdc
         if self.cdc_order is not None:
             key, seq = self.cdc_order
@@ -183,27 +184,27 @@ class Change:
                     f"({', '.join(state.sequence)}); this batch names key ({', '.join(key)}) and sequence "
                     f"({', '.join(seq)}); nothing was committed"
                 )
-        if state is None or (not state.markers and self.add_markers is None):
+        if state is None or (not (state.markers or state.inline) and self.add_markers is None):
             return state
-        st = meta.storage
+        st, schema = meta.storage, base.schema
 
         def write(table: Any, level: int | None) -> MetaRef:
             ref = markers.write_markers(st, table, level=level, key=state.key)
             meta.wrote_markers(ref, table)
             return ref
 
-        objects = markers.next_markers(
-            state.markers,
-            self.add_markers,
-            load=lambda r: markers.conform(meta.markers_table(r, where), state, base.schema, where),
+        objects, inline = markers.next_markers(
+            state,
+            None if self.add_markers is None else markers.conform(self.add_markers, state, schema, where),
+            inline=markers.inlinable(state, schema),
+            load=lambda r: markers.conform(meta.markers_table(r, where), state, schema, where),
+            pending=markers.from_inline(state, schema, where),
             write=write,
-            key=state.key,
-            sequence=state.sequence,
             retention=delete_retention(properties),
             now=datetime.now(UTC),
             prune=self.operation == "COMPACT",
         )
-        return replace(state, markers=objects)
+        return replace(state, markers=objects, inline=inline)
 
     def _change_data(self, base: Manifest, since: list[ChangeLog] | None, root: str) -> dict[str, Any]:
         """The change-data file and keys (ChangeLog fields), if the file still

@@ -316,6 +316,28 @@ class Totals:
 
 
 @dataclass(frozen=True, slots=True)
+class MarkerBounds:
+    """How many CDC delete markers a version added, and the bounds of their key columns."""
+
+    entries: int
+    min: dict[str, Any] = field(default_factory=dict)
+    max: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"entries": self.entries, "min": self.min, "max": self.max}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> MarkerBounds:
+        if (
+            not isinstance(obj, dict)
+            or not isinstance(obj.get("min", {}), dict)
+            or not isinstance(obj.get("max", {}), dict)
+        ):
+            raise FormatError(f"{where}: must be an object with 'entries', 'min' and 'max'")
+        return cls(_nonneg(obj.get("entries"), "entries", where), dict(obj.get("min", {})), dict(obj.get("max", {})))
+
+
+@dataclass(frozen=True, slots=True)
 class ChangeLog:
     """What one version changed against ``previous`` (version 2): the entries
     of the data files it added, the keys it removed, the tombstone files it
@@ -334,7 +356,7 @@ class ChangeLog:
     keys: tuple[Any, ...] | None = None
     # The CDC delete markers this version added (FORMAT.md §3.7): their
     # count and key bounds, which a concurrent writer's conflict check reads.
-    markers: MetaRef | None = None
+    markers: MarkerBounds | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = {
@@ -373,7 +395,7 @@ class ChangeLog:
         if keys is not None and not ascending(keys):
             keys = None  # a lookup bisects the list: one out of order would hide keys, so it says nothing
         mk = obj.get("markers")
-        markers = None if mk is None else MetaRef.from_json(mk, "markers", f"{where}: change.markers")
+        markers = None if mk is None else MarkerBounds.from_json(mk, f"{where}: change.markers")
         return cls(
             added_files=files,
             preimages=preimages,
@@ -396,9 +418,16 @@ class CdcState:
     key: tuple[str, ...]
     sequence: tuple[str, ...]
     markers: tuple[MetaRef, ...] = ()
+    # Markers not yet folded into an object (at most 32): {"key": [...], "sequence": [...], "at": time},
+    # values as JSON statistics (castsql.format.markers reads them).
+    inline: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": list(self.key), "sequence": list(self.sequence), "markers": [r.to_json() for r in self.markers]}
+        d: dict[str, Any] = {"key": list(self.key), "sequence": list(self.sequence)}
+        d["markers"] = [r.to_json() for r in self.markers]
+        if self.inline:
+            d["inline"] = list(self.inline)
+        return d
 
     @classmethod
     def from_json(cls, obj: Any, schema: Schema, where: str) -> CdcState:
@@ -418,7 +447,15 @@ class CdcState:
         if not isinstance(refs, list):
             raise FormatError(f"{where}: cdc.markers must be a list")
         markers = tuple(MetaRef.from_json(r, "markers", f"{where}: cdc.markers[{i}]") for i, r in enumerate(refs))
-        return cls(cols["key"], cols["sequence"], markers)
+        inline = obj.get("inline", [])
+        widths = (("key", len(cols["key"])), ("sequence", len(cols["sequence"])))
+        if not isinstance(inline, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("at"), str)
+            and all(isinstance(m.get(p), list) and len(m[p]) == n for p, n in widths)
+            for m in inline
+        ):  # fmt: skip
+            raise FormatError(f"{where}: cdc.inline must list markers {{'key': [...], 'sequence': [...], 'at': time}}")
+        return cls(cols["key"], cols["sequence"], markers, tuple(inline))
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,7 +38,8 @@ import pyarrow.parquet as pq
 
 from castsql.errors import FormatError, ObjectNotFound
 from castsql.format.layout import new_markers_key
-from castsql.format.manifest import CdcState, MetaRef, format_time, json_stat, parse_time
+from castsql.format.manifest import CdcState, MarkerBounds, MetaRef, format_time, json_stat, parse_time
+from castsql.format.metafiles import typed_stat
 from castsql.format.schema import Schema, type_from_name
 from castsql.storage import Storage
 
@@ -80,6 +82,12 @@ def _bounds(table: pa.Table, key: Sequence[str]) -> tuple[dict[str, Any], dict[s
         if lo is not None and hi is not None:
             mins[k], maxs[k] = lo, hi
     return mins, maxs
+
+
+def bounds(table: pa.Table, key: Sequence[str]) -> MarkerBounds:
+    """How many markers ``table`` holds and their key columns' bounds (a version's ``change.markers``)."""
+    mins, maxs = _bounds(table, key)
+    return MarkerBounds(table.num_rows, mins, maxs)
 
 
 def write_markers(storage: Storage, table: pa.Table, *, level: int | None, key: Sequence[str] | None = None) -> MetaRef:
@@ -164,10 +172,12 @@ def _before(ref: MetaRef, field: str, cutoff: datetime | None) -> bool:
         return False
 
 
-def any_expired(objects: Sequence[MetaRef], retention: timedelta | None, now: datetime) -> bool:
-    """Whether some marker of ``objects`` is past ``retention`` (a compaction drops it)."""
+def any_expired(state: CdcState, retention: timedelta | None, now: datetime) -> bool:
+    """Whether some marker of ``state`` is past ``retention`` (a compaction drops it)."""
     cutoff = None if retention is None else now - retention
-    return any(_before(r, OLDEST, cutoff) for r in objects)
+    return any(_before(r, OLDEST, cutoff) for r in state.markers) or any(
+        _before(MetaRef("", KIND, 0, extra={OLDEST: m["at"]}), OLDEST, cutoff) for m in state.inline
+    )
 
 
 def level(n: int) -> int | None:
@@ -184,33 +194,93 @@ def level(n: int) -> int | None:
     return lv
 
 
+def _unexpired(t: pa.Table, cutoff: datetime | None) -> pa.Table:
+    if cutoff is None or not t.num_rows:
+        return t
+    return t.filter(pc.greater_equal(t.column(WRITTEN_AT), pa.scalar(cutoff, pa.timestamp("us", tz="UTC"))))
+
+
+def inlinable(state: CdcState, schema: Schema) -> bool:
+    """Whether the key and sequence columns' values are exact as JSON statistics (numbers, text, times)."""
+    for name in (*state.key, *state.sequence):
+        t = type_from_name(schema.column(name).type)
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_string(t) or pa.types.is_boolean(t)
+                or pa.types.is_date(t) or pa.types.is_timestamp(t)):  # fmt: skip
+            return False
+    return True
+
+
+def to_inline(t: pa.Table, state: CdcState) -> tuple[dict[str, Any], ...]:
+    """Markers (rows of a markers object) as the manifest's inline entries."""
+    cols = {c: t.column(c).to_pylist() for c in (*state.key, *state.sequence)}
+    at = t.column(WRITTEN_AT).to_pylist()
+    return tuple(
+        {
+            "key": [json_stat(cols[k][i]) for k in state.key],
+            "sequence": [json_stat(cols[c][i]) for c in state.sequence],
+            "at": format_time(at[i]),
+        }
+        for i in range(t.num_rows)
+    )
+
+
+def from_inline(state: CdcState, schema: Schema, where: str) -> pa.Table:
+    """The manifest's inline markers as rows of a markers object, in the table's types now."""
+    names = (*state.key, *state.sequence)
+    types = {c: type_from_name(schema.column(c).type) for c in names}
+    values: dict[str, list[Any]] = {c: [] for c in names}
+    at = []
+    for m in state.inline:
+        for c, v in zip(names, [*m["key"], *m["sequence"]], strict=True):
+            typed = typed_stat(v, types[c])
+            if typed is None:
+                raise FormatError(
+                    f"{where}: cdc.inline: {v!r} is not a value of column {c!r} ({schema.column(c).type})"
+                )
+            values[c].append(typed)
+        try:
+            at.append(parse_time(m["at"]))
+        except ValueError:
+            raise FormatError(f"{where}: cdc.inline: {m['at']!r} is not a time") from None
+    arrays = [pa.array(values[c], types[c]) for c in names] + [pa.array(at, pa.timestamp("us", tz="UTC"))]
+    return pa.Table.from_arrays(arrays, names=[*names, WRITTEN_AT])
+
+
 def next_markers(
-    objects: Sequence[MetaRef],
-    add: MetaRef | None,
+    state: CdcState,
+    add: pa.Table | None,
     *,
+    inline: bool,
     load: Callable[[MetaRef], pa.Table],
+    pending: pa.Table,
     write: Callable[[pa.Table, int | None], MetaRef | None],
-    key: Sequence[str],
-    sequence: Sequence[str],
     retention: timedelta | None,
     now: datetime,
     prune: bool = False,
-) -> tuple[MetaRef, ...]:
-    """The markers objects of the next version: ``objects`` and ``add``,
-    with every ``FANOUT`` objects of one level merged (the highest sequence
-    of each key kept, markers past ``retention`` dropped) and objects whose
-    every marker is past it dropped unread. ``prune`` (compaction) also
-    rewrites every object holding an expired marker."""
+) -> tuple[tuple[MetaRef, ...], tuple[dict[str, Any], ...]]:
+    """The markers objects and inline markers of the next version.
+
+    ``pending`` (the inline markers) and ``add`` stay inline while they are
+    at most ``INLINE_MAX`` (and ``inline``: their types read back exactly
+    from JSON), else they are written as one object. Every ``FANOUT``
+    objects of one level are merged (the highest sequence of each key kept,
+    markers past ``retention`` dropped), objects whose every marker is past
+    it are dropped unread, and ``prune`` (compaction) rewrites every object
+    holding an expired marker."""
+    key, sequence = state.key, state.sequence
     cutoff = None if retention is None else now - retention
-    out = [r for r in (*objects, *([add] if add is not None else [])) if not _before(r, NEWEST, cutoff)]
+    out = [r for r in state.markers if not _before(r, NEWEST, cutoff)]
 
     def rewrite(members: list[MetaRef]) -> MetaRef | None:
-        t = pa.concat_tables([load(r) for r in members])
-        if cutoff is not None:
-            t = t.filter(pc.greater_equal(t.column(WRITTEN_AT), pa.scalar(cutoff, pa.timestamp("us", tz="UTC"))))
-        t = latest(t, key, sequence)
+        t = latest(_unexpired(pa.concat_tables([load(r) for r in members]), cutoff), key, sequence)
         return write(t, level(t.num_rows)) if t.num_rows else None
 
+    new = _unexpired(pa.concat_tables([pending, add]) if add is not None and add.num_rows else pending, cutoff)
+    kept: tuple[dict[str, Any], ...] = ()
+    if inline and new.num_rows <= INLINE_MAX:
+        kept = to_inline(new, state) if new.num_rows != len(state.inline) or add is not None else state.inline
+    elif new.num_rows and (ref := write(latest(new, key, sequence), None)) is not None:
+        out.append(replace(ref, level=level(ref.entries)))
     if prune:
         out = [r2 for r in out if (r2 := (rewrite([r]) if _before(r, OLDEST, cutoff) else r)) is not None]
     while True:
@@ -220,7 +290,7 @@ def next_markers(
                 by_level.setdefault(r.level, []).append(i)
         due = sorted(lv for lv, idx in by_level.items() if len(idx) >= FANOUT)
         if not due:
-            return tuple(out)
+            return tuple(out), kept
         members = by_level[due[0]][:FANOUT]
         merged = rewrite([out[i] for i in members])
         rest = [r for i, r in enumerate(out) if i not in members]

@@ -83,7 +83,7 @@ def _files_schema(schema: Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _typed(value: Any, t: pa.DataType) -> Any:
+def typed_stat(value: Any, t: pa.DataType) -> Any:
     """A JSON statistic (FORMAT.md §3) as a Python value of Arrow type ``t``; None if it is not one."""
     try:
         if pa.types.is_timestamp(t):
@@ -121,7 +121,7 @@ def files_to_arrow(entries: Sequence[DataFile], schema: Schema) -> pa.Table:
         for side in ("min", "max"):
             arrays = []
             for fld in stats:
-                vals = [_typed(getattr(f, side).get(fld.name), fld.type) for f in entries]
+                vals = [typed_stat(getattr(f, side).get(fld.name), fld.type) for f in entries]
                 try:
                     arrays.append(py_array(vals, fld.type))
                 except (pa.ArrowException, OverflowError):

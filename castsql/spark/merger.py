@@ -66,7 +66,7 @@ from castsql.snapshot import Snapshot
 from castsql.spark.types import quote
 from castsql.storage import S3Config, open_storage
 from castsql.write import pipeline
-from castsql.write.cdc import CdcMetrics
+from castsql.write.cdc import Cdc, CdcMetrics, Check, check, deletes, prepare
 from castsql.write.merge import (
     ACTION_COL,
     ACTION_DELETE,
@@ -119,6 +119,35 @@ def positions_task(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch
         )
     if out:
         yield pa.RecordBatch.from_pydict({"unit": out})
+
+
+def _partition(batches: Iterable[pa.RecordBatch]) -> pa.Table | None:
+    got = [b for b in batches if b.num_rows]
+    return pa.Table.from_batches(got) if got else None
+
+
+def cdc_check_task(cdc: Cdc, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: :func:`castsql.write.cdc.check` of one partition of a batch hashed by key."""
+    t = _partition(batches)
+    c = check(cdc, t) if t is not None else Check(0, 0)
+    out = {"rows": [c.rows], "changes": [c.changes], "problem": [c.problem]}
+    yield pa.RecordBatch.from_pydict(
+        out, pa.schema([("rows", pa.int64()), ("changes", pa.int64()), ("problem", pa.string())])
+    )
+
+
+def cdc_changes_task(cdc: Cdc, markers: pa.Table | None, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: :func:`castsql.write.cdc.prepare` of one partition of a batch hashed by key."""
+    t = _partition(batches)
+    if t is not None:
+        yield from prepare(cdc, t, markers).select([*cdc.columns, cdc.op_column]).to_batches()
+
+
+def cdc_deletes_task(cdc: Cdc, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: :func:`castsql.write.cdc.deletes` of prepared changes."""
+    t = _partition(batches)
+    if t is not None:
+        yield from deletes(cdc, t).to_batches()
 
 
 def _groups(t: pa.Table) -> Iterator[tuple[tuple[str, int], pa.Array]]:
@@ -240,15 +269,6 @@ def _refuse_lossy(table: str, what: str, lossy: list[Lossy], examples: Sequence[
     for (name, got, want, source, _), value in zip(lossy, examples, strict=True):
         if value is not None:
             raise unstorable(table, what, name, want.simpleString(), got.simpleString(), source, value)
-
-
-def _spark_schema(t: pa.Table) -> Any:
-    """The Spark schema of Arrow table ``t`` (createDataFrame of an empty table needs it)."""
-    from pyspark.sql.types import StructField, StructType
-
-    from castsql.spark.types import spark_type
-
-    return StructType([StructField(f.name, spark_type(f.type)) for f in t.schema])
 
 
 def _analysis(table: str, what: str, e: Exception) -> MergeError:
@@ -546,7 +566,6 @@ class SparkEngine:
         self._views: list[str] = []
         self._count: int | None = None
         self._batch: Any = None  # a CDC batch as given, while ``source`` is its changes to apply
-        self._batch_view: str | None = None
         self._narrowed: Any = None
 
     # -------------------------------------------------- delete and update
@@ -675,57 +694,46 @@ class SparkEngine:
 
     dialect = "spark"
 
-    @property
-    def batch_name(self) -> str:
-        if self._batch_view is None:
+    def _by_key(self, cdc: Cdc) -> DataFrame:
+        """The batch (as given) hashed by key: each key's changes in one partition."""
+        from pyspark.sql import functions as F
+
+        if self._batch is None:
             self._check_source()
-            self._batch, self._batch_view = self.source, self.temp_name("batch")
-            self.source.createOrReplaceTempView(self._batch_view)
-            self._views.append(self._batch_view)
-        return quote(self._batch_view)
+            self._batch = self.source
+        return self._batch.repartition(*[F.col(quote(k)) for k in cdc.key])
 
-    def temp_name(self, what: str) -> str:
-        return f"_castsql_{what}_{uuid.uuid4().hex[:12]}"
-
-    def sql_type(self, column_type: str) -> str:
-        from castsql.spark.types import spark_type
-
-        return spark_type(type_from_name(column_type)).simpleString()
-
-    def _register(self, tables: Mapping[str, pa.Table] | None) -> None:
-        for name, t in (tables or {}).items():
-            df = self.spark.createDataFrame(t) if t.num_rows else self.spark.createDataFrame([], _spark_schema(t))
-            df.createOrReplaceTempView(name)
-            self._views.append(name)
-
-    def query(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> pa.Table:
-        from pyspark.errors import AnalysisException
-
+    def cdc_check(self, cdc: Cdc) -> Check:
         from castsql.spark.errors import job_errors
 
-        self._register(tables)
-        try:
-            with job_errors(f"{self.table}: cdc"):
-                return self.spark.sql(sql).toArrow()
-        except AnalysisException as e:
-            raise _analysis(self.table, "cdc", e) from None
+        fn = functools.partial(cdc_check_task, cdc)
+        with job_errors(f"{self.table}: cdc"):
+            rows = self._by_key(cdc).mapInArrow(fn, "rows long, changes long, problem string").collect()
+        return sum((Check(r.rows, r.changes, r.problem) for r in rows), Check(0, 0))
 
-    def narrow(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> str:
+    def cdc_changes(self, cdc: Cdc, markers: pa.Table | None) -> tuple[int, pa.Table]:
         from pyspark import StorageLevel
-        from pyspark.errors import AnalysisException
+        from pyspark.sql.types import StringType, StructField, StructType
 
-        self._register(tables)
+        from castsql.spark.errors import job_errors
+        from castsql.spark.types import spark_type
+
+        def schema(columns: Sequence[str]) -> StructType:  # the operation column is text, the others the table's
+            return StructType(
+                [StructField(c, spark_type(cdc.kinds[c]) if c in cdc.kinds else StringType()) for c in columns]
+            )
+
         if self._narrowed is not None:
             self._narrowed.unpersist()
-        try:
-            self.source = self._narrowed = self.spark.sql(sql).persist(StorageLevel.MEMORY_AND_DISK)
-        except AnalysisException as e:
-            raise _analysis(self.table, "cdc", e) from None
+        changes = self._by_key(cdc).mapInArrow(
+            functools.partial(cdc_changes_task, cdc, markers), schema([*cdc.columns, cdc.op_column])
+        )
+        self.source = self._narrowed = changes.persist(StorageLevel.MEMORY_AND_DISK)
         self._count = None
-        name = self.temp_name("changes")
-        self.source.createOrReplaceTempView(name)
-        self._views.append(name)
-        return quote(name)
+        keyed = [*cdc.key, *cdc.sequence]
+        with job_errors(f"{self.table}: cdc"):
+            dels = self.source.mapInArrow(functools.partial(cdc_deletes_task, cdc), schema(keyed)).toArrow()
+        return self.source_rows(), dels.cast(pa.schema([pa.field(c, cdc.kinds[c]) for c in keyed]))
 
     def find_merge(self, snap: Snapshot, spec: MergeSpec, unchanged: bool = False) -> _SparkFound:
         """The actions of :func:`castsql.write.merge.actions_sql` over the
@@ -814,11 +822,9 @@ class SparkEngine:
         return found
 
     def close(self) -> None:
-        """Drop the views of an attempt (a CDC batch's own view stays for the next: :meth:`release`)."""
         for v in self._views:
-            if v != self._batch_view:
-                self.spark.catalog.dropTempView(v)
-        self._views = [v for v in self._views if v == self._batch_view]
+            self.spark.catalog.dropTempView(v)
+        self._views = []
 
     def release(self) -> None:
         """Drop every view and cached relation (a CDC batch's, after the last attempt)."""
@@ -827,7 +833,7 @@ class SparkEngine:
             self._narrowed = None
         for v in self._views:
             self.spark.catalog.dropTempView(v)
-        self._views, self._batch_view = [], None
+        self._views = []
 
 
 class _SparkFound:

@@ -46,7 +46,7 @@ With the embedded engine::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from castsql.errors import MergeError
+from castsql.format.markers import latest
 from castsql.format.schema import Schema
 from castsql.write.merge import Clause, MergeMetrics, MergeSpec
 
@@ -62,7 +63,7 @@ UPSERTS = ("i", "u", "c", "r", "insert", "update", "upsert")
 DELETES = ("d", "delete")
 DEBEZIUM_UNAVAILABLE = "__debezium_unavailable_value"  # an unchanged TOAST column, as Debezium sends it
 
-_DEL, _RN = "_castsql_del", "_castsql_rn"
+_DEL, _MARK = "_castsql_del", "_castsql_marker"
 
 
 def _text(v: str) -> str:
@@ -77,23 +78,14 @@ def _names(v: str | Sequence[str] | None) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Dialect:
-    """The few spellings DuckDB and Spark SQL differ in; ``sql_type`` names a
-    manifest column type (``int64``) in the engine's SQL."""
+    """The few spellings of the merge's conditions DuckDB and Spark SQL differ in."""
 
     name: str  # "duckdb" or "spark"
-    sql_type: Callable[[str], str] | None = None
 
     def q(self, n: str) -> str:
         if self.name == "spark":
             return "`" + n.replace("`", "``") + "`"
         return '"' + n.replace('"', '""') + '"'
-
-    def boxed(self, x: str) -> str:
-        """A one-field struct of ``x``: NULL only when no value, not when the value is NULL."""
-        return f"named_struct('v', {x})" if self.name == "spark" else f"struct_pack(v := {x})"
-
-    def last_value(self, x: str) -> str:
-        return f"last_value({x}) IGNORE NULLS" if self.name == "spark" else f"last_value({x} IGNORE NULLS)"
 
     def blob(self, text: str) -> str:
         return f"CAST({_text(text)} AS {'BINARY' if self.name == 'spark' else 'BLOB'})"
@@ -238,89 +230,6 @@ class Cdc:
         col = d.q(self.op_column) if alias is None else f"{d.q(alias)}.{d.q(self.op_column)}"
         return f"lower({col}) IN ({', '.join(map(_text, self.delete_values))})"
 
-    def problems_sql(self, source: str, d: Dialect, nan_columns: Sequence[str] = ()) -> str:
-        """At most one row: the first change that cannot be applied
-        (``problem``, ``op``, ``k``: the key as text), for :meth:`refusal`."""
-        q = d.q
-        op = q(self.op_column)
-        known = ", ".join(map(_text, (*self.delete_values, *self.upsert_values)))
-        whens = [f"WHEN {q(k)} IS NULL THEN 'null key:{k}'" for k in self.key]
-        whens += [f"WHEN {op} IS NULL THEN 'null op'", f"WHEN lower({op}) NOT IN ({known}) THEN 'op'"]
-        whens += [f"WHEN {q(s)} IS NULL THEN 'null sequence:{s}'" for s in self.sequence]
-        whens += [f"WHEN isnan({q(c)}) THEN 'nan:{c}'" for c in nan_columns]
-        problem = f"CASE {' '.join(whens)} ELSE NULL END"
-        key = " || ', ' || ".join(f"COALESCE(CAST({q(k)} AS STRING), 'NULL')" for k in self.key)
-        return (
-            f"SELECT {problem} AS problem, CAST({op} AS STRING) AS op, {key} AS k FROM {source} "
-            f"WHERE {problem} IS NOT NULL LIMIT 1"
-        )
-
-    def refusal(self, where: str, row: dict[str, Any]) -> MergeError:
-        """The one-line error for a row of :meth:`problems_sql`."""
-        problem, op, k = row["problem"], row["op"], row["k"]
-        at = f"the change of key ({', '.join(self.key)}) = ({k})"
-        if problem.startswith("null key:"):
-            msg = f"key column {problem.split(':', 1)[1]!r} is NULL in a change"
-        elif problem == "null op":
-            msg = f"the operation column {self.op_column!r} is NULL in {at}"
-        elif problem == "op":
-            msg = (
-                f"the operation column {self.op_column!r} holds {op!r} in {at}, which is neither an upsert "
-                f"({', '.join(self.upsert_values)}) nor a delete ({', '.join(self.delete_values)})"
-            )
-        elif problem.startswith("null sequence:"):
-            msg = f"sequence column {problem.split(':', 1)[1]!r} is NULL in {at}: every change needs its sequence"
-        else:
-            msg = f"column {problem.split(':', 1)[1]!r} is NaN in {at}: NaN orders nothing"
-        return MergeError(f"{where}: {msg}; nothing was committed")
-
-    def _order(self, d: Dialect, descending: bool) -> str:
-        """A key's changes from lowest rank to highest (or the reverse)."""
-        way, nulls = ("DESC", "NULLS LAST") if descending else ("ASC", "NULLS FIRST")
-        parts = [f"{d.q(s)} {way}" for s in self.sequence] + [f"{d.q(_DEL)} {way}"]
-        parts += [f"{d.q(c)} {way} {nulls}" for c in self.content]
-        return ", ".join(parts)
-
-    def typed_sql(self, source: str, columns: Sequence[str], d: Dialect) -> str:
-        """``source`` with its table columns in the table's types (they fit:
-        the pipeline checked the type rule), so changes compare with rows."""
-        q = d.q
-        typed = {c.lower(): c for c in self.columns}
-        out = [
-            f"CAST({q(c)} AS {d.sql_type(self.types[typed[c.lower()]])}) AS {q(c)}"
-            if c.lower() in typed and d.sql_type is not None
-            else q(c)
-            for c in columns
-        ]
-        return f"SELECT {', '.join(out)} FROM {source}"
-
-    def latest_sql(self, source: str, columns: Sequence[str], d: Dialect) -> str:
-        """The batch with one change per key, its highest-ranked; with
-        ``unavailable``, a placeholder value takes the key's last real value
-        in the batch before it (a change that left the column as it was)."""
-        q = d.q
-        part = ", ".join(q(k) for k in self.key)
-        folds = [c for c in self.content if self._placeholder(c)]
-        extra = [
-            f"{d.last_value(f'CASE WHEN {q(c)} = {self._ph(c, d)} THEN NULL ELSE {d.boxed(q(c))} END')} OVER "
-            f"(PARTITION BY {part} ORDER BY {self._order(d, False)} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
-            f" AS {q(f'_castsql_fold{i}')}"
-            for i, c in enumerate(folds)
-        ]
-        fold_of = {c: f"_castsql_fold{i}" for i, c in enumerate(folds)}
-        out = [
-            f"CASE WHEN {q(fold_of[c])} IS NULL THEN {q(c)} ELSE {q(fold_of[c])}.v END AS {q(c)}"
-            if c in fold_of
-            else q(c)
-            for c in columns
-        ]
-        ranked = (
-            f"SELECT *, {', '.join([*extra, ''])}row_number() OVER (PARTITION BY {part} ORDER BY "
-            f"{self._order(d, True)}) AS {q(_RN)} FROM (SELECT *, CASE WHEN {self.is_delete(d)} THEN 1 ELSE 0 END "
-            f"AS {q(_DEL)} FROM {source}) AS {q('_castsql_c')}"
-        )
-        return f"SELECT {', '.join(out)} FROM ({ranked}) AS {q('_castsql_r')} WHERE {q(_RN)} = 1"
-
     def _newer(self, d: Dialect, s: str, t: str, nullable: bool) -> str:
         """``s``'s sequence above ``t``'s, column by column (a NULL of ``t``'s lowest)."""
         q = d.q
@@ -330,24 +239,6 @@ class Cdc:
             low = f"{b} IS NULL OR " if nullable else ""
             out = f"({low}{a} > {b} OR ({a} = {b} AND {out}))"
         return out
-
-    def fresh_sql(self, latest: str, markers: str | None, columns: Sequence[str], d: Dialect) -> str:
-        """``latest``'s changes that outrank the key's delete markers (a
-        marker outranks an upsert of its sequence, and equals a delete)."""
-        q = d.q
-        cols = ", ".join(f"{q('s')}.{q(c)}" for c in columns)
-        if markers is None:
-            return f"SELECT {cols} FROM {latest} AS {q('s')}"
-        on = " AND ".join(f"{q('m')}.{q(k)} = {q('s')}.{q(k)}" for k in self.key)
-        return (
-            f"SELECT {cols} FROM {latest} AS {q('s')} ANTI JOIN {markers} AS {q('m')} "
-            f"ON {on} AND NOT {self._newer(d, 's', 'm', False)}"
-        )
-
-    def deletes_sql(self, fresh: str, d: Dialect) -> str:
-        """The key and sequence of each delete in ``fresh``: the markers to keep."""
-        cols = ", ".join(d.q(c) for c in (*self.key, *self.sequence))
-        return f"SELECT {cols} FROM {fresh} WHERE {self.is_delete(d)}"
 
     def merge_spec(self, columns: Sequence[str] | None = None, dialect: str | Dialect = "duckdb") -> MergeSpec:
         """The merge applying a batch of one change per key: a delete deletes
@@ -365,23 +256,31 @@ class Cdc:
                 a, b = f"{q(s)}.{q(c)}", f"{q(t)}.{q(c)}"
                 same = f"{a} IS NOT DISTINCT FROM {b}"
                 above = f"(({a} IS NOT NULL AND {b} IS NULL) OR {a} > {b} OR ({same} AND {above}))"
-            wins = f"({self._newer(d, s, t, True)} OR ({tie} AND ({is_del} OR {above})))"
+            newer = self._newer(d, s, t, True)
+            wins = f"({newer} OR ({tie} AND ({is_del} OR {above})))"
         else:
-            wins = "TRUE"
+            newer = wins = "TRUE"
         skip = {c.lower() for c in self.key}
         update = insert = None
         if self.partial or self.unavailable is not None:
             update = {c: self._value(c, d, keep=f"{q(t)}.{q(c)}") for c in cols if c.lower() not in skip}
             insert = {c: self._value(c, d, keep="NULL") for c in cols}
-        return MergeSpec(
-            on=self.key,
-            clauses=(
+
+        def clauses(wins: str) -> tuple[Clause, ...]:
+            return (
                 Clause("matched_delete", condition=f"{is_del} AND {wins}"),
                 Clause("matched_update", condition=f"NOT ({is_del}) AND {wins}", set=update),
                 Clause("not_matched_insert", condition=f"NOT ({is_del})", set=insert),
-            ),
+            )
+
+        return MergeSpec(
+            on=self.key,
+            clauses=clauses(wins),
             source_alias=s,
             target_alias=t,
+            order=self.sequence,
+            tiebreak=self.content if self.sequence else (),
+            untied=clauses(newer) if self.sequence else None,
         )
 
     def _value(self, column: str, d: Dialect, keep: str) -> str:
@@ -389,6 +288,158 @@ class Cdc:
         if self._placeholder(column):
             return f"CASE WHEN {v} = {self._ph(column, d)} THEN {keep} ELSE {v} END"
         return v
+
+
+# ---------------------------------------------------------------------- the batch, in Arrow
+# Both engines run these on the batch (Spark on each partition of the batch
+# hashed by key, so a key's changes meet in one call): one implementation of
+# the rule within a batch, whatever the engine.
+
+
+@dataclass(frozen=True)
+class Check:
+    """A batch's rows, its changes (distinct keys, with a sequence; else
+    rows) and what is wrong with a change that cannot be applied (or None)."""
+
+    rows: int
+    changes: int
+    problem: str | None = None
+
+    def __add__(self, other: Check) -> Check:
+        """Two parts of a batch whose keys differ (Spark's partitions by key)."""
+        return Check(self.rows + other.rows, self.changes + other.changes, self.problem or other.problem)
+
+
+def _first(mask: pa.Array | pa.ChunkedArray) -> int | None:
+    idx = pc.indices_nonzero(pc.fill_null(mask, False))
+    return idx[0].as_py() if len(idx) else None
+
+
+def _is_delete(cdc: Cdc, table: pa.Table) -> pa.ChunkedArray:
+    return pc.fill_null(pc.is_in(pc.utf8_lower(table.column(cdc.op_column)), pa.array(cdc.delete_values)), False)
+
+
+def check(cdc: Cdc, batch: pa.Table) -> Check:
+    """Refuse what cannot be applied (a NULL key, operation or sequence, an
+    unknown operation, a NaN key or sequence), counting rows and changes."""
+    batch = typed(cdc, batch)
+    key = [batch.column(k) for k in cdc.key]
+
+    def at(i: int) -> str:
+        shown = ", ".join("NULL" if (v := c[i].as_py()) is None else str(v) for c in key)
+        return f"the change of key ({', '.join(cdc.key)}) = ({shown})"
+
+    problems: list[tuple[int, str]] = []
+    for k, col in zip(cdc.key, key, strict=True):
+        if (i := _first(pc.is_null(col, nan_is_null=True))) is not None:
+            nan = pa.types.is_floating(col.type) and col[i].is_valid
+            problems.append((i, f"key column {k!r} is {'NaN' if nan else 'NULL'} in a change"))
+    op = batch.column(cdc.op_column)
+    if (i := _first(pc.is_null(op))) is not None:
+        problems.append((i, f"the operation column {cdc.op_column!r} is NULL in {at(i)}"))
+    known = pa.array([*cdc.delete_values, *cdc.upsert_values])
+    if (i := _first(pc.and_(pc.is_valid(op), pc.invert(pc.is_in(pc.utf8_lower(op), known))))) is not None:
+        problems.append((
+            i,
+            f"the operation column {cdc.op_column!r} holds {op[i].as_py()!r} in {at(i)}, which is neither an "
+            f"upsert ({', '.join(cdc.upsert_values)}) nor a delete ({', '.join(cdc.delete_values)})",
+        ))  # fmt: skip
+    for name in cdc.sequence:
+        col = batch.column(name)
+        if (i := _first(pc.is_null(col))) is not None:
+            problems.append((i, f"sequence column {name!r} is NULL in {at(i)}: every change needs its sequence"))
+        elif pa.types.is_floating(col.type) and (i := _first(pc.is_nan(col))) is not None:
+            problems.append((i, f"sequence column {name!r} is NaN in {at(i)}: NaN orders nothing"))
+    # The first row that has a problem; its first problem in the order above.
+    problem = min(problems, key=lambda p: p[0])[1] if problems else None
+    changes = batch.num_rows
+    if cdc.sequence and problem is None and batch.num_rows:
+        changes = batch.select(list(cdc.key)).group_by(list(cdc.key)).aggregate([]).num_rows
+    return Check(batch.num_rows, changes, problem)
+
+
+def typed(cdc: Cdc, batch: pa.Table) -> pa.Table:
+    """``batch`` with its table columns named and typed as the table's (they
+    fit: the pipeline checked the type rule), so changes compare with rows."""
+    spelled = {c.lower(): c for c in cdc.columns}
+    cols, fields = [], []
+    for f, col in zip(batch.schema, batch.columns, strict=True):
+        name = spelled.get(f.name.lower())
+        if name is None:
+            cols.append(col)
+            fields.append(f)
+            continue
+        want = cdc.kinds[name]
+        cols.append(col if col.type == want else col.cast(want))
+        fields.append(pa.field(name, want))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def _rank_order(cdc: Cdc, table: pa.Table) -> pa.Array:
+    """Row indexes ordering ``table`` (typed, with ``_castsql_del``) by key,
+    then by rank from lowest to highest (NULL lowest: SQL's order)."""
+    keys = [(k, "ascending") for k in cdc.key] + [(s, "ascending") for s in cdc.sequence]
+    keys += [(_DEL, "ascending")] + [(c, "ascending") for c in cdc.content]
+    return pc.sort_indices(table, sort_keys=keys, null_placement="at_start")
+
+
+def _group_starts(sorted_keys: list[pa.ChunkedArray], n: int) -> np.ndarray:
+    first = np.zeros(n, dtype=bool)
+    if n:
+        first[0] = True
+    for col in sorted_keys:
+        c = col.combine_chunks()
+        first[1:] |= pc.fill_null(pc.not_equal(c.slice(1), c.slice(0, n - 1)), True).to_numpy(zero_copy_only=False)
+    return first
+
+
+def prepare(cdc: Cdc, batch: pa.Table, markers: pa.Table | None = None) -> pa.Table:
+    """The changes of ``batch`` (checked, :func:`check`) to apply: typed, and
+    with a sequence, the highest-ranked change of each key (a placeholder
+    value taking the key's last real value before it, with ``unavailable``)
+    that outranks the key's delete ``markers`` (key and sequence columns)."""
+    t = typed(cdc, batch)
+    if not cdc.sequence or not t.num_rows:
+        return t
+    t = t.append_column(_DEL, pa.array(_is_delete(cdc, t).to_numpy(zero_copy_only=False).astype(np.int8)))
+    s = t.take(_rank_order(cdc, t))
+    n = s.num_rows
+    starts = _group_starts([s.column(k) for k in cdc.key], n)
+    last = np.append(starts[1:], True)  # the highest-ranked change of each key
+    idx = np.arange(n)
+    start_of = np.maximum.accumulate(np.where(starts, idx, 0))
+    for c in cdc.content:
+        if not cdc._placeholder(c):
+            continue
+        col = s.column(c)
+        ph = pa.scalar(cdc.unavailable.encode() if pa.types.is_binary(col.type) else cdc.unavailable, col.type)
+        real = pc.fill_null(pc.not_equal(col, ph), True).to_numpy(zero_copy_only=False)
+        seen = np.maximum.accumulate(np.where(real, idx, -1))
+        s = s.set_column(s.schema.get_field_index(c), c, col.take(pa.array(np.where(seen >= start_of, seen, idx))))
+    out = s.filter(pa.array(last)).drop_columns([_DEL])
+    if markers is None or not markers.num_rows or not out.num_rows:
+        return out
+    m = latest(markers, cdc.key, cdc.sequence)  # the highest marker of each key
+    m = m.cast(pa.schema([out.schema.field(c) for c in (*cdc.key, *cdc.sequence)]))
+    if len(cdc.key) == 1:  # a lookup, not a join (a join's set-up costs more than a batch's rows)
+        at = pc.index_in(out.column(cdc.key[0]), value_set=m.column(cdc.key[0]).combine_chunks())
+        marked = {c: m.column(c).take(at) for c in cdc.sequence}
+        j = out
+    else:
+        m = m.rename_columns([*cdc.key, *(f"{c}{_MARK}" for c in cdc.sequence)])
+        j = out.join(m, list(cdc.key), join_type="left outer")
+        marked = {c: j.column(f"{c}{_MARK}") for c in cdc.sequence}
+    newer = pa.scalar(False)
+    for c in reversed(cdc.sequence):
+        a, b = j.column(c), marked[c]
+        newer = pc.or_(pc.greater(a, b), pc.and_(pc.equal(a, b), newer))
+    keep = pc.or_(pc.is_null(marked[cdc.sequence[0]]), pc.fill_null(newer, False))
+    return j.filter(keep).select(out.column_names)
+
+
+def deletes(cdc: Cdc, changes: pa.Table) -> pa.Table:
+    """The key and sequence of each delete among ``changes``: the markers a commit keeps."""
+    return changes.filter(_is_delete(cdc, changes)).select([*cdc.key, *cdc.sequence])
 
 
 def debezium_defaults(

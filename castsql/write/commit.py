@@ -37,7 +37,7 @@ from castsql.errors import CommitConflict
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord
 from castsql.format.change import Change
 from castsql.format.manifest import ChangeData, added_summary
-from castsql.format.markers import level, stamp, write_markers
+from castsql.format.markers import stamp
 from castsql.format.schema import Schema
 
 log_ = logging.getLogger(__name__)
@@ -81,12 +81,7 @@ def commit_dml(
     if records:
         targets = log.validate_tombstones(records, log.manifest(read_version), where=where)
         tombstones = (log.write_tombstone(records),)
-    added_markers = None
-    if markers is not None and markers.num_rows:
-        stamped = stamp(markers)
-        key = cdc_order[0] if cdc_order else None
-        added_markers = write_markers(log.storage, stamped, level=level(stamped.num_rows), key=key)
-        log.wrote_markers(added_markers, stamped)
+    added_markers = stamp(markers) if markers is not None and markers.num_rows else None
     full = {
         **added_summary(files),
         "added_tombstones": len(tombstones),

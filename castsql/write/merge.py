@@ -99,6 +99,16 @@ class MergeSpec:
     clauses: tuple[Clause, ...]
     source_alias: str = "source"
     target_alias: str = "target"
+    # What an engine may read cheaply (a CDC batch's, castsql.write.cdc): the
+    # conditions compare the target's ``order`` columns (read them with the
+    # keys) and look at the ``tiebreak`` columns only for target rows whose
+    # ``order`` equals the source's (elsewhere they may be left NULL).
+    order: tuple[str, ...] = ()
+    tiebreak: tuple[str, ...] = ()
+    # The clauses that do the same where no matched target row equals its
+    # source row in ``order`` (their conditions drop the tie-breaking terms,
+    # which cost DuckDB two thirds of a CDC batch's merge query).
+    untied: tuple[Clause, ...] | None = None
 
     @property
     def keys(self) -> tuple[str, ...] | None:

@@ -49,12 +49,12 @@ from castsql.errors import MergeError, WriteError
 from castsql.format import Change, DataFile, Manifest, Schema, TableLog, TombstoneRecord
 from castsql.format.evolution import fits, merged, rebase, refusal, widens
 from castsql.format.manifest import ChangeData, added_summary, json_stat
-from castsql.format.markers import WRITTEN_AT, conform
+from castsql.format.markers import WRITTEN_AT, conform, from_inline
 from castsql.format.properties import change_data_feed
 from castsql.format.schema import normalize_type, type_from_name, type_name
 from castsql.format.tombstone import serialize_tombstones
 from castsql.snapshot import Snapshot, resolve
-from castsql.write.cdc import Cdc, CdcMetrics, Dialect
+from castsql.write.cdc import Cdc, CdcMetrics, Check, Dialect
 from castsql.write.commit import commit_dml, with_retries
 from castsql.write.keys import check_input_keys, check_written_keys, existing_keys, refuse_existing
 from castsql.write.merge import MergeMetrics, MergeSpec, inserts_unmatched, moves_keys, validate
@@ -164,25 +164,17 @@ class Engine(Protocol):
         count the source rows that change nothing, :class:`Counts`)."""
         ...
 
-    # A CDC batch (apply_cdc) is read with SQL the pipeline writes in the engine's dialect.
-    dialect: str  # "duckdb" or "spark"
-    batch_name: str  # the merge's source as given, a relation SQL can name
+    # A CDC batch (apply_cdc): the engine runs castsql.write.cdc's Arrow functions on it.
+    dialect: str  # "duckdb" or "spark": how the merge's conditions are spelled
 
-    def query(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> pa.Table:
-        """The rows of ``sql`` (small), which may name ``batch_name`` and ``tables`` (registered by those names)."""
+    def cdc_check(self, cdc: Cdc) -> Check:
+        """:func:`castsql.write.cdc.check` of the batch (the merge's source as given)."""
         ...
 
-    def narrow(self, sql: str, tables: Mapping[str, pa.Table] | None = None) -> str:
-        """The merge's source becomes the rows of ``sql`` (as :meth:`query`);
-        the name SQL gives it until the next call."""
-        ...
-
-    def temp_name(self, what: str) -> str:
-        """A relation name no other statement of the engine's session uses."""
-        ...
-
-    def sql_type(self, column_type: str) -> str:
-        """The engine's SQL name of a manifest column type (``int64``)."""
+    def cdc_changes(self, cdc: Cdc, markers: pa.Table | None) -> tuple[int, pa.Table]:
+        """The merge's source becomes :func:`castsql.write.cdc.prepare` of the
+        batch (again from the batch, at every attempt); its rows, and
+        :func:`castsql.write.cdc.deletes` of it."""
         ...
 
 
@@ -667,23 +659,13 @@ def apply_cdc(engine: Engine, cdc: Cdc, options: Options | None = None) -> CdcMe
             f"({', '.join(state.sequence)}); this batch names key ({', '.join(cdc.key)}) and sequence "
             f"({', '.join(cdc.sequence)}); nothing was committed"
         )
-    d = Dialect(engine.dialect, engine.sql_type)
-    spec = cdc.merge_spec(cdc.columns, d)
+    spec = cdc.merge_spec(cdc.columns, Dialect(engine.dialect))
     _source_fits(engine, spec, target, stored, where)
-    nan = [c for c in (*cdc.key, *cdc.sequence) if pa.types.is_floating(batch.field(c).type)]
-    bad = engine.query(cdc.problems_sql(engine.batch_name, d, nan))
-    if bad.num_rows:
-        raise cdc.refusal(where, bad.to_pylist()[0])
-    names = batch.names
-    typed = f"({cdc.typed_sql(engine.batch_name, names, d)})"
-    latest = f"({cdc.latest_sql(typed, names, d)})" if cdc.sequence else typed
-    metrics.num_source_rows = engine.source_rows()
-    metrics.num_changes = (
-        int(engine.query(f"SELECT count(*) AS n FROM {latest} AS {d.q('_castsql_l')}").column(0)[0].as_py())
-        if cdc.sequence
-        else metrics.num_source_rows
-    )
-    metrics.num_changes_superseded = metrics.num_source_rows - metrics.num_changes
+    check = engine.cdc_check(cdc)
+    if check.problem is not None:
+        raise MergeError(f"{where}: {check.problem}; nothing was committed")
+    metrics.num_source_rows, metrics.num_changes = check.rows, check.changes
+    metrics.num_changes_superseded = check.rows - check.changes
 
     def attempt(i: int) -> CdcMetrics:
         metrics.attempts = i + 1
@@ -697,16 +679,10 @@ def apply_cdc(engine: Engine, cdc: Cdc, options: Options | None = None) -> CdcMe
             evolved = evolve(snap, merged(snap.schema, stored, where, snap.primary_key), where)
             if evolved is not snap:
                 snap, new_schema = evolved, evolved.schema
-        tables = {}
-        held = _markers(log, snap, cdc) if cdc.sequence else None
-        if held is not None:
-            tables[engine.temp_name("markers")] = held
-        fresh = engine.narrow(cdc.fresh_sql(latest, next(iter(tables), None), names, d), tables)
-        n_fresh = int(engine.query(f"SELECT count(*) AS n FROM {fresh}").column(0)[0].as_py())
-        dels = engine.query(cdc.deletes_sql(fresh, d)) if cdc.sequence else None
+        n_fresh, dels = engine.cdc_changes(cdc, _markers(log, snap, cdc) if cdc.sequence else None)
         found = engine.find_merge(snap, spec, unchanged=True)
         try:
-            out = _commit_merge(engine, snap, spec, found, metrics, o, new_schema, cdc, dels)
+            out = _commit_merge(engine, snap, spec, found, metrics, o, new_schema, cdc, dels if cdc.sequence else None)
         finally:
             found.close()
         c = found.counts
@@ -716,7 +692,7 @@ def apply_cdc(engine: Engine, cdc: Cdc, options: Options | None = None) -> CdcMe
         # A delete of a key the table does not hold is applied when its marker is kept.
         remembered = c.unmatched_unchanged if cdc.sequence else 0
         metrics.num_changes_applied = c.updated + c.deleted + c.inserted + remembered
-        metrics.num_delete_markers_added = dels.num_rows if dels is not None and out.version is not None else 0
+        metrics.num_delete_markers_added = dels.num_rows if cdc.sequence and out.version is not None else 0
         return metrics
 
     return with_retries(where, o.attempts, attempt)
@@ -730,10 +706,10 @@ def _markers(log: TableLog, snap: Snapshot, cdc: Cdc) -> pa.Table | None:
     """The key and sequence of the delete markers ``snap`` holds (FORMAT.md
     §3.7), or None when it holds none."""
     state = snap.manifest.cdc
-    if state is None or not state.markers:
+    if state is None or not (state.markers or state.inline):
         return None
     where = log.where(snap.version)
     parts = [conform(log.markers_table(r, where), state, snap.schema, where) for r in state.markers]
+    parts.append(from_inline(state, snap.schema, where))
     table = pa.concat_tables(parts).drop_columns([WRITTEN_AT])
-    # The batch's spelling of the columns (the table's may differ in case).
-    return table.rename_columns([*cdc.key, *cdc.sequence])
+    return table
