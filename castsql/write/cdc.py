@@ -23,9 +23,11 @@ a deleted key stays deleted, a replayed batch changes nothing, and the table
 after any delivery order equals the highest-ranked change of each key. In a
 batch, the highest-ranked change of each key is the one applied.
 
-Both engines run the same SQL texts, built here (:class:`Cdc`), through the
-one write pipeline (:func:`castsql.write.pipeline.apply_cdc`): the embedded
-engine with DuckDB, Spark with Spark SQL.
+Both engines run the same code, through the one write pipeline
+(:func:`castsql.write.pipeline.apply_cdc`): the rule within a batch is
+Arrow (:func:`check`, :func:`prepare`, :func:`deletes`; Spark runs them on
+each partition of the batch hashed by key), the rule against the table is
+the merge's SQL conditions (:meth:`Cdc.merge_spec`; DuckDB and Spark SQL).
 
 Without a sequence a batch is applied as delivered: a key may appear once,
 the last batch applied wins (no markers).
