@@ -356,6 +356,19 @@ def test_a_nan_sequence_is_refused(tmp_path):
         t.apply_cdc(pa.table({"id": [1], "ts": [float("nan")], "op": ["U"]}), key="id", op_column="op", sequence="ts")
 
 
+def test_merge_schema_adds_the_sequence_in_the_batchs_version(tmp_path):
+    """A table without the sequence column: merge_schema adds it in the
+    version that applies the batch, deletes' markers included."""
+    p = str(tmp_path / "t")
+    castsql.write_table(p, pa.table({"id": [1, 2], "v": ["a", "b"]}), primary_key="id")
+    with castsql.open(p) as t:
+        batch = pa.table({"id": [1, 2], "v": ["x", None], "op": ["U", "D"], "lsn": [5, 6]})
+        m = t.apply_cdc(batch, key="id", op_column="op", sequence="lsn", merge_schema=True)
+        assert m.version == 2 and t.to_arrow().to_pylist() == [{"id": 1, "v": "x", "lsn": 5}]
+        late = pa.table({"id": [2], "v": ["late"], "op": ["I"], "lsn": [3]})
+        assert t.apply_cdc(late, key="id", op_column="op", sequence="lsn").num_changes_stale == 1
+
+
 # ---------------------------------------------------------------------- partial changes, Debezium
 
 

@@ -143,7 +143,7 @@ class Change:
             properties = {**properties, **self.properties}
             properties = {k: v for k, v in properties.items() if v is not None}
         return base.evolve(
-            cdc=self._next_cdc(base, meta, properties, where),
+            cdc=self._next_cdc(base, meta, properties, schema, where),
             properties=properties,
             streams=streams,
             format_version=2,
@@ -165,7 +165,9 @@ class Change:
             schema=schema,
         )
 
-    def _next_cdc(self, base: Manifest, meta: TableMetadata, properties: dict[str, str], where: str) -> CdcState | None:
+    def _next_cdc(
+        self, base: Manifest, meta: TableMetadata, properties: dict[str, str], schema: Schema, where: str
+    ) -> CdcState | None:
         """The next version's CDC state (FORMAT.md §3.7): the base's (a
         restore: the restored version's), pinned to this change's key and
         sequence, with its markers added (inline, or folded into an object),
@@ -186,7 +188,7 @@ class Change:
                 )
         if state is None or (not (state.markers or state.inline) and self.add_markers is None):
             return state
-        st, schema = meta.storage, base.schema
+        st = meta.storage  # schema: the next version's (a batch's merge_schema may add its sequence)
 
         def write(table: Any, level: int | None) -> MetaRef:
             ref = markers.write_markers(st, table, level=level, key=state.key)
