@@ -224,3 +224,41 @@ def test_the_shell_prints_nested_values_out_of_pythons_range(local_events, shell
     assert r.returncode == 0, r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
     assert r.stdout.splitlines()[-1] == "3"
+
+
+# ---------------------------------------------------------------- version numbers past any store's key (issue 54)
+
+
+@pytest.mark.parametrize("version", [10**400, 2**63], ids=["400 digits", "2^63"])
+def test_a_pointer_naming_a_huge_version_is_one_error_naming_it(local_events, shell_env, version):
+    """A pointer whose version has 400 digits named a manifest key no file
+    system takes: ``OSError: [Errno 36] File name too long`` on open, query and
+    append. Versions are bounded when the pointer is parsed (FORMAT.md §6), so
+    every reader and writer gets one FormatError naming the pointer, and
+    nothing is written."""
+    import pyarrow as pa
+
+    import castsql
+
+    st, root = local_events
+    st.put("_latest_manifest", json.dumps({"version": version, "commit_id": "x"}).encode())
+    before = _objects(st)
+    attempts = {
+        "open": lambda: castsql.open(st.root),
+        "query": lambda: castsql.connect(root).sql(f"SELECT count(*) FROM {NAME}"),
+        "append": lambda: castsql.write_table(st.root, pa.table({"id": [5_000]}), mode="append"),
+        "time travel": lambda: castsql.open(st.root, version=version),
+    }
+    for what, attempt in attempts.items():
+        with pytest.raises(CastSQLError) as e:
+            attempt()
+        message = str(e.value)
+        assert "\n" not in message and len(message) < 400, what
+        assert ("_latest_manifest" in message and "2^63-1" in message) or "is not a version number" in message, what
+    r = subprocess.run(
+        [sys.executable, "-m", "castsql.cli", root, "-c", f"SELECT count(*) FROM {NAME}"],
+        capture_output=True, text=True, env=shell_env, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1 and "_latest_manifest: pointer must be" in r.stderr, r.stderr
+    assert "Errno" not in r.stderr and "internal error" not in r.stderr
+    assert _objects(st) == before

@@ -536,3 +536,30 @@ def test_overlapped_requests_nest_without_waiting_on_each_other():
     with pytest.raises(ValueError, match="item 3"):
         overlapped(boom, list(range(8)))
     assert overlapped(lambda i: i, list(range(5))) == list(range(5))  # the pool survives an error
+
+
+def test_every_local_file_system_error_is_a_storage_error_naming_the_object(tmp_path):
+    """The local store mapped only a missing file; a name too long for the
+    file system (what a 400-digit version asks for) came out as a raw
+    OSError. Every call now raises StorageError naming the object."""
+    st = open_storage(str(tmp_path / "t"))
+    st.put("manifest/v00000000.json", b"v")
+    key = "manifest/v" + "1" * 400 + ".json"
+    calls = {
+        "get": lambda: st.get(key),
+        "get_with_etag": lambda: st.get_with_etag(key),
+        "get_range": lambda: st.get_range(key, 0, 4),
+        "exists": lambda: st.exists(key),
+        "put": lambda: st.put(key, b"x"),
+        "put_if_absent": lambda: st.put_if_absent(key, b"x"),
+        "put_if_match": lambda: st.put_if_match(key, b"x", "etag"),
+        "delete": lambda: st.delete(key),
+        "list": lambda: list(st.list(key + "/")),
+    }
+    for name, call in calls.items():
+        with pytest.raises(StorageError) as e:
+            call()
+        assert not isinstance(e.value, ObjectNotFound), name
+        assert str(e.value).startswith(f"{st.root}/manifest/v111") and "name too long" in str(e.value), name
+        assert "\n" not in str(e.value) and len(str(e.value)) < 300, name
+    assert [o.key for o in st.list()] == ["manifest/v00000000.json"]

@@ -28,6 +28,11 @@ def _etag(data: bytes) -> str:
     return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
+def _shown(uri: str) -> str:
+    # A hostile key (a 400-digit version's manifest) stays readable in a one-line error.
+    return uri if len(uri) <= 200 else uri[:200] + "…"
+
+
 class LocalStorage(Storage):
     """Objects as files below a directory."""
 
@@ -81,13 +86,23 @@ class LocalStorage(Storage):
         prefix = self.root + "/"
         return [prefix + k for k in keys]
 
+    def _failed(self, key: str, action: str, e: OSError) -> StorageError:
+        """Any other error of the file system (a name too long, no permission,
+        a loop of links) as CastSQL's, naming the object: every storage error
+        a caller sees is a :class:`StorageError`, as on the object stores."""
+        try:
+            where = _shown(self.uri(key))
+        except StorageError:
+            where = _shown(f"{self.root}/{key}")
+        return StorageError(f"{where}: cannot {action}: {e.strerror or e}")
+
     def get(self, key: str) -> bytes:
         try:
             return self._path(key).read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ObjectNotFound(self.uri(key)) from None
-        except IsADirectoryError:
-            raise ObjectNotFound(self.uri(key)) from None
+        except OSError as e:
+            raise self._failed(key, "read", e) from None
 
     def get_with_etag(self, key: str) -> tuple[bytes, str]:
         data = self.get(key)
@@ -100,6 +115,8 @@ class LocalStorage(Storage):
                 return f.read(length)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ObjectNotFound(self.uri(key)) from None
+        except OSError as e:
+            raise self._failed(key, "read", e) from None
 
     def _write_tmp(self, path: Path, data: bytes) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,22 +133,36 @@ class LocalStorage(Storage):
         return tmp
 
     def put(self, key: str, data: bytes) -> None:
-        path = self._path(key)
-        tmp = self._write_tmp(path, data)
-        os.replace(tmp, path)
+        try:
+            path = self._path(key)
+            tmp = self._write_tmp(path, data)
+            os.replace(tmp, path)
+        except OSError as e:
+            raise self._failed(key, "write", e) from None
 
     def put_if_absent(self, key: str, data: bytes) -> str:
-        path = self._path(key)
-        tmp = self._write_tmp(path, data)
+        try:
+            path = self._path(key)
+            tmp = self._write_tmp(path, data)
+        except OSError as e:
+            raise self._failed(key, "write", e) from None
         try:
             os.link(tmp, path)
         except FileExistsError:
             raise PreconditionFailed(self.uri(key), "object already exists") from None
+        except OSError as e:
+            raise self._failed(key, "write", e) from None
         finally:
             tmp.unlink(missing_ok=True)
         return _etag(data)
 
     def put_if_match(self, key: str, data: bytes, etag: str) -> str:
+        try:
+            return self._put_if_match(key, data, etag)
+        except OSError as e:
+            raise self._failed(key, "write", e) from None
+
+    def _put_if_match(self, key: str, data: bytes, etag: str) -> str:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self._write_tmp(path, data)
@@ -153,9 +184,18 @@ class LocalStorage(Storage):
         return _etag(data)
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        try:
+            return self._path(key).is_file()
+        except OSError as e:
+            raise self._failed(key, "look up", e) from None
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        try:
+            yield from self._list(prefix)
+        except OSError as e:
+            raise self._failed(prefix, "list", e) from None
+
+    def _list(self, prefix: str) -> Iterator[ObjectInfo]:
         prefix = prefix.lstrip("/")
         # Walk only the directory part of the prefix, then filter by the rest.
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
@@ -182,10 +222,13 @@ class LocalStorage(Storage):
                 yield ObjectInfo(key=key, size=st.st_size, mtime=st.st_mtime)
 
     def list_dirs(self, prefix: str = "") -> list[str]:
-        start = self._path(prefix) if prefix.strip("/") else self._root
-        if not start.is_dir():
-            return []
-        return sorted(e.name for e in os.scandir(start) if e.is_dir() and not e.name.startswith("."))
+        try:
+            start = self._path(prefix) if prefix.strip("/") else self._root
+            if not start.is_dir():
+                return []
+            return sorted(e.name for e in os.scandir(start) if e.is_dir() and not e.name.startswith("."))
+        except OSError as e:
+            raise self._failed(prefix, "list", e) from None
 
     def delete(self, key: str) -> None:
         try:
@@ -194,7 +237,10 @@ class LocalStorage(Storage):
             pass
         except OSError as e:
             if e.errno != errno.ENOENT:
-                raise StorageError(f"{self.uri(key)}: cannot delete: {e.strerror}") from e
+                raise self._failed(key, "delete", e) from None
 
     def child(self, prefix: str) -> LocalStorage:
-        return LocalStorage(self._path(prefix))
+        try:
+            return LocalStorage(self._path(prefix))
+        except OSError as e:
+            raise self._failed(prefix, "open", e) from None
