@@ -136,8 +136,18 @@ def write_table(
         if primary_key is not None and primary_key != head.primary_key:
             raise CastSQLError(f"{storage.root}: the table's primary key is {head.primary_key!r}, not {primary_key!r}")
     else:
+        from castsql.format.writer import conform
+        from castsql.write.keys import check_input_keys
+
+        # The first write is checked whole before version 0 exists (what
+        # create refuses, the type rule, the key rule), so a refused first
+        # write leaves no table behind and the corrected call creates it.
         table = as_arrow(data, f"{storage.root}: write")
-        TableLog.create(storage, table.schema, primary_key=primary_key, exist_ok=True, properties=properties)
+        schema = TableLog.check_create(storage, table.schema, primary_key=primary_key, properties=properties)
+        table = conform(table, schema, f"table {storage.root}: append", primary_key=primary_key)
+        if primary_key is not None and not allow_duplicate_keys:
+            check_input_keys(storage.root, primary_key, table.column(primary_key))
+        TableLog.create(storage, schema, primary_key=primary_key, exist_ok=True, properties=properties)
         data = table
     with open(storage.root, s3=s3) as t:
         writer = t._writer()

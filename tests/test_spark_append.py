@@ -125,3 +125,25 @@ def test_new_table_is_not_created_by_a_failed_job(spark, events_df, tmp_path):
     with pytest.raises(SparkJobFailed):
         append(spark, uri, bad.selectExpr("id", "ts", "user", "kind", "CAST(amount AS DOUBLE) AS amount"))
     assert not open_storage(uri).exists("_latest_manifest")
+
+
+def _files(root) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["spark-writer", "python-workers"])
+def test_a_first_append_refused_for_its_keys_leaves_no_table(spark, events_df, tmp_path, native):
+    """Issue 54: the table was created after the job and before the key check,
+    so a first append of repeated keys left an empty version 0 (and its data
+    directory) behind. The keys are checked before version 0 exists: nothing
+    is left, and the corrected append creates the table."""
+    from castsql.errors import DuplicateKey
+
+    uri = tmp_path / "events"
+    twice = events_df(range(5)).union(events_df([3]))
+    size = None if native else 1 << 20  # target_file_bytes takes the Python workers' path
+    with pytest.raises(DuplicateKey, match="the data holds key id = 3 more than once"):
+        append(spark, str(uri), twice, primary_key="id", target_file_bytes=size)
+    assert _files(uri) == []
+    m = append(spark, str(uri), events_df(range(5)), primary_key="id", target_file_bytes=size)
+    assert (m.version, m.primary_key) == (1, "id")

@@ -134,3 +134,47 @@ def test_a_table_deleted_and_made_again_in_one_process_is_the_new_table(tmp_path
     assert live(uri) == [(i, f"b{i}") for i in (101, 102, 103, 105, 106)]
     assert live(uri, version=3) == [(i, f"b{i}") for i in (101, 102, 103, 104)]
     assert TableLog(open_storage(uri)).latest().version == 6
+
+
+@pytest.mark.parametrize(
+    ("data", "options", "message"),
+    [
+        (pa.table({"id": [0.0, -0.0]}), {"primary_key": "id"}, "the data holds key id = 0.0 more than once"),
+        (pa.table({"id": [1, None]}), {"primary_key": "id"}, "NULL primary key"),
+        (
+            pa.table({"id": [1], "t": pa.array([1], pa.timestamp("ns"))}),
+            {},
+            r"column 't' cannot be stored as timestamp\[us\]",
+        ),
+        (pa.table({"id": [1]}), {"properties": {"castsql.nope": "1"}}, "unknown property"),
+        (pa.table({"id": [[1]]}), {"primary_key": "id"}, "unsupported column type"),
+    ],
+    ids=["-0.0 and 0.0", "NULL key", "lossy nanoseconds", "unknown property", "list key"],
+)
+def test_a_refused_first_write_leaves_no_table_and_its_retry_creates_it(tmp_path, data, options, message):
+    """Issue 54: write_table created version 0, then its first write was
+    refused (DuplicateKey for 0.0 and -0.0, which SQL finds equal), leaving an
+    empty table, and the corrected call failed with TableExists. The first
+    write is checked whole before the table is created."""
+    uri = tmp_path / "t"
+    with pytest.raises(CastSQLError, match=message) as e:
+        castsql.write_table(str(uri), data, **options)
+    assert "\n" not in str(e.value)
+    assert not uri.exists() or sorted(p for p in uri.rglob("*") if p.is_file()) == []
+    m = castsql.write_table(str(uri), pa.table({"id": [0.0, 1.0]}), primary_key="id")
+    assert (m.version, m.primary_key, m.summary["added_rows"]) == (1, "id", 2)
+
+
+def test_the_cli_leaves_no_table_when_its_first_append_is_refused(tmp_path):
+    pq.write_table(pa.table({"id": [0.0, -0.0]}), tmp_path / "bad.parquet")
+    pq.write_table(pa.table({"id": [0.0, 1.0]}), tmp_path / "good.parquet")
+    uri = str(tmp_path / "t")
+
+    def cli(src: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "castsql.cli", "append", uri, "--from", src, "--primary-key", "id"]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    r = cli(str(tmp_path / "bad.parquet"))
+    assert r.returncode == 1 and "more than once" in r.stderr and not os.path.exists(uri + "/_latest_manifest")
+    r = cli(str(tmp_path / "good.parquet"))
+    assert r.returncode == 0 and r.stdout.startswith("append: committed version 1"), r.stderr

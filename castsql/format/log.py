@@ -97,10 +97,7 @@ class TableLog(TableMetadata):
         (:mod:`castsql.format.properties`). With ``exist_ok`` an existing
         table of the same schema is opened instead."""
         log = cls(storage, writer=writer)
-        if isinstance(schema, pa.Schema):
-            schema = Schema.from_arrow(schema)
-        if primary_key is not None and schema.column(primary_key) is None:
-            raise FormatError(f"{storage.root}: primary key {primary_key!r} is not a column ({schema.names})")
+        schema = cls.check_create(storage, schema, primary_key=primary_key, properties=properties)
         commit_id = uuid.uuid4().hex
         m = Manifest(
             version=0,
@@ -130,6 +127,26 @@ class TableLog(TableMetadata):
         with contextlib.suppress(PreconditionFailed):  # someone rolled it forward already
             storage.put_if_absent(POINTER_KEY, pointer_bytes(0, commit_id))
         return log
+
+    @staticmethod
+    def check_create(
+        storage: Storage,
+        schema: Schema | pa.Schema,
+        *,
+        primary_key: str | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> Schema:
+        """What :meth:`create` refuses (column types and names, the primary
+        key, the properties), raised without writing anything; the table's
+        schema otherwise. A writer whose first write creates the table checks
+        that write against this schema before :meth:`create`, so a refused
+        first write leaves no table behind."""
+        if isinstance(schema, pa.Schema):
+            schema = Schema.from_arrow(schema)
+        if primary_key is not None and schema.column(primary_key) is None:
+            raise FormatError(f"{storage.root}: primary key {primary_key!r} is not a column ({schema.names})")
+        _checked_properties(properties, storage.root)
+        return schema
 
     # ------------------------------------------------------------------ commit
 

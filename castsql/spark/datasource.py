@@ -564,20 +564,35 @@ def commit_files(
         if isinstance(m, FilesWritten)
         for e in m.entries
     )
+    from castsql.spark.writer import commit_unique, discard_files, written_keys
+    from castsql.write.keys import DuplicateKey, check_input_keys
+
+    keys = None
+    if not plan.exists and plan.primary_key is not None and files and not plan.allow_duplicate_keys:
+        # A first write's keys are checked before version 0 exists: refused,
+        # it leaves no table behind (SPARK.md), and the same write can be retried.
+        keys = written_keys(TableLog(storage), list(files), plan.primary_key, plan.ref.schema)
+        try:
+            check_input_keys(storage.root, plan.primary_key, keys, "overwrite" if plan.overwrite else "append")
+        except DuplicateKey:
+            discard_files(TableLog(storage), list(files))
+            raise
     log = _open_or_create(storage, plan)
     summary = dict(summary or {})
     summary.update(added_summary(files))
     pk = log.latest().primary_key
+    if pk != plan.primary_key:
+        keys = None  # another writer created the table meanwhile, with its own key
     if pk is not None and files and not plan.allow_duplicate_keys:
         # The keys rule of every writer (castsql.write.keys), on the keys read
         # back from exactly the files this commit names; refused files are removed.
-        from castsql.spark.writer import commit_unique, discard_files, written_keys
-        from castsql.write.keys import DuplicateKey, check_input_keys
-
         try:
             if not plan.overwrite:
-                return kept_in_step(log, commit_unique(log, list(files), plan.ref.schema, plan.new_schema, summary, pk))
-            check_input_keys(storage.root, pk, written_keys(log, list(files), pk, plan.ref.schema), "overwrite")
+                m = commit_unique(log, list(files), plan.ref.schema, plan.new_schema, summary, pk, keys=keys)
+                return kept_in_step(log, m)
+            if keys is None:
+                keys = written_keys(log, list(files), pk, plan.ref.schema)
+            check_input_keys(storage.root, pk, keys, "overwrite")
         except (DuplicateKey, CommitConflict):
             discard_files(log, list(files))
             raise

@@ -42,7 +42,7 @@ from castsql.spark.tasks import TableRef, write_task
 from castsql.spark.types import schema_from_spark
 from castsql.storage import S3Config, open_storage
 from castsql.write import pipeline
-from castsql.write.keys import DuplicateKey
+from castsql.write.keys import DuplicateKey, check_input_keys
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -133,7 +133,17 @@ def append(
             fn = functools.partial(write_task, ref, row_group_size, size, fill_missing=current is not None)
             rows = df.mapInArrow(fn, "entry string").collect()  # the one and only action
             files = [DataFile.from_json(json.loads(r.entry), "append task") for r in rows]
+    keys = None
     if current is None:
+        if primary_key is not None and files and not allow_duplicate_keys:
+            # The first write's keys are checked before version 0 exists: a
+            # refused first append leaves no table behind (SPARK.md, Append).
+            keys = written_keys(log, files, primary_key, schema)
+            try:
+                check_input_keys(storage.root, primary_key, keys)
+            except DuplicateKey:
+                discard_files(log, files)
+                raise
         # Created only now, so a failed job leaves no table behind either.
         log = TableLog.create(storage, schema, primary_key=primary_key, exist_ok=True)
         current = log.latest()
@@ -145,21 +155,30 @@ def append(
     if pk is None or allow_duplicate_keys:
         return kept_in_step(log, pipeline.append(log, storage.root, files, schema=schema, new_schema=new_schema))
     try:
-        return kept_in_step(log, commit_unique(log, files, schema, new_schema, {}, pk))
+        return kept_in_step(log, commit_unique(log, files, schema, new_schema, {}, pk, keys=keys))
     except (DuplicateKey, CommitConflict):
         discard_files(log, files)  # never committed: nobody can reference them
         raise
 
 
 def commit_unique(
-    log: TableLog, files: list[DataFile], schema: Schema, new_schema: Schema | None, summary: dict, pk: str
+    log: TableLog,
+    files: list[DataFile],
+    schema: Schema,
+    new_schema: Schema | None,
+    summary: dict,
+    pk: str,
+    *,
+    keys: pa.Array | None = None,
 ) -> Manifest:
     """Commit ``files`` through the one append sequence
     (:func:`castsql.write.pipeline.append`: keys unique, non-NULL, not live).
     The keys are read back from the files just written (the key column only,
     on the driver), so the check sees exactly the rows that would be
-    committed."""
-    keys = written_keys(log, files, pk, schema)
+    committed; ``keys``: read back already (a first write, checked before
+    the table was created)."""
+    if keys is None:
+        keys = written_keys(log, files, pk, schema)
     return pipeline.append(
         log, log.storage.root, files, schema=schema, new_schema=new_schema, keys=keys, summary=summary
     )
