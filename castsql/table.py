@@ -155,8 +155,6 @@ def write_table(
             m = writer.overwrite(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
         else:
             m = writer.append(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
-        if m is not None:
-            t._wrote(m.version)
         return m if m is not None else TableLog(storage).latest()
 
 
@@ -360,16 +358,6 @@ class Table:
             )
         return Writer(self._session, self.name)
 
-    def _wrote(self, version: int | None) -> None:
-        """After a data write: move to its version, then keep the table healthy
-        when its properties ask for it (``castsql.autoCompact``)."""
-        self._moved(version)
-        if version is not None:
-            from castsql.embedded.compactor import maintain
-
-            m = maintain(self._session, self.name, version)
-            self._moved(m.version if m is not None else None)
-
     @property
     def properties(self) -> dict[str, str]:
         """The table properties of this version (:mod:`castsql.format.properties`).
@@ -393,11 +381,12 @@ class Table:
         return m
 
     def _moved(self, version: int | None) -> None:
+        """After this object committed ``version``: read it from now on (like
+        deltalake's DeltaTable), or the version the after-commit point committed
+        right after it (castsql.commits: an automatic compaction). The mirrors
+        and the compaction ran in the commit itself."""
         if version is not None:
-            self.version = version  # like deltalake's DeltaTable: the object reads what it wrote
-            from castsql.mirror import keep_in_step
-
-            keep_in_step(self._session.log(self.name), version)  # castsql.mirror.delta / .iceberg
+            self.version = self._session.log(self.name).followed(version)
 
     def append(self, data: Any, *, merge_schema: bool = False, allow_duplicate_keys: bool = False) -> Manifest | None:
         """Append Arrow, pandas or polars ``data`` (the table's columns; input
@@ -417,7 +406,7 @@ class Table:
         2
         """
         m = self._writer().append(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
-        self._wrote(m.version if m is not None else None)
+        self._moved(m.version if m is not None else None)
         return m
 
     def add_columns(self, columns: dict[str, Any]) -> Manifest | None:
@@ -557,7 +546,7 @@ class Table:
         12
         """
         m = self._writer().delete(where)
-        self._wrote(m.version if m is not None else None)
+        self._moved(m.version if m is not None else None)
         return m
 
     def update(self, set: dict[str, str], where: str | None = None, *, merge_schema: bool = False) -> Manifest | None:
@@ -574,7 +563,7 @@ class Table:
         40
         """
         m = self._writer().update(set, where, merge_schema=merge_schema)
-        self._wrote(m.version if m is not None else None)
+        self._moved(m.version if m is not None else None)
         return m
 
     def merge(
@@ -607,7 +596,7 @@ class Table:
 
         def run(spec: MergeSpec, src: Any) -> MergeMetrics:
             metrics = writer.merge(spec, src, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
-            self._wrote(metrics.version)
+            self._moved(metrics.version)
             return metrics
 
         return MergeBuilder(self.name, source, on, run, source_alias=source_alias, target_alias=target_alias)

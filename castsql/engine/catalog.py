@@ -101,6 +101,18 @@ class Catalog:
         self.generation += 1
         return list(found)
 
+    def add_log(self, log: TableLog, name: str | None = None) -> str:
+        """Add the table ``log`` reads, through that log, under ``name``
+        (default: the last component of its root); returns the name."""
+        name = name or log.storage.root.rstrip("/").rsplit("/", 1)[-1]
+        if name.lower() in self.display:
+            raise TableNotFound(f"{log.uri}: a table named {name!r} is open already")
+        self.logs[name.lower()] = log
+        self.display[name.lower()] = name
+        self.uris.append(log.storage.root)
+        self.generation += 1
+        return name
+
     @property
     def tables(self) -> list[str]:
         return sorted(self.display.values())

@@ -63,7 +63,6 @@ from pyspark.sql.types import StructType
 from castsql.errors import BadOption, CommitConflict
 from castsql.format import Schema, TableLog
 from castsql.format.manifest import added_summary, json_stat, parse_time
-from castsql.mirror import kept_in_step
 from castsql.snapshot import Predicate, Snapshot, resolve
 from castsql.snapshot.prune import may_match
 from castsql.spark.tasks import TableRef, Unit, _for_spark, live_row_groups, open_parquet
@@ -588,8 +587,7 @@ def commit_files(
         # back from exactly the files this commit names; refused files are removed.
         try:
             if not plan.overwrite:
-                m = commit_unique(log, list(files), plan.ref.schema, plan.new_schema, summary, pk, keys=keys)
-                return kept_in_step(log, m)
+                return commit_unique(log, list(files), plan.ref.schema, plan.new_schema, summary, pk, keys=keys)
             if keys is None:
                 keys = written_keys(log, list(files), pk, plan.ref.schema)
             check_input_keys(storage.root, pk, keys, "overwrite")
@@ -601,12 +599,11 @@ def commit_files(
             return log.latest()
         from castsql.write import pipeline
 
-        return kept_in_step(log, pipeline.append(log, storage.root, files, schema=plan.ref.schema,
-                                                 new_schema=plan.new_schema, summary=summary))  # fmt: skip
+        return pipeline.append(log, storage.root, files, schema=plan.ref.schema, new_schema=plan.new_schema,
+                               summary=summary)  # fmt: skip
     from castsql.write.commit import commit_overwrite
 
-    m = commit_overwrite(log, files, schema=plan.ref.schema, new_schema=plan.new_schema, summary=summary)
-    return kept_in_step(log, m)
+    return commit_overwrite(log, files, schema=plan.ref.schema, new_schema=plan.new_schema, summary=summary)
 
 
 def _open_or_create(storage: Storage, plan: WritePlan) -> TableLog:

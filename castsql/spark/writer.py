@@ -34,7 +34,6 @@ from castsql.format import DataFile, Manifest, Schema, TableLog
 from castsql.format.evolution import check_names, fits, merged, refusal
 from castsql.format.layout import to_table_key
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
-from castsql.mirror import kept_in_step
 from castsql.spark.errors import job_errors
 from castsql.spark.native_write import why_not as why_not_native
 from castsql.spark.native_write import write_native
@@ -153,9 +152,9 @@ def append(
         return current
     pk = current.primary_key
     if pk is None or allow_duplicate_keys:
-        return kept_in_step(log, pipeline.append(log, storage.root, files, schema=schema, new_schema=new_schema))
+        return pipeline.append(log, storage.root, files, schema=schema, new_schema=new_schema)
     try:
-        return kept_in_step(log, commit_unique(log, files, schema, new_schema, {}, pk, keys=keys))
+        return commit_unique(log, files, schema, new_schema, {}, pk, keys=keys)
     except (DuplicateKey, CommitConflict):
         discard_files(log, files)  # never committed: nobody can reference them
         raise
