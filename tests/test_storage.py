@@ -563,3 +563,33 @@ def test_every_local_file_system_error_is_a_storage_error_naming_the_object(tmp_
         assert str(e.value).startswith(f"{st.root}/manifest/v111") and "name too long" in str(e.value), name
         assert "\n" not in str(e.value) and len(str(e.value)) < 300, name
     assert [o.key for o in st.list()] == ["manifest/v00000000.json"]
+
+
+def test_a_data_file_path_never_leads_out_of_a_local_root(tmp_path):
+    """What readers open for a data file (``data_uri``; DuckDB, pyarrow and
+    Spark follow links): a file or a directory that is a symbolic link
+    leading out of the root is refused naming the key; one that stays inside
+    is the table's own business; a name listed later is looked up afresh."""
+    root, outside = tmp_path / "t", tmp_path / "outside"
+    (root / "data" / "h").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "x.parquet").write_bytes(b"x")
+    (root / "data" / "h" / "a.parquet").write_bytes(b"a")
+    os.symlink(outside / "x.parquet", root / "data" / "h" / "out.parquet")
+    os.symlink(root / "data" / "h" / "a.parquet", root / "data" / "h" / "in.parquet")
+    os.symlink(outside, root / "data" / "dirlink")
+    st = open_storage(str(root))
+    uri = st.data_uris()
+    assert uri("data/h/a.parquet") == f"{st.root}/data/h/a.parquet"
+    assert uri("data/h/in.parquet") == f"{st.root}/data/h/in.parquet"
+    assert uri("data/h/missing.parquet") == f"{st.root}/data/h/missing.parquet"  # the reader's error names it
+    for key in ("data/h/out.parquet", "data/dirlink/x.parquet", "data/h/../../../outside/x.parquet"):
+        with pytest.raises(StorageError, match=r"outside the table root|escapes the storage root") as e:
+            uri(key)
+        assert key.rsplit("/", 1)[-1] in str(e.value)
+    # Listed once; a file added later (the next write of the same hour) is found, a link added later too.
+    (root / "data" / "h" / "b.parquet").write_bytes(b"b")
+    assert uri("data/h/b.parquet").endswith("/data/h/b.parquet")
+    os.symlink(outside / "x.parquet", root / "data" / "h" / "late.parquet")
+    with pytest.raises(StorageError, match="outside the table root"):
+        uri("data/h/late.parquet")

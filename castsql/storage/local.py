@@ -16,7 +16,7 @@ import os
 import posixpath
 import stat
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from castsql.storage.base import ObjectInfo, ObjectNotFound, PreconditionFailed, Storage, StorageError, is_normal_key
@@ -33,12 +33,27 @@ def _shown(uri: str) -> str:
     return uri if len(uri) <= 200 else uri[:200] + "…"
 
 
+class _Listing:
+    """One data directory as LocalStorage.data_uri() found it."""
+
+    __slots__ = ("inside", "leads_in", "outside")
+
+    def __init__(self, leads_in: bool) -> None:
+        self.leads_in = leads_in  # the directory itself resolves inside the root
+        self.inside: set[str] = set()  # names that resolve inside the root
+        self.outside: dict[str, str] = {}  # names that lead out, and where
+
+
 class LocalStorage(Storage):
     """Objects as files below a directory."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = Path(root).expanduser().resolve()
         self.root = str(self._root)
+        # Directory (relative) -> (names in it that stay inside the root,
+        # names that are links leading out, with where they lead), as one
+        # scandir found them: data_uri() looks a data file up here.
+        self._listings: dict[str, _Listing] = {}
 
     def __repr__(self) -> str:
         return f"LocalStorage({self.root!r})"
@@ -68,9 +83,9 @@ class LocalStorage(Storage):
     def uri(self, key: str) -> str:
         # Lexical, no file-system calls: resolving a version names every data
         # file, and one realpath() per key made 100,000 files take ~8 s.
-        # get()/put() still go through _path(), which resolves symlinks; DuckDB
-        # opens data files by this name and follows a symlink planted inside the
-        # root (docs/RELIABILITY.md: the table directory itself is trusted).
+        # get()/put() still go through _path(), which resolves symlinks; what
+        # readers open for a data file comes from data_uri(), which refuses a
+        # link leading out of the root.
         k = key.lstrip("/")
         if not k:
             return self.root
@@ -85,6 +100,92 @@ class LocalStorage(Storage):
     def uris(self, keys: Iterable[str]) -> list[str]:
         prefix = self.root + "/"
         return [prefix + k for k in keys]
+
+    def data_uris(self) -> Callable[[str], str]:
+        return self.data_uri
+
+    def data_uri(self, key: str) -> str:
+        """The path a Parquet reader opens for data file ``key``; StorageError
+        naming it when it resolves outside the root through a symbolic link
+        (a data file replaced by a link to someone else's Parquet file, or a
+        directory above it that is one). CastSQL's own reads check every key
+        (``_path``); DuckDB, pyarrow and Spark open data files by this path
+        and would follow the link, so it is checked here, where a version's
+        files get their paths.
+
+        Cost: the first file of a data directory (the ``data/YYYY/MM/DD/HH``
+        hour a writer used) lists it once — one ``realpath`` and one
+        ``scandir``, whose entries say which are links without a stat each —
+        and every file after that is a set lookup; a name the listing did not
+        hold (the next write of the same hour) costs one ``lstat``. What was
+        looked up is kept for this store's life, so a link made after a
+        version's files were looked up (a session that resolved the version
+        before) is not seen: the directory is trusted between two looks, as it
+        is while a read runs."""
+        d, _, name = key.rpartition("/")
+        listing = self._listings.get(d)
+        if listing is not None and name in listing.inside:
+            return f"{self.root}/{key}"  # the common case: a dict and a set lookup
+        k = key.lstrip("/")
+        if not is_normal_key(k):
+            self._path(k)  # the exact check: resolve() and compare
+            return self.uri(k)
+        if listing is None:
+            listing = self._list_dir(d)
+        out = listing.outside.get(name)
+        if out is None and name not in listing.inside:
+            out = self._look(listing, f"{self.root}/{k}", name)
+        if out is not None:
+            raise StorageError(
+                f"{self.root}/{k}: a symbolic link to {out}, outside the table root {self.root}; "
+                "a table's data files must lie inside it"
+            )
+        return f"{self.root}/{k}"
+
+    def _list_dir(self, d: str) -> _Listing:
+        """Directory ``d`` listed for data_uri(): its names that stay inside the
+        root and those that lead out (every name, when ``d`` itself is reached
+        through a link leading out). Not kept for a directory that is not
+        there (yet): what a reader opens there fails on its own."""
+        base = f"{self.root}/{d}" if d else self.root
+        listing = _Listing(self._inside(os.path.realpath(base)) if d else True)
+        try:
+            entries = list(os.scandir(base))
+        except (FileNotFoundError, NotADirectoryError):
+            return listing
+        except OSError as e:
+            raise self._failed(d, "list", e) from None
+        for e in entries:
+            if not listing.leads_in or e.is_symlink():
+                real = os.path.realpath(e.path)
+                if listing.leads_in and self._inside(real):
+                    listing.inside.add(e.name)
+                else:
+                    listing.outside[e.name] = real
+            else:
+                listing.inside.add(e.name)
+        self._listings[d] = listing
+        return listing
+
+    def _look(self, listing: _Listing, path: str, name: str) -> str | None:
+        """One name a listing did not hold: where it leads when that is outside
+        the root, else None (added to the listing when it exists)."""
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            raise self._failed(path.removeprefix(self.root + "/"), "look up", e) from None
+        if not listing.leads_in or stat.S_ISLNK(st.st_mode):
+            real = os.path.realpath(path)
+            if not listing.leads_in or not self._inside(real):
+                listing.outside[name] = real
+                return real
+        listing.inside.add(name)
+        return None
+
+    def _inside(self, real: str) -> bool:
+        return real == self.root or real.startswith(self.root + "/")
 
     def _failed(self, key: str, action: str, e: OSError) -> StorageError:
         """Any other error of the file system (a name too long, no permission,
