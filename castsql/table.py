@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from castsql.errors import CastSQLError, MissingExtra, require
+from castsql.errors import CastSQLError, MissingExtra, TableNotFound, require
 from castsql.storage import S3Config
 
 if TYPE_CHECKING:
@@ -71,6 +71,10 @@ def open(
     session = Session(s3=s3)
     try:
         names = session.open(uri)
+        if not names:
+            raise TableNotFound(
+                f"{session.uris[-1]}: no table here (an empty directory); castsql.write_table creates one"
+            )
         if len(names) != 1 or session.log(names[0]).storage.root != session.uris[-1]:
             shown = ", ".join(sorted(names)[:5]) + (", …" if len(names) > 5 else "")
             first = sorted(names)[0]
@@ -100,8 +104,10 @@ def write_table(
 ) -> Manifest | None:
     """Write Arrow, pandas or polars ``data`` to the table at ``uri``, creating
     it (with ``data``'s columns, ``primary_key`` and table ``properties``, as
-    write_deltalake's ``configuration``) when there is none, in this
-    process (no JVM). ``mode`` says what happens when a table exists, as in
+    write_deltalake's ``configuration``, all in version 0) when there is none,
+    in this process (no JVM); to an existing table, ``primary_key`` and
+    ``properties`` must be what it has (``Table.set_properties`` changes them).
+    ``mode`` says what happens when a table exists, as in
     ``deltalake.write_deltalake``: ``"error"`` (the default) refuses, ``"append"``
     adds the rows, ``"overwrite"`` replaces every row (one version; older
     versions keep theirs for time travel), ``"ignore"`` does nothing and
@@ -135,6 +141,9 @@ def write_table(
             return None
         if primary_key is not None and primary_key != head.primary_key:
             raise CastSQLError(f"{storage.root}: the table's primary key is {head.primary_key!r}, not {primary_key!r}")
+        from castsql.format.properties import check_unchanged
+
+        check_unchanged(head.properties, properties, storage.root)
     else:
         from castsql.format.writer import conform
         from castsql.write.keys import check_input_keys

@@ -147,3 +147,26 @@ def test_a_first_append_refused_for_its_keys_leaves_no_table(spark, events_df, t
     assert _files(uri) == []
     m = append(spark, str(uri), events_df(range(5)), primary_key="id", target_file_bytes=size)
     assert (m.version, m.primary_key) == (1, "id")
+
+
+def test_a_table_created_by_spark_takes_its_properties_in_version_0(spark, events_df, tmp_path, capsys):
+    """Issue 54, as `castsql append NEW --set-property … --engine spark`: the
+    properties are version 0's (the first write is mirrored), a bad property
+    is refused before the job, and an existing table's are not changed by the
+    way."""
+    from castsql.errors import CastSQLError
+    from castsql.write_cli import main
+
+    uri = tmp_path / "events"
+    pq.write_table(events_df(range(5)).toArrow(), tmp_path / "in.parquet")
+    argv = ["append", str(uri), "--from", str(tmp_path / "in.parquet"), "--primary-key", "id", "--engine", "spark"]
+    assert main([*argv, "--set-property", "castsql.mirror.delta=true"]) == 0, capsys.readouterr().err
+    log = _log(str(uri), None)
+    assert [m.operation for m in log.history()] == ["CREATE", "APPEND"]
+    assert log.manifest(0).properties == {"castsql.mirror.delta": "true"}
+    assert (uri / "_delta_log" / "00000000000000000001.json").exists()
+    with pytest.raises(CastSQLError, match=r"its property 'castsql\.mirror\.delta' is 'true', not 'false'"):
+        append(spark, str(uri), events_df([7]), properties={"castsql.mirror.delta": "false"})
+    with pytest.raises(CastSQLError, match="unknown property"):
+        append(spark, str(tmp_path / "other"), events_df([7]), properties={"castsql.nope": "1"})
+    assert not (tmp_path / "other").exists() and log.latest().version == 1

@@ -178,3 +178,71 @@ def test_the_cli_leaves_no_table_when_its_first_append_is_refused(tmp_path):
     assert r.returncode == 1 and "more than once" in r.stderr and not os.path.exists(uri + "/_latest_manifest")
     r = cli(str(tmp_path / "good.parquet"))
     assert r.returncode == 0 and r.stdout.startswith("append: committed version 1"), r.stderr
+
+
+def test_the_cli_creates_a_table_with_its_properties_in_version_0(tmp_path, capsys):
+    """Issue 54: `castsql append NEW` could not create a configured table (no
+    --set-property), so the properties took a second version and the first
+    write ran without them (no mirror of it, no compaction). They are now
+    version 0's; a repeat of the command with the same properties runs, other
+    values (or a malformed property) are refused and change nothing."""
+    from castsql.cli import main
+
+    pq.write_table(rows(range(3)), tmp_path / "in.parquet")
+    pq.write_table(rows([3]), tmp_path / "more.parquet")
+    uri = str(tmp_path / "t")
+    props = ["--set-property", "castsql.mirror.delta=true", "--set-property", "owner = ops"]
+    assert main(["append", uri, "--from", str(tmp_path / "in.parquet"), "--primary-key", "id", *props]) == 0
+    log = TableLog(open_storage(uri))
+    assert [m.operation for m in log.history()] == ["CREATE", "APPEND"]
+    assert log.manifest(0).properties == {"castsql.mirror.delta": "true", "owner": "ops"}
+    assert sorted(p.name for p in (tmp_path / "t" / "_delta_log").glob("*.json")) == [
+        "00000000000000000000.json",
+        "00000000000000000001.json",
+    ]  # the first write was mirrored: the table had the property when it committed
+    assert main(["append", uri, "--from", str(tmp_path / "more.parquet"), *props]) == 0  # the same: runs
+    capsys.readouterr()
+    for bad, message in [
+        (["--set-property", "owner=data"], "its property 'owner' is 'ops', not 'data'"),
+        (["--set-property", "castsql.autoCompact=maybe"], "property 'castsql.autoCompact' takes true or false"),
+        (["--set-property", "owner"], "--set-property 'owner': give NAME=VALUE"),
+    ]:
+        assert main(["append", uri, "--from", str(tmp_path / "more.parquet"), *bad]) in (1, 2)
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert log.latest().version == 2
+    new = str(tmp_path / "new")
+    assert main(["append", new, "--from", str(tmp_path / "in.parquet"), "--set-property", "castsql.nope=1"]) == 1
+    assert "unknown property 'castsql.nope'" in capsys.readouterr().err and not os.path.exists(new)
+    with pytest.raises(CastSQLError, match="its property 'owner' is 'ops', not None"):
+        castsql.write_table(uri, rows([9]), mode="append", properties={"owner": None})
+
+
+def test_an_empty_directory_opens_as_an_empty_warehouse(tmp_path, shell_env):
+    """Issue 54: an empty directory was "neither a table nor a warehouse of
+    tables"; the shell and castsql.connect now open it with no tables (a
+    warehouse about to be written), while a path that does not exist, or a
+    directory of other things, is still refused, and castsql.open says there
+    is no table."""
+    empty = tmp_path / "wh"
+    empty.mkdir()
+    s = castsql.connect(str(empty))
+    assert s.tables == [] and s.sql("SELECT 42 AS x").to_pylist() == [{"x": 42}]
+    s.close()
+    r = subprocess.run(
+        [sys.executable, "-m", "castsql.cli", str(empty), "-c", "SELECT 42 AS x"],
+        capture_output=True, text=True, env=shell_env, timeout=120,
+    )  # fmt: skip
+    assert (r.returncode, r.stdout, r.stderr) == (0, "x\n42\n", "")
+    with pytest.raises(CastSQLError, match="no table here"):
+        castsql.open(str(empty))
+    for where in (tmp_path / "missing", tmp_path / "other"):
+        if where.name == "other":
+            (where / "notes").mkdir(parents=True)
+        with pytest.raises(CastSQLError, match="neither a table nor a warehouse of tables"):
+            castsql.connect(str(where))
+    from castsql.engine import Session
+    from castsql.shell.banner import banner_text
+
+    with Session(str(empty)) as session:
+        assert "Tables: none yet (an empty warehouse" in banner_text(session)

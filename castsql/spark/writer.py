@@ -33,6 +33,7 @@ from castsql.errors import CommitConflict, SchemaMismatch, TableNotFound
 from castsql.format import DataFile, Manifest, Schema, TableLog
 from castsql.format.evolution import check_names, fits, merged, refusal
 from castsql.format.layout import to_table_key
+from castsql.format.properties import check_unchanged
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.spark.errors import job_errors
 from castsql.spark.native_write import why_not as why_not_native
@@ -60,12 +61,15 @@ def append(
     target_file_bytes: int | None = None,
     merge_schema: bool = False,
     allow_duplicate_keys: bool = False,
+    properties: dict[str, str] | None = None,
 ) -> Manifest:
     """Append the rows of ``df`` to the table at ``uri`` as one new version.
 
-    The table is created (schema from ``df``, ``primary_key``) if there is
-    none. Returns the committed manifest; an empty ``df`` commits nothing and
-    returns the latest manifest. Raises SchemaMismatch before writing anything
+    The table is created (schema from ``df``, ``primary_key``, table
+    ``properties``, all in version 0) if there is none; an existing table
+    must already have ``primary_key`` and ``properties``. Returns the
+    committed manifest; an empty ``df`` commits nothing and returns the
+    latest manifest. Raises SchemaMismatch before writing anything
     if ``df`` does not fit the table (the one type rule,
     :func:`castsql.format.evolution.fits`). ``merge_schema=True`` adds the
     DataFrame's new columns (nullable, at the end) and makes allowed
@@ -105,12 +109,15 @@ def append(
     except TableNotFound:
         current = None
     new_schema = None
-    if current is not None:
+    if current is None:
+        TableLog.check_create(storage, schema, primary_key=primary_key, properties=properties)  # before the job
+    else:
         where = f"table {storage.root}: append"
         if primary_key is not None and primary_key != current.primary_key:
             raise SchemaMismatch(
                 f"{storage.root}: the table's primary key is {current.primary_key!r}, not {primary_key!r}"
             )
+        check_unchanged(current.properties, properties, storage.root)
         data = schema.to_arrow()
         target = current.schema
         if merge_schema:  # new columns added, allowed widenings made, in this version (FORMAT.md §3.4)
@@ -144,7 +151,7 @@ def append(
                 discard_files(log, files)
                 raise
         # Created only now, so a failed job leaves no table behind either.
-        log = TableLog.create(storage, schema, primary_key=primary_key, exist_ok=True)
+        log = TableLog.create(storage, schema, primary_key=primary_key, exist_ok=True, properties=properties)
         current = log.latest()
         if primary_key is not None and current.primary_key != primary_key:
             raise SchemaMismatch(f"{storage.root}: the table's primary key is {current.primary_key!r}")
