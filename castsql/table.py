@@ -389,6 +389,11 @@ class Table:
         self._moved(m.version if m is not None else None)
         return m
 
+    def _wrote(self, version: int | None) -> None:
+        """After a data write committed ``version``: as :meth:`_moved` (the
+        automatic compaction and the mirrors ran in the commit itself)."""
+        self._moved(version)
+
     def _moved(self, version: int | None) -> None:
         """After this object committed ``version``: read it from now on (like
         deltalake's DeltaTable), or the version the after-commit point committed
@@ -415,7 +420,7 @@ class Table:
         2
         """
         m = self._writer().append(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
-        self._moved(m.version if m is not None else None)
+        self._wrote(m.version if m is not None else None)
         return m
 
     def add_columns(self, columns: dict[str, Any]) -> Manifest | None:
@@ -555,7 +560,7 @@ class Table:
         12
         """
         m = self._writer().delete(where)
-        self._moved(m.version if m is not None else None)
+        self._wrote(m.version if m is not None else None)
         return m
 
     def update(self, set: dict[str, str], where: str | None = None, *, merge_schema: bool = False) -> Manifest | None:
@@ -572,7 +577,7 @@ class Table:
         40
         """
         m = self._writer().update(set, where, merge_schema=merge_schema)
-        self._moved(m.version if m is not None else None)
+        self._wrote(m.version if m is not None else None)
         return m
 
     def merge(
@@ -605,7 +610,7 @@ class Table:
 
         def run(spec: MergeSpec, src: Any) -> MergeMetrics:
             metrics = writer.merge(spec, src, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
-            self._moved(metrics.version)
+            self._wrote(metrics.version)
             return metrics
 
         return MergeBuilder(self.name, source, on, run, source_alias=source_alias, target_alias=target_alias)
