@@ -10,6 +10,7 @@ audits, Arrow results).
 Every error CastSQL raises is a :class:`castsql.errors.CastSQLError`.
 """
 
+from castsql import commits as _commits  # noqa: F401 - registers the after-commit point (mirrors, autoCompact)
 from castsql.errors import CastSQLError
 from castsql.table import Table, connect, open, write_table
 

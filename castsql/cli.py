@@ -3,7 +3,7 @@
 castsql [URI] [-c SQL] [--mode MODE]      the SQL shell (castsql.shell)
 castsql demo [DIR]                        build the demo warehouse, open the shell on it
 castsql append URI --from FILE... [--primary-key COL] [--format parquet|csv|json] [--merge-schema]
-              [--allow-duplicate-keys]
+              [--allow-duplicate-keys] [--set-property NAME=VALUE]...
 castsql delete URI --where CONDITION [--engine spark|duckdb]
 castsql update URI --set "COL = EXPR" [--set ...] [--where CONDITION] [--merge-schema] [--engine spark|duckdb]
 castsql merge URI --from FILE... --on COL[,COL] [--delete-matched-when COND] [--no-update] [--no-insert]

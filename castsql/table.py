@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from castsql.errors import CastSQLError, MissingExtra, require
+from castsql.errors import CastSQLError, MissingExtra, TableNotFound, require
 from castsql.storage import S3Config
 
 if TYPE_CHECKING:
@@ -72,6 +72,10 @@ def open(
     session = Session(s3=s3)
     try:
         names = session.open(uri)
+        if not names:
+            raise TableNotFound(
+                f"{session.uris[-1]}: no table here (an empty directory); castsql.write_table creates one"
+            )
         if len(names) != 1 or session.log(names[0]).storage.root != session.uris[-1]:
             shown = ", ".join(sorted(names)[:5]) + (", …" if len(names) > 5 else "")
             first = sorted(names)[0]
@@ -101,8 +105,10 @@ def write_table(
 ) -> Manifest | None:
     """Write Arrow, pandas or polars ``data`` to the table at ``uri``, creating
     it (with ``data``'s columns, ``primary_key`` and table ``properties``, as
-    write_deltalake's ``configuration``) when there is none, in this
-    process (no JVM). ``mode`` says what happens when a table exists, as in
+    write_deltalake's ``configuration``, all in version 0) when there is none,
+    in this process (no JVM); to an existing table, ``primary_key`` and
+    ``properties`` must be what it has (``Table.set_properties`` changes them).
+    ``mode`` says what happens when a table exists, as in
     ``deltalake.write_deltalake``: ``"error"`` (the default) refuses, ``"append"``
     adds the rows, ``"overwrite"`` replaces every row (one version; older
     versions keep theirs for time travel), ``"ignore"`` does nothing and
@@ -136,9 +142,22 @@ def write_table(
             return None
         if primary_key is not None and primary_key != head.primary_key:
             raise CastSQLError(f"{storage.root}: the table's primary key is {head.primary_key!r}, not {primary_key!r}")
+        from castsql.format.properties import check_unchanged
+
+        check_unchanged(head.properties, properties, storage.root)
     else:
+        from castsql.format.writer import conform
+        from castsql.write.keys import check_input_keys
+
+        # The first write is checked whole before version 0 exists (what
+        # create refuses, the type rule, the key rule), so a refused first
+        # write leaves no table behind and the corrected call creates it.
         table = as_arrow(data, f"{storage.root}: write")
-        TableLog.create(storage, table.schema, primary_key=primary_key, exist_ok=True, properties=properties)
+        schema = TableLog.check_create(storage, table.schema, primary_key=primary_key, properties=properties)
+        table = conform(table, schema, f"table {storage.root}: append", primary_key=primary_key)
+        if primary_key is not None and not allow_duplicate_keys:
+            check_input_keys(storage.root, primary_key, table.column(primary_key))
+        TableLog.create(storage, schema, primary_key=primary_key, exist_ok=True, properties=properties)
         data = table
     with open(storage.root, s3=s3) as t:
         writer = t._writer()
@@ -146,8 +165,6 @@ def write_table(
             m = writer.overwrite(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
         else:
             m = writer.append(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
-        if m is not None:
-            t._wrote(m.version)
         return m if m is not None else TableLog(storage).latest()
 
 
@@ -351,16 +368,6 @@ class Table:
             )
         return Writer(self._session, self.name)
 
-    def _wrote(self, version: int | None) -> None:
-        """After a data write: move to its version, then keep the table healthy
-        when its properties ask for it (``castsql.autoCompact``)."""
-        self._moved(version)
-        if version is not None:
-            from castsql.embedded.compactor import maintain
-
-            m = maintain(self._session, self.name, version)
-            self._moved(m.version if m is not None else None)
-
     @property
     def properties(self) -> dict[str, str]:
         """The table properties of this version (:mod:`castsql.format.properties`).
@@ -383,12 +390,18 @@ class Table:
         self._moved(m.version if m is not None else None)
         return m
 
-    def _moved(self, version: int | None) -> None:
-        if version is not None:
-            self.version = version  # like deltalake's DeltaTable: the object reads what it wrote
-            from castsql.mirror import keep_in_step
+    def _wrote(self, version: int | None) -> None:
+        """After a data write committed ``version``: as :meth:`_moved` (the
+        automatic compaction and the mirrors ran in the commit itself)."""
+        self._moved(version)
 
-            keep_in_step(self._session.log(self.name), version)  # castsql.mirror.delta / .iceberg
+    def _moved(self, version: int | None) -> None:
+        """After this object committed ``version``: read it from now on (like
+        deltalake's DeltaTable), or the version the after-commit point committed
+        right after it (castsql.commits: an automatic compaction). The mirrors
+        and the compaction ran in the commit itself."""
+        if version is not None:
+            self.version = self._session.log(self.name).followed(version)
 
     def append(self, data: Any, *, merge_schema: bool = False, allow_duplicate_keys: bool = False) -> Manifest | None:
         """Append Arrow, pandas or polars ``data`` (the table's columns; input

@@ -2,7 +2,8 @@
 
 ``castsql.cli`` hands them over with ``argv[0]`` the subcommand::
 
-    castsql append URI --from FILE... [--format parquet|csv|json] [--primary-key COL] [--engine duckdb|spark]
+    castsql append URI --from FILE... [--format parquet|csv|json] [--primary-key COL] [--set-property NAME=VALUE]...
+                  [--engine duckdb|spark]
     castsql delete URI --where "COND" [--engine duckdb|spark]
     castsql update URI --set "COL = EXPR" [--set ...] [--where "COND"] [--merge-schema] [--engine duckdb|spark]
     castsql merge URI --from FILE... --on COL[,COL] [--format F] [--no-update] [--no-insert]
@@ -107,6 +108,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument(
         "--allow-duplicate-keys", action="store_true", help="do not refuse rows whose primary key is already taken"
+    )
+    a.add_argument(
+        "--set-property",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a table property of the table this append creates, in its version 0 (repeatable; as castsql alter's). "
+        "On an existing table it must be what the table has",
     )
     _engine(a)
     d = sub.add_parser("delete", help="delete the rows matching a SQL condition (one tombstone, one version)")
@@ -294,13 +303,19 @@ def _schema_changes(summary: dict[str, Any]) -> list[str]:
     return [f"schema: {', '.join(changed)}"] if changed else []
 
 
-def _alter(args: Any) -> str:
-    props: dict[str, str | None] = {}
-    for item in args.set_property:
+def _set_properties(items: list[str], command: str) -> dict[str, str]:
+    """``--set-property NAME=VALUE`` flags as a dict (the last one of a name wins)."""
+    props: dict[str, str] = {}
+    for item in items:
         name, eq, value = item.partition("=")
         if not eq or not name.strip():
-            raise UsageError(f"alter: --set-property {item!r}: give NAME=VALUE")
+            raise UsageError(f"{command}: --set-property {item!r}: give NAME=VALUE")
         props[name.strip()] = value.strip()
+    return props
+
+
+def _alter(args: Any) -> str:
+    props: dict[str, str | None] = dict(_set_properties(args.set_property, "alter"))
     props.update(dict.fromkeys(args.unset_property))
     schema = bool(args.add_column or args.widen)
     if not schema and not props:
@@ -388,6 +403,9 @@ def _run(args: Any) -> str:
         missing = [s for s in args.sources if not os.path.exists(s)]
         if missing:
             raise UsageError(f"{args.command}: no such file: {missing[0]}")
+    if args.command == "append":
+        args.properties = _set_properties(args.set_property, "append")
+        check(args.properties, f"table {args.uri}: append")  # refused before any file is read
     if args.command == "merge" and args.no_update and args.update_all:
         raise UsageError("merge: --update-all and --no-update contradict each other")
     if args.command == "merge" and (args.op_column or args.format == "debezium"):
@@ -587,6 +605,7 @@ def _embedded_command(args: Any) -> Any:
             primary_key=args.primary_key,
             merge_schema=args.merge_schema,
             allow_duplicate_keys=args.allow_duplicate_keys,
+            properties=args.properties or None,
         )
     with castsql.open(args.uri) as table:
         if args.command == "delete":

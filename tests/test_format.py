@@ -116,6 +116,7 @@ def test_bad_tombstone_lines_are_named(line, message):
     [
         (lambda d: d.pop("version"), "no 'version'"),
         (lambda d: d.update(version=-1), "'version' must be"),
+        (lambda d: d.update(version=2**63), r"'version' must be an integer from 0 to 2\^63-1"),
         (lambda d: d.update(previous=123), "'previous' must be"),
         (lambda d: d.update(created_at="yesterday"), "created_at"),
         (lambda d: d["data_files"][0].update(total_rows="many"), "total_rows"),
@@ -148,7 +149,9 @@ def test_truncated_or_corrupt_manifest_is_named(data):
         parse_manifest(data, "manifest/v00000001.json")
 
 
-@pytest.mark.parametrize("data", [b"", b"{}", b'{"version": "3"}', b'{"version": -2}', b"garbage"])
+@pytest.mark.parametrize(
+    "data", [b"", b"{}", b'{"version": "3"}', b'{"version": -2}', b"garbage", b'{"version": 9223372036854775808}']
+)
 def test_bad_pointer_is_named(data):
     with pytest.raises(FormatError, match="_latest_manifest"):
         parse_pointer(data, "_latest_manifest")

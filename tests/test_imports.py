@@ -25,9 +25,10 @@ ROOT = Path(__file__).resolve().parents[1] / "castsql"
 # DESIGN.md §4: shell → engine → snapshot → format → storage; spark → format → storage.
 # The write pipeline (write) sits on the format; its two engines above it:
 # embedded (DuckDB, on the query engine's views) and spark. Mirrors (Delta
-# logs of a table's versions) read snapshots and write next to the format;
-# the writers call them after a commit (castsql.table for the embedded
-# engine, spark's writers themselves), so spark sits above them.
+# logs of a table's versions) read snapshots and write next to the format.
+# What follows a commit (mirrors, automatic compaction) is registered into
+# the format's after-commit point by castsql.commits, outside every layer:
+# no writer calls it itself, so spark imports neither mirrors nor embedded.
 # A module may import its own layer, any layer below it, and the leaves (errors).
 LAYERS = {
     "castsql.shell": {"castsql.engine", "castsql.snapshot", "castsql.format", "castsql.storage"},
@@ -37,7 +38,7 @@ LAYERS = {
     "castsql.mirror": {"castsql.snapshot", "castsql.format", "castsql.storage"},
     "castsql.snapshot": {"castsql.format", "castsql.storage"},
     "castsql.format": {"castsql.storage"},
-    "castsql.spark": {"castsql.snapshot", "castsql.format", "castsql.storage", "castsql.write", "castsql.mirror"},
+    "castsql.spark": {"castsql.snapshot", "castsql.format", "castsql.storage", "castsql.write"},
     "castsql.storage": set(),
 }
 LEAVES = {"castsql.errors"}

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from tables import build_events
@@ -224,3 +225,98 @@ def test_the_shell_prints_nested_values_out_of_pythons_range(local_events, shell
     assert r.returncode == 0, r.stderr
     assert "internal error" not in r.stderr and "Traceback" not in r.stderr
     assert r.stdout.splitlines()[-1] == "3"
+
+
+# ---------------------------------------------------------------- version numbers past any store's key (issue 54)
+
+
+@pytest.mark.parametrize("version", [10**400, 2**63], ids=["400 digits", "2^63"])
+def test_a_pointer_naming_a_huge_version_is_one_error_naming_it(local_events, shell_env, version):
+    """A pointer whose version has 400 digits named a manifest key no file
+    system takes: ``OSError: [Errno 36] File name too long`` on open, query and
+    append. Versions are bounded when the pointer is parsed (FORMAT.md §6), so
+    every reader and writer gets one FormatError naming the pointer, and
+    nothing is written."""
+    import pyarrow as pa
+
+    import castsql
+
+    st, root = local_events
+    st.put("_latest_manifest", json.dumps({"version": version, "commit_id": "x"}).encode())
+    before = _objects(st)
+    attempts = {
+        "open": lambda: castsql.open(st.root),
+        "query": lambda: castsql.connect(root).sql(f"SELECT count(*) FROM {NAME}"),
+        "append": lambda: castsql.write_table(st.root, pa.table({"id": [5_000]}), mode="append"),
+        "time travel": lambda: castsql.open(st.root, version=version),
+    }
+    for what, attempt in attempts.items():
+        with pytest.raises(CastSQLError) as e:
+            attempt()
+        message = str(e.value)
+        assert "\n" not in message and len(message) < 400, what
+        assert ("_latest_manifest" in message and "2^63-1" in message) or "is not a version number" in message, what
+    r = subprocess.run(
+        [sys.executable, "-m", "castsql.cli", root, "-c", f"SELECT count(*) FROM {NAME}"],
+        capture_output=True, text=True, env=shell_env, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1 and "_latest_manifest: pointer must be" in r.stderr, r.stderr
+    assert "Errno" not in r.stderr and "internal error" not in r.stderr
+    assert _objects(st) == before
+
+
+# ---------------------------------------------------------------- symbolic links inside a table root (issue 54)
+
+
+def test_a_data_file_replaced_by_a_link_leading_out_of_the_root_is_refused(local_events, tmp_path, shell_env):
+    """RELIABILITY.md promises a table cannot make a reader open anything
+    outside its root, and listed as a known limit that a symbolic link inside
+    a local table directory was followed: a data file replaced by a link to a
+    Parquet file elsewhere returned that file's rows on every read. The
+    reader now refuses a data file that resolves outside the root, naming
+    it, in every mode and through every reader; a link that stays inside the
+    root is followed as before."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import castsql
+
+    st, root = local_events
+    with castsql.open(st.root) as t:
+        first = t._session.snapshot(NAME).files[0]
+    path = os.path.join(st.root, first.key)
+    # Someone else's file, shaped like the table's (same columns, rows and row groups): the footer check passes.
+    data = pq.read_table(path)
+    secret = tmp_path / "secret.parquet"
+    ids = pa.array([424242 + i for i in range(data.num_rows)], pa.int64())
+    pq.write_table(data.set_column(0, "id", ids), secret, row_group_size=100)
+    original = Path(path).read_bytes()
+    os.replace(path, path + ".moved")
+    os.symlink(secret, path)
+    from castsql.snapshot import resolve
+
+    resolve.__globals__["_cache"].clear()  # a fresh process would not have it
+    reads = {
+        "castsql.open": lambda: castsql.open(st.root).to_arrow(),
+        "connect": lambda: castsql.connect(root).sql(f"SELECT * FROM {NAME}"),
+        "time travel": lambda: castsql.connect(root).sql(f"SELECT count(id) FROM {NAME} AS OF VERSION 2"),
+        "safe mode": lambda: Session(root, safe=True).sql(f"SELECT sum(id) FROM {NAME}"),
+    }
+    for what, read in reads.items():
+        resolve.__globals__["_cache"].clear()
+        with pytest.raises(CastSQLError, match="outside the table root") as e:
+            read()
+        assert first.key in str(e.value) and "\n" not in str(e.value), what
+    r = subprocess.run(
+        [sys.executable, "-m", "castsql.cli", root, "--safe", "-c", f"SELECT count(*) FROM {NAME} WHERE id = 424242"],
+        capture_output=True, text=True, env=shell_env, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1 and "outside the table root" in r.stderr and "424242" not in r.stdout, r.stderr
+    # A link to a file inside the root is the table's own business: followed.
+    os.unlink(path)
+    os.symlink(path + ".moved", path)
+    resolve.__globals__["_cache"].clear()
+    assert castsql.open(st.root).to_arrow().num_rows == 1896
+    os.unlink(path)
+    os.replace(path + ".moved", path)
+    assert Path(path).read_bytes() == original

@@ -20,7 +20,7 @@ from castsql.storage import open_storage
 class Run:
     """A shell writing into buffers; ``run(*lines)`` returns (ok, stdout, stderr) of those lines."""
 
-    def __init__(self, uri: str, mode: str = "csv") -> None:
+    def __init__(self, uri: str | None, mode: str = "csv") -> None:
         self.out, self.err = io.StringIO(), io.StringIO()
         self.shell = Shell(Session(uri), settings=Settings(mode=mode), stdout=self.out, stderr=self.err)
 
@@ -135,6 +135,89 @@ def test_output_and_once(run: Run, tmp_path) -> None:
     assert ok
     assert always.read_text().startswith("c\n3\ntable,latest_version,location\n")
     assert out == "d\n4\n"
+
+
+def _objects(root) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_output_and_once_never_write_into_a_table_or_warehouse(tmp_path, shell_env) -> None:
+    """Issue 54: ``.output WH/t/_latest_manifest`` opened the pointer with a
+    plain open() and replaced it by CSV, where ``COPY … TO`` the same path is
+    refused. Every output target now passes COPY's barrier
+    (castsql.engine.policy.check_write_target): nothing inside or above an
+    opened table or warehouse, however the path is spelled; the error says
+    why and the table is byte for byte as it was."""
+    import subprocess
+    import sys
+
+    wh = tmp_path / "wh"
+    st = open_storage(str(wh / "t"))
+    log = TableLog.create(st, pa.schema([("id", pa.int64())]), primary_key="id")
+    log.append(write_data_files(st, pa.table({"id": [1, 2, 3]})))
+    data = next(p for p in (wh / "t" / "data").rglob("*.parquet"))
+    os.symlink(wh / "t", tmp_path / "link")
+    before = _objects(wh)
+    targets = [
+        wh / "t" / "_latest_manifest",
+        data,
+        wh / "t" / "new.csv",
+        wh,
+        tmp_path,  # above the warehouse
+        tmp_path / "link" / "_latest_manifest",  # through a symbolic link
+        f"{wh}/t/../t/_latest_manifest",
+    ]
+    r = Run(str(wh))
+    try:
+        for target in targets:
+            for command in (".output", ".once"):
+                ok, _, err = r(f"{command} {target}", "SELECT 42 AS answer;")
+                assert not ok, (command, target)
+                assert "the target overlaps" in err and "outside every opened table and warehouse" in err, err
+        assert _objects(wh) == before
+        # Relative to the current directory, as open() reads it.
+        cwd = os.getcwd()
+        os.chdir(wh / "t")
+        try:
+            ok, _, err = r(".output _latest_manifest", "SELECT 1;")
+        finally:
+            os.chdir(cwd)
+        assert not ok and "the target overlaps" in err
+        # A file set before a table was opened there is checked again at the next result.
+        fresh = tmp_path / "later"
+        fresh.mkdir()
+        ok, _, err = r(f".output {fresh}/x.csv", "SELECT 1 AS a;")
+        assert ok, err
+        ok, _, err = r(f".open --add {wh / 't'} t2", "SELECT 2 AS b;")  # not an overlap: still written
+        assert ok, err
+        assert (fresh / "x.csv").read_text() == "a\n1\nb\n2\n"
+    finally:
+        r.shell.close()
+    assert _objects(wh) == before
+    # The issue's reproduction, through the command line.
+    p = subprocess.run(
+        [sys.executable, "-m", "castsql.cli", str(wh), "-c", f".output {wh}/t/_latest_manifest", "-c", "SELECT 1"],
+        capture_output=True, text=True, env=shell_env, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 1 and "the target overlaps" in p.stderr, p.stderr
+    assert _objects(wh) == before
+
+
+def test_an_output_file_a_later_open_puts_inside_a_table_is_dropped(tmp_path) -> None:
+    wh = tmp_path / "wh"
+    st = open_storage(str(wh / "t"))
+    TableLog.create(st, pa.schema([("id", pa.int64())]))
+    r = Run(None)
+    try:
+        ok, _, err = r(f".output {wh}/t/notes.csv", "SELECT 1 AS a;")
+        assert ok, err
+        ok, _, err = r(f".open {wh}", "SELECT 2 AS b;")
+        assert not ok and "the target overlaps" in err, err
+        ok, out, err = r("SELECT 3 AS c;")  # back on the console
+        assert ok and out == "c\n3\n", err
+    finally:
+        r.shell.close()
+    assert (wh / "t" / "notes.csv").read_text() == "a\n1\n"
 
 
 def test_read_runs_a_file_and_stops_at_its_first_error(run: Run, tmp_path) -> None:

@@ -125,3 +125,48 @@ def test_new_table_is_not_created_by_a_failed_job(spark, events_df, tmp_path):
     with pytest.raises(SparkJobFailed):
         append(spark, uri, bad.selectExpr("id", "ts", "user", "kind", "CAST(amount AS DOUBLE) AS amount"))
     assert not open_storage(uri).exists("_latest_manifest")
+
+
+def _files(root) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["spark-writer", "python-workers"])
+def test_a_first_append_refused_for_its_keys_leaves_no_table(spark, events_df, tmp_path, native):
+    """Issue 54: the table was created after the job and before the key check,
+    so a first append of repeated keys left an empty version 0 (and its data
+    directory) behind. The keys are checked before version 0 exists: nothing
+    is left, and the corrected append creates the table."""
+    from castsql.errors import DuplicateKey
+
+    uri = tmp_path / "events"
+    twice = events_df(range(5)).union(events_df([3]))
+    size = None if native else 1 << 20  # target_file_bytes takes the Python workers' path
+    with pytest.raises(DuplicateKey, match="the data holds key id = 3 more than once"):
+        append(spark, str(uri), twice, primary_key="id", target_file_bytes=size)
+    assert _files(uri) == []
+    m = append(spark, str(uri), events_df(range(5)), primary_key="id", target_file_bytes=size)
+    assert (m.version, m.primary_key) == (1, "id")
+
+
+def test_a_table_created_by_spark_takes_its_properties_in_version_0(spark, events_df, tmp_path, capsys):
+    """Issue 54, as `castsql append NEW --set-property … --engine spark`: the
+    properties are version 0's (the first write is mirrored), a bad property
+    is refused before the job, and an existing table's are not changed by the
+    way."""
+    from castsql.errors import CastSQLError
+    from castsql.write_cli import main
+
+    uri = tmp_path / "events"
+    pq.write_table(events_df(range(5)).toArrow(), tmp_path / "in.parquet")
+    argv = ["append", str(uri), "--from", str(tmp_path / "in.parquet"), "--primary-key", "id", "--engine", "spark"]
+    assert main([*argv, "--set-property", "castsql.mirror.delta=true"]) == 0, capsys.readouterr().err
+    log = _log(str(uri), None)
+    assert [m.operation for m in log.history()] == ["CREATE", "APPEND"]
+    assert log.manifest(0).properties == {"castsql.mirror.delta": "true"}
+    assert (uri / "_delta_log" / "00000000000000000001.json").exists()
+    with pytest.raises(CastSQLError, match=r"its property 'castsql\.mirror\.delta' is 'true', not 'false'"):
+        append(spark, str(uri), events_df([7]), properties={"castsql.mirror.delta": "false"})
+    with pytest.raises(CastSQLError, match="unknown property"):
+        append(spark, str(tmp_path / "other"), events_df([7]), properties={"castsql.nope": "1"})
+    assert not (tmp_path / "other").exists() and log.latest().version == 1

@@ -536,3 +536,60 @@ def test_overlapped_requests_nest_without_waiting_on_each_other():
     with pytest.raises(ValueError, match="item 3"):
         overlapped(boom, list(range(8)))
     assert overlapped(lambda i: i, list(range(5))) == list(range(5))  # the pool survives an error
+
+
+def test_every_local_file_system_error_is_a_storage_error_naming_the_object(tmp_path):
+    """The local store mapped only a missing file; a name too long for the
+    file system (what a 400-digit version asks for) came out as a raw
+    OSError. Every call now raises StorageError naming the object."""
+    st = open_storage(str(tmp_path / "t"))
+    st.put("manifest/v00000000.json", b"v")
+    key = "manifest/v" + "1" * 400 + ".json"
+    calls = {
+        "get": lambda: st.get(key),
+        "get_with_etag": lambda: st.get_with_etag(key),
+        "get_range": lambda: st.get_range(key, 0, 4),
+        "exists": lambda: st.exists(key),
+        "put": lambda: st.put(key, b"x"),
+        "put_if_absent": lambda: st.put_if_absent(key, b"x"),
+        "put_if_match": lambda: st.put_if_match(key, b"x", "etag"),
+        "delete": lambda: st.delete(key),
+        "list": lambda: list(st.list(key + "/")),
+    }
+    for name, call in calls.items():
+        with pytest.raises(StorageError) as e:
+            call()
+        assert not isinstance(e.value, ObjectNotFound), name
+        assert str(e.value).startswith(f"{st.root}/manifest/v111") and "name too long" in str(e.value), name
+        assert "\n" not in str(e.value) and len(str(e.value)) < 300, name
+    assert [o.key for o in st.list()] == ["manifest/v00000000.json"]
+
+
+def test_a_data_file_path_never_leads_out_of_a_local_root(tmp_path):
+    """What readers open for a data file (``data_uri``; DuckDB, pyarrow and
+    Spark follow links): a file or a directory that is a symbolic link
+    leading out of the root is refused naming the key; one that stays inside
+    is the table's own business; a name listed later is looked up afresh."""
+    root, outside = tmp_path / "t", tmp_path / "outside"
+    (root / "data" / "h").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "x.parquet").write_bytes(b"x")
+    (root / "data" / "h" / "a.parquet").write_bytes(b"a")
+    os.symlink(outside / "x.parquet", root / "data" / "h" / "out.parquet")
+    os.symlink(root / "data" / "h" / "a.parquet", root / "data" / "h" / "in.parquet")
+    os.symlink(outside, root / "data" / "dirlink")
+    st = open_storage(str(root))
+    uri = st.data_uris()
+    assert uri("data/h/a.parquet") == f"{st.root}/data/h/a.parquet"
+    assert uri("data/h/in.parquet") == f"{st.root}/data/h/in.parquet"
+    assert uri("data/h/missing.parquet") == f"{st.root}/data/h/missing.parquet"  # the reader's error names it
+    for key in ("data/h/out.parquet", "data/dirlink/x.parquet", "data/h/../../../outside/x.parquet"):
+        with pytest.raises(StorageError, match=r"outside the table root|escapes the storage root") as e:
+            uri(key)
+        assert key.rsplit("/", 1)[-1] in str(e.value)
+    # Listed once; a file added later (the next write of the same hour) is found, a link added later too.
+    (root / "data" / "h" / "b.parquet").write_bytes(b"b")
+    assert uri("data/h/b.parquet").endswith("/data/h/b.parquet")
+    os.symlink(outside / "x.parquet", root / "data" / "h" / "late.parquet")
+    with pytest.raises(StorageError, match="outside the table root"):
+        uri("data/h/late.parquet")

@@ -134,3 +134,115 @@ def test_a_table_deleted_and_made_again_in_one_process_is_the_new_table(tmp_path
     assert live(uri) == [(i, f"b{i}") for i in (101, 102, 103, 105, 106)]
     assert live(uri, version=3) == [(i, f"b{i}") for i in (101, 102, 103, 104)]
     assert TableLog(open_storage(uri)).latest().version == 6
+
+
+@pytest.mark.parametrize(
+    ("data", "options", "message"),
+    [
+        (pa.table({"id": [0.0, -0.0]}), {"primary_key": "id"}, "the data holds key id = 0.0 more than once"),
+        (pa.table({"id": [1, None]}), {"primary_key": "id"}, "NULL primary key"),
+        (
+            pa.table({"id": [1], "t": pa.array([1], pa.timestamp("ns"))}),
+            {},
+            r"column 't' cannot be stored as timestamp\[us\]",
+        ),
+        (pa.table({"id": [1]}), {"properties": {"castsql.nope": "1"}}, "unknown property"),
+        (pa.table({"id": [[1]]}), {"primary_key": "id"}, "unsupported column type"),
+    ],
+    ids=["-0.0 and 0.0", "NULL key", "lossy nanoseconds", "unknown property", "list key"],
+)
+def test_a_refused_first_write_leaves_no_table_and_its_retry_creates_it(tmp_path, data, options, message):
+    """Issue 54: write_table created version 0, then its first write was
+    refused (DuplicateKey for 0.0 and -0.0, which SQL finds equal), leaving an
+    empty table, and the corrected call failed with TableExists. The first
+    write is checked whole before the table is created."""
+    uri = tmp_path / "t"
+    with pytest.raises(CastSQLError, match=message) as e:
+        castsql.write_table(str(uri), data, **options)
+    assert "\n" not in str(e.value)
+    assert not uri.exists() or sorted(p for p in uri.rglob("*") if p.is_file()) == []
+    m = castsql.write_table(str(uri), pa.table({"id": [0.0, 1.0]}), primary_key="id")
+    assert (m.version, m.primary_key, m.summary["added_rows"]) == (1, "id", 2)
+
+
+def test_the_cli_leaves_no_table_when_its_first_append_is_refused(tmp_path):
+    pq.write_table(pa.table({"id": [0.0, -0.0]}), tmp_path / "bad.parquet")
+    pq.write_table(pa.table({"id": [0.0, 1.0]}), tmp_path / "good.parquet")
+    uri = str(tmp_path / "t")
+
+    def cli(src: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "castsql.cli", "append", uri, "--from", src, "--primary-key", "id"]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    r = cli(str(tmp_path / "bad.parquet"))
+    assert r.returncode == 1 and "more than once" in r.stderr and not os.path.exists(uri + "/_latest_manifest")
+    r = cli(str(tmp_path / "good.parquet"))
+    assert r.returncode == 0 and r.stdout.startswith("append: committed version 1"), r.stderr
+
+
+def test_the_cli_creates_a_table_with_its_properties_in_version_0(tmp_path, capsys):
+    """Issue 54: `castsql append NEW` could not create a configured table (no
+    --set-property), so the properties took a second version and the first
+    write ran without them (no mirror of it, no compaction). They are now
+    version 0's; a repeat of the command with the same properties runs, other
+    values (or a malformed property) are refused and change nothing."""
+    from castsql.cli import main
+
+    pq.write_table(rows(range(3)), tmp_path / "in.parquet")
+    pq.write_table(rows([3]), tmp_path / "more.parquet")
+    uri = str(tmp_path / "t")
+    props = ["--set-property", "castsql.mirror.delta=true", "--set-property", "owner = ops"]
+    assert main(["append", uri, "--from", str(tmp_path / "in.parquet"), "--primary-key", "id", *props]) == 0
+    log = TableLog(open_storage(uri))
+    assert [m.operation for m in log.history()] == ["CREATE", "APPEND"]
+    assert log.manifest(0).properties == {"castsql.mirror.delta": "true", "owner": "ops"}
+    assert sorted(p.name for p in (tmp_path / "t" / "_delta_log").glob("*.json")) == [
+        "00000000000000000000.json",
+        "00000000000000000001.json",
+    ]  # the first write was mirrored: the table had the property when it committed
+    assert main(["append", uri, "--from", str(tmp_path / "more.parquet"), *props]) == 0  # the same: runs
+    capsys.readouterr()
+    for bad, message in [
+        (["--set-property", "owner=data"], "its property 'owner' is 'ops', not 'data'"),
+        (["--set-property", "castsql.autoCompact=maybe"], "property 'castsql.autoCompact' takes true or false"),
+        (["--set-property", "owner"], "--set-property 'owner': give NAME=VALUE"),
+    ]:
+        assert main(["append", uri, "--from", str(tmp_path / "more.parquet"), *bad]) in (1, 2)
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert log.latest().version == 2
+    new = str(tmp_path / "new")
+    assert main(["append", new, "--from", str(tmp_path / "in.parquet"), "--set-property", "castsql.nope=1"]) == 1
+    assert "unknown property 'castsql.nope'" in capsys.readouterr().err and not os.path.exists(new)
+    with pytest.raises(CastSQLError, match="its property 'owner' is 'ops', not None"):
+        castsql.write_table(uri, rows([9]), mode="append", properties={"owner": None})
+
+
+def test_an_empty_directory_opens_as_an_empty_warehouse(tmp_path, shell_env):
+    """Issue 54: an empty directory was "neither a table nor a warehouse of
+    tables"; the shell and castsql.connect now open it with no tables (a
+    warehouse about to be written), while a path that does not exist, or a
+    directory of other things, is still refused, and castsql.open says there
+    is no table."""
+    empty = tmp_path / "wh"
+    empty.mkdir()
+    s = castsql.connect(str(empty))
+    assert s.tables == [] and s.sql("SELECT 42 AS x").to_pylist() == [{"x": 42}]
+    s.close()
+    r = subprocess.run(
+        [sys.executable, "-m", "castsql.cli", str(empty), "-c", "SELECT 42 AS x"],
+        capture_output=True, text=True, env=shell_env, timeout=120,
+    )  # fmt: skip
+    assert (r.returncode, r.stdout, r.stderr) == (0, "x\n42\n", "")
+    with pytest.raises(CastSQLError, match="no table here"):
+        castsql.open(str(empty))
+    for where in (tmp_path / "missing", tmp_path / "other"):
+        if where.name == "other":
+            (where / "notes").mkdir(parents=True)
+        with pytest.raises(CastSQLError, match="neither a table nor a warehouse of tables"):
+            castsql.connect(str(where))
+    from castsql.engine import Session
+    from castsql.shell.banner import banner_text
+
+    with Session(str(empty)) as session:
+        assert "Tables: none yet (an empty warehouse" in banner_text(session)

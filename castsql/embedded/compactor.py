@@ -24,13 +24,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from castsql.embedded.writer import Writer
-from castsql.engine import names
+from castsql.engine import Session, names
 from castsql.engine.quoting import ident
 from castsql.errors import CastSQLError, CommitConflict
 from castsql.format import Change, DataFile, Manifest, TableLog
@@ -39,9 +38,6 @@ from castsql.format.properties import AutoCompact, delete_retention
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import Snapshot, resolve
 from castsql.write.compaction import SMALL_TOMBSTONE_BYTES, compaction_change, plan_compaction
-
-if TYPE_CHECKING:
-    from castsql.engine.session import Session
 
 _log = logging.getLogger(__name__)
 _BATCH_ROWS = 122_880  # what DuckDB hands over at a time: one row group's worth
@@ -118,24 +114,28 @@ def _expire_markers(log: TableLog, snap: Snapshot) -> Manifest | None:
     return log.commit(Change("COMPACT", read_version=snap.version, summary={"expired_delete_markers": True}))
 
 
-def maintain(session: Session, table: str, version: int) -> Manifest | None:
+# Commits after which automatic compaction looks at the table: those that
+# change its rows. Not a compaction (never one after another), not the
+# schema, properties or format alone.
+_NOT_DATA_WRITES = frozenset({"CREATE", "COMPACT", "SET PROPERTIES", "ALTER", "UPGRADE"})
+
+
+def maintain(log: TableLog, head: Manifest) -> Manifest | None:
     """The automatic compaction a table's properties ask for
-    (``castsql.autoCompact``), run by a writer after it committed ``version``:
-    when that version holds ``castsql.autoCompact.minNumFiles`` data files under
+    (``castsql.autoCompact``), run after every commit that changed the
+    table's rows (``castsql.commits``, the after-commit point, whichever
+    engine committed ``head``): when that version holds
+    ``castsql.autoCompact.minNumFiles`` data files under
     ``castsql.autoCompact.maxFileSize`` (or as many tombstone files), the
     lowest size tier of them is packed into files of that size (ordered by
     ``castsql.compact.sortBy``) and the tombstones folded: a stream's large
     base file is not rewritten each time (:mod:`castsql.write.compaction`).
-    Only metadata is read to decide; a compaction that keeps losing to
-    concurrent writers gives up (the write that ran it has committed already)
-    and the next write tries again. Returns its manifest,
-    or None."""
-    log = session.log(table)
-    # The manifest the write just committed, from the log's cache: a table
-    # without the setting pays no request for it.
-    head = log.manifest(version)
-    auto = AutoCompact.of(head.properties)
-    if auto is None:
+    Only metadata is read to decide; the compaction runs in a session of its
+    own over ``log`` (DuckDB in this process, no JVM). One that keeps losing
+    to concurrent writers gives up (the write that ran it has committed
+    already) and the next write tries again. Returns its manifest, or None."""
+    auto = AutoCompact.of(head.properties)  # the committed manifest in hand: no request without the setting
+    if auto is None or head.operation in _NOT_DATA_WRITES:
         return None
     snap = resolve(log, head.version)
     sizes = snap.table().column("size_bytes")
@@ -143,11 +143,15 @@ def maintain(session: Session, table: str, version: int) -> Manifest | None:
     if small < auto.min_files and head.tombstone_count < auto.min_files:
         return None
     sort_by = auto.sort_by if auto.sort_by and snap.schema.column(auto.sort_by) is not None else None
-    try:
-        return compact(session, table, target_file_bytes=auto.max_file_size, sort_by=sort_by, attempts=2, tiered=True)
-    except CommitConflict as e:
-        _log.warning("table %s: automatic compaction gave up: %s", table, e)
-        return None
+    with Session() as session:
+        table = session.adopt(log)
+        try:
+            return compact(
+                session, table, target_file_bytes=auto.max_file_size, sort_by=sort_by, attempts=2, tiered=True
+            )
+        except CommitConflict as e:
+            _log.warning("table %s: automatic compaction gave up: %s", log.storage.root, e)
+            return None
 
 
 def _rewrite(

@@ -531,7 +531,7 @@ def _recorded(log: TableLog, before: VersionRecord | Manifest, m: VersionRecord 
 def _whole(log: TableLog, e: DataFile, what: str) -> FileRows:
     """Every row of the file ``e`` names (its path checked to lie in the table)."""
     key = to_table_key(e.path, log.storage.root, what=what)
-    return FileRows(ResolvedFile(key, log.storage.uri(key), e, e.row_group_rows), all_positions(e.total_rows))
+    return FileRows(ResolvedFile(key, log.storage.data_uri(key), e, e.row_group_rows), all_positions(e.total_rows))
 
 
 def _bare(rows: list[FileRows]) -> list[FileRows]:

@@ -8,6 +8,7 @@ case-insensitive, like SQL's.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -31,6 +32,16 @@ def is_table(storage: Storage) -> tuple[bytes, str] | bool:
         return storage.get_with_etag(POINTER_KEY)
     except ObjectNotFound:
         return storage.exists(manifest_key(0))
+
+
+def _empty(storage: Storage) -> bool:
+    """Whether ``storage`` holds nothing at all: an existing empty local
+    directory, or an object-store prefix with no object under it (which is
+    all an empty "directory" is there). A local path that does not exist is
+    no warehouse."""
+    if storage.list_dirs() or next(iter(storage.list("")), None) is not None:
+        return False
+    return "://" in storage.root or os.path.isdir(storage.root)
 
 
 class Catalog:
@@ -69,6 +80,11 @@ class Catalog:
                     raise  # the endpoint, not this entry: every other probe would wait as long
                 except StorageError as e:
                     self.skipped.append(f"{storage.uri(child)}: {e}")
+            if not found and _empty(storage):
+                # A warehouse with no table yet: opened, with nothing to query.
+                self.uris.append(storage.root)
+                self.generation += 1
+                return []
             if not found:
                 raise TableNotFound(f"{storage.root}: neither a table nor a warehouse of tables")
             if name is not None:
@@ -100,6 +116,18 @@ class Catalog:
         self.uris.append(storage.root)
         self.generation += 1
         return list(found)
+
+    def add_log(self, log: TableLog, name: str | None = None) -> str:
+        """Add the table ``log`` reads, through that log, under ``name``
+        (default: the last component of its root); returns the name."""
+        name = name or log.storage.root.rstrip("/").rsplit("/", 1)[-1]
+        if name.lower() in self.display:
+            raise TableNotFound(f"{log.uri}: a table named {name!r} is open already")
+        self.logs[name.lower()] = log
+        self.display[name.lower()] = name
+        self.uris.append(log.storage.root)
+        self.generation += 1
+        return name
 
     @property
     def tables(self) -> list[str]:

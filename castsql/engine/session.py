@@ -140,8 +140,24 @@ class Session:
         """
         if self.safe:
             raise SafeModeError(f"safe mode: cannot open {uri}; tables are fixed when a safe session starts")
-        self.executor.finish_streams()
         storage = open_storage(uri, s3=self.s3)
+        self._reach(storage)
+        return self.catalog.add(storage, name)
+
+    def adopt(self, log: TableLog, name: str | None = None) -> str:
+        """Add the table ``log`` reads, read and written through that very log
+        (its cache, its storage and credentials), under ``name`` (default: the
+        last component of its root); returns the name. What a writer's
+        after-commit work (automatic compaction) runs in."""
+        if self.safe:
+            raise SafeModeError(f"safe mode: cannot open {log.uri}; tables are fixed when a safe session starts")
+        self._reach(log.storage)
+        return self.catalog.add_log(log, name)
+
+    def _reach(self, storage: Storage) -> None:
+        """Let DuckDB read ``storage``'s objects (S3 credentials in its secret
+        manager, GCS and Azure through CastSQL's file systems)."""
+        self.executor.finish_streams()
         if storage.root.startswith("s3://"):
             if not self._s3_ready:
                 configure_s3(self.con, self.s3_config(storage))  # credentials in the secret manager only
@@ -165,7 +181,6 @@ class Session:
             cores = int(self.con.execute("SELECT current_setting('threads')").fetchone()[0])
             self.views.threads = RemoteThreads(self.con, cores, REMOTE_THREADS)
             self._threads_set = True
-        return self.catalog.add(storage, name)
 
     def s3_config(self, storage: Storage) -> S3Config:
         """The S3 settings DuckDB needs to read ``storage``'s objects."""

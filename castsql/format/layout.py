@@ -20,6 +20,12 @@ CDC_DIR = "cdc"  # CDC delete markers (FORMAT.md §3.7): outside meta/, which ol
 
 _MANIFEST_RE = re.compile(r"^manifest/v(\d{8,})\.json$")
 
+# The largest version number: a signed 64-bit integer, what DuckDB's BIGINT,
+# Arrow's int64 and Delta's long hold. A pointer or manifest naming a larger
+# one is refused when parsed (a 400-digit version would name a manifest key
+# no store takes: "File name too long").
+MAX_VERSION = 2**63 - 1
+
 
 def manifest_key(version: int) -> str:
     """``manifest/v00000123.json``; versions past 10^8 simply get more digits."""

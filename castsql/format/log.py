@@ -23,11 +23,16 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
+import logging
 import os
 import socket
+import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -71,6 +76,57 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+# ---------------------------------------------------------------------- the after-commit point
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AfterCommit:
+    """Work that follows every commit, whoever made it: registered by the
+    layers above the format (``castsql.commits``: the mirrors, automatic
+    compaction), run by :meth:`TableLog.commit` and :meth:`TableLog.create`
+    once the version is committed and the pointer moved.
+
+    ``run(log, manifest)`` returns the manifest of a version it committed
+    itself (a compaction), or None. ``after_hook_commits``: whether it also
+    runs for a commit made by a hook (the mirrors do, so the compaction's
+    version is mirrored; a compaction does not, so it never follows itself)."""
+
+    name: str
+    run: Callable[[TableLog, Manifest], Manifest | None]
+    after_hook_commits: bool
+
+
+_HOOKS: list[AfterCommit] = []
+_HOOKS_LOCK = threading.Lock()
+# How deep in after-commit hooks this thread (or task) is: a commit made by a
+# hook runs only the hooks that follow hook commits.
+_IN_HOOK: contextvars.ContextVar[int] = contextvars.ContextVar("castsql_after_commit_depth", default=0)
+_FOLLOWED_KEPT = 64  # versions per log whose hook commits are remembered (TableLog.followed)
+
+
+def register_after_commit(
+    name: str, run: Callable[[TableLog, Manifest], Manifest | None], *, after_hook_commits: bool
+) -> None:
+    """Run ``run(log, manifest)`` after every commit, in registration order; a
+    hook registered again under the same ``name`` replaces the earlier one.
+    A hook's failure is logged and never fails the commit it follows."""
+    with _HOOKS_LOCK:
+        hook = AfterCommit(name, run, after_hook_commits)
+        for i, h in enumerate(_HOOKS):
+            if h.name == name:
+                _HOOKS[i] = hook
+                return
+        _HOOKS.append(hook)
+
+
+def after_commit_hooks() -> list[str]:
+    """The names of the registered after-commit hooks, in the order they run."""
+    with _HOOKS_LOCK:
+        return [h.name for h in _HOOKS]
+
+
 class TableLog(TableMetadata):
     """The versions of the table rooted at ``storage``: what
     :class:`~castsql.format.metadata.TableMetadata` reads, plus the commit
@@ -79,6 +135,8 @@ class TableLog(TableMetadata):
     def __init__(self, storage: Storage, *, retry: RetryPolicy | None = None, writer: str | None = None) -> None:
         super().__init__(storage, retry=retry)
         self.writer = writer or default_writer_id()
+        # Version -> the version an after-commit hook committed right after it (followed()).
+        self._followed: OrderedDict[int, int] = OrderedDict()
 
     # ------------------------------------------------------------------ create
 
@@ -97,10 +155,7 @@ class TableLog(TableMetadata):
         (:mod:`castsql.format.properties`). With ``exist_ok`` an existing
         table of the same schema is opened instead."""
         log = cls(storage, writer=writer)
-        if isinstance(schema, pa.Schema):
-            schema = Schema.from_arrow(schema)
-        if primary_key is not None and schema.column(primary_key) is None:
-            raise FormatError(f"{storage.root}: primary key {primary_key!r} is not a column ({schema.names})")
+        schema = cls.check_create(storage, schema, primary_key=primary_key, properties=properties)
         commit_id = uuid.uuid4().hex
         m = Manifest(
             version=0,
@@ -129,7 +184,30 @@ class TableLog(TableMetadata):
             return log
         with contextlib.suppress(PreconditionFailed):  # someone rolled it forward already
             storage.put_if_absent(POINTER_KEY, pointer_bytes(0, commit_id))
+        with log._lock:
+            log._manifests[0] = m
+        log._after_commit(m)  # a mirror the table is created with starts at version 0
         return log
+
+    @staticmethod
+    def check_create(
+        storage: Storage,
+        schema: Schema | pa.Schema,
+        *,
+        primary_key: str | None = None,
+        properties: dict[str, str] | None = None,
+    ) -> Schema:
+        """What :meth:`create` refuses (column types and names, the primary
+        key, the properties), raised without writing anything; the table's
+        schema otherwise. A writer whose first write creates the table checks
+        that write against this schema before :meth:`create`, so a refused
+        first write leaves no table behind."""
+        if isinstance(schema, pa.Schema):
+            schema = Schema.from_arrow(schema)
+        if primary_key is not None and schema.column(primary_key) is None:
+            raise FormatError(f"{storage.root}: primary key {primary_key!r} is not a column ({schema.names})")
+        _checked_properties(properties, storage.root)
+        return schema
 
     # ------------------------------------------------------------------ commit
 
@@ -166,6 +244,8 @@ class TableLog(TableMetadata):
                         break  # garbage-collected
                     if m.commit_id == commit_id:
                         self._advance_pointer(v, commit_id, pv, etag)
+                        # The call that landed it failed before its hooks: run them now (they are idempotent).
+                        self._after_commit(m)
                         return m
             checked = base.version
             new = change.apply(base, self).evolve(
@@ -190,11 +270,55 @@ class TableLog(TableMetadata):
             self._advance_pointer(new.version, commit_id, pv, etag)
             if new.version % keyindex.BLOCK == 0:
                 keyindex.write_index(self, new.version)  # after the commit point: best effort (§3.6)
+            self._after_commit(new)
             return new
         raise CommitConflict(
             f"{self.storage.root}: {change.operation} lost the commit race {self.retry.max_attempts} times; "
             "nothing was committed"
         )
+
+    def _after_commit(self, m: Manifest) -> None:
+        """Run the registered after-commit hooks for committed version ``m``:
+        the one point every commit passes, whatever made it. A hook that fails
+        is logged (the version stays committed, and the next commit's hooks
+        catch up: a mirror writes every version it lacks); a version a hook
+        commits is remembered for :meth:`followed`."""
+        depth = _IN_HOOK.get()
+        with _HOOKS_LOCK:
+            hooks = [h for h in _HOOKS if h.after_hook_commits or not depth]
+        if not hooks:
+            return
+        token = _IN_HOOK.set(depth + 1)
+        try:
+            for hook in hooks:
+                try:
+                    made = hook.run(self, m)
+                except Exception as e:
+                    _log.warning(
+                        "table %s: %s after version %d failed (the version is committed): %s",
+                        self.storage.root, hook.name, m.version, e,
+                    )  # fmt: skip
+                    continue
+                if made is not None and made.version > m.version:
+                    with self._lock:
+                        self._followed[m.version] = made.version
+                        while len(self._followed) > _FOLLOWED_KEPT:
+                            self._followed.popitem(last=False)
+        finally:
+            _IN_HOOK.reset(token)
+
+    def followed(self, version: int) -> int:
+        """``version``, or the last version the after-commit hooks of this log
+        committed right after it (an automatic compaction), following the
+        chain: what a writer that committed ``version`` now reads.
+
+        >>> log.followed(m.version)                                    # doctest: +SKIP
+        8
+        """
+        with self._lock:
+            while version in self._followed:
+                version = self._followed[version]
+        return version
 
     def _is_ours(self, version: int, commit_id: str) -> bool:
         try:

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from castsql.errors import FormatError
 from castsql.format.jsonio import load_json, pk_value
+from castsql.format.layout import MAX_VERSION
 from castsql.format.schema import Schema, type_from_name
 from castsql.storage.base import is_normal_key, key_problem
 
@@ -569,8 +570,8 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         if k not in obj:
             raise FormatError(f"{where}: manifest has no {k!r} field")
     version = obj["version"]
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise FormatError(f"{where}: 'version' must be a non-negative integer, got {version!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= MAX_VERSION:
+        raise FormatError(f"{where}: 'version' must be an integer from 0 to 2^63-1, got {str(version)[:40]!r}")
     if expected_version is not None and version != expected_version:
         raise FormatError(f"{where}: holds version {version}, but its key names version {expected_version}")
     previous, created_at = _lineage(obj, version, where)

@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from castsql.errors import FormatError, StorageError, TableNotFound, VersionNotFound
 from castsql.format.jsonio import load_json
-from castsql.format.layout import MANIFEST_DIR, POINTER_KEY, manifest_key, manifest_version, to_table_key
+from castsql.format.layout import MANIFEST_DIR, MAX_VERSION, POINTER_KEY, manifest_key, manifest_version, to_table_key
 from castsql.format.manifest import (
     Manifest,
     MetaRef,
@@ -75,8 +75,11 @@ _HOLDERS = 200_000  # data files whose files object a log remembers
 def parse_pointer(data: bytes, where: str) -> int:
     obj = load_json(data, where, "pointer")
     v = obj.get("version") if isinstance(obj, dict) else None
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise FormatError(f'{where}: pointer must be {{"version": <non-negative integer>}}, got {data[:80]!r}')
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_VERSION:
+        raise FormatError(
+            f'{where}: pointer must be {{"version": <integer from 0 to 2^63-1>}}, got {data[:80]!r}'
+            + ("…" if len(data) > 80 else "")
+        )
     return v
 
 
@@ -470,8 +473,9 @@ class TableMetadata:
         ``probe`` a cached manifest is returned only if it is still stored
         (one existence check), so a collected version is refused.
         """
-        if not isinstance(version, int) or version < 0:
-            raise VersionNotFound(f"{self.storage.root}: version {version!r} is not a version number")
+        if not isinstance(version, int) or isinstance(version, bool) or not 0 <= version <= MAX_VERSION:
+            shown = repr(version) if len(repr(version)) <= 40 else repr(version)[:40] + "…"
+            raise VersionNotFound(f"{self.storage.root}: version {shown} is not a version number")
         try:
             if probe and not self.storage.exists(manifest_key(version)):
                 with self._lock:

@@ -6,10 +6,10 @@ user's to use (a team, an owner, a retention note) and kept as it is.
 CastSQL's own:
 
 =================================  ========  ===============================================
-``castsql.autoCompact``            false     ``true``: writers in this process compact the
-                                             table after a commit once it has
-                                             ``autoCompact.minNumFiles`` small data files or
-                                             tombstone files (no job to schedule)
+``castsql.autoCompact``            false     ``true``: a commit that changes the rows (any
+                                             writer) is followed by a compaction once the
+                                             table has ``autoCompact.minNumFiles`` small data
+                                             files or tombstone files (no job to schedule)
 ``castsql.autoCompact.minNumFiles`` 10       how many small files (or tombstone files) trigger it
 ``castsql.autoCompact.maxFileSize`` 16 MiB   a data file whose live data is under this is small;
                                              small files are packed into files of this size
@@ -164,6 +164,28 @@ def check(props: Mapping[str, str | None], where: str) -> dict[str, str | None]:
                     raise CastSQLError(f"{where}: property {k!r} takes {what}, not {v!r}") from None
         out[k] = v
     return out
+
+
+def check_unchanged(have: Mapping[str, str], given: Mapping[str, str | None] | None, where: str) -> None:
+    """CastSQLError unless the properties ``have`` of an existing table already
+    hold ``given`` (checked first): properties given to a write that would
+    have created the table are that table's, and a write to an existing one
+    does not change them by the way (``castsql alter --set-property``,
+    ``Table.set_properties`` do). Equal ones pass, so the same command runs
+    again.
+
+    >>> check_unchanged({"owner": "ops"}, {"owner": "ops"}, "t")
+    >>> check_unchanged({"owner": "ops"}, {"owner": "data"}, "t")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    castsql.errors.CastSQLError: t: the table exists and its property 'owner' is 'ops', not 'data'; ...
+    """
+    for k, v in check(given or {}, where).items():
+        if have.get(k) != v:
+            raise CastSQLError(
+                f"{where}: the table exists and its property {k!r} is {have.get(k)!r}, not {v!r}; properties are "
+                "set when a write creates the table (castsql alter URI --set-property, Table.set_properties change "
+                "an existing one)"
+            )
 
 
 @dataclass(frozen=True)

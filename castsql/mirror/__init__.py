@@ -1,14 +1,15 @@
 """Mirrors of a CastSQL table in other formats, over its own data files: a
 Delta log (:mod:`castsql.mirror.delta`) and Iceberg metadata
 (:mod:`castsql.mirror.iceberg`), written on demand or after every commit
-(:func:`keep_in_step`)."""
+(:func:`keep_in_step`, which the after-commit point, :mod:`castsql.commits`,
+runs and nothing else does)."""
 
 from __future__ import annotations
 
 import importlib
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from castsql.format import TableLog
 
@@ -22,27 +23,14 @@ MIRRORS = {
 }
 
 
-T = TypeVar("T")
-
-
 def exporter(name: str) -> Callable[[TableLog, int | None], Any]:
     """The function that mirrors a table's versions as ``name`` (``delta`` or ``iceberg``)."""
     _, _, module, function = MIRRORS[name]
     return getattr(importlib.import_module(module), function)
 
 
-def kept_in_step(log: TableLog, m: T) -> T:
-    """``m`` (a committed manifest, merge metrics, or None when nothing was
-    committed), after :func:`keep_in_step` for its version: what Spark's
-    writes return through, as the embedded writer's ``Table`` does."""
-    version = getattr(m, "version", None)
-    if version is not None:
-        keep_in_step(log, version)
-    return m
-
-
 def keep_in_step(log: TableLog, version: int) -> list[str]:
-    """What a writer runs after committing ``version``: each mirror the
+    """What follows every commit of ``version`` (:mod:`castsql.commits`): each mirror the
     table's properties ask for (``castsql.mirror.delta``,
     ``castsql.mirror.iceberg``) is written up to it. The write has committed
     whatever happens here: a mirror that cannot be written (a racing

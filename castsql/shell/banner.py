@@ -60,6 +60,8 @@ def banner_text(session: Session) -> str:
             v = suggested_version(session, first, versions[first] or 0)
             lines.append(f"Try:    {suggested_query(first, v)}")
             lines.append(f"        .history {quote_ident(first)}")
+    elif session.uris:
+        lines.append("Tables: none yet (an empty warehouse; .open it again to see tables written since)")
     else:
         lines.append(
             "Open a table or a warehouse with .open URI (a local directory, s3://, gs:// or az://bucket/prefix)."

@@ -32,7 +32,8 @@ import duckdb
 import pyarrow as pa
 
 from castsql.engine.messages import one_line
-from castsql.errors import CastSQLError, QueryError
+from castsql.engine.policy import check_write_target
+from castsql.errors import CastSQLError, ForbiddenStatement, QueryError
 from castsql.shell.catalog import Catalog
 from castsql.shell.errors import MAX_READ_DEPTH, Reported, ShellError
 from castsql.shell.pipe import arrow_relation, write_text
@@ -140,13 +141,32 @@ class Shell:
         if self._once is not None:
             return self._once, False
         if self._output is not None:
+            if self.output_path is not None:
+                # A table opened since (.open) may hold the file: checked again, as COPY … TO would be.
+                try:
+                    self._check_target(self.output_path, ".output")
+                except ShellError:
+                    self._output.close()
+                    self._output = self.output_path = None
+                    raise
             return self._output, False
         return self.stdout, True
+
+    def _check_target(self, path: str, what: str) -> None:
+        """ShellError unless ``path`` lies outside every opened table and
+        warehouse and the session's work directory: the barrier ``COPY … TO``
+        passes (:func:`castsql.engine.policy.check_write_target`), so a result
+        never overwrites a table's object."""
+        try:
+            check_write_target(os.path.expanduser(path), self.session.scope, what)
+        except ForbiddenStatement as e:
+            raise ShellError(str(e)) from None
 
     def set_output(self, path: str | None, *, once: bool = False) -> None:
         """Send results to ``path`` (None: back to the console); ``once``: only the next result."""
         f = None
         if path is not None:
+            self._check_target(path, ".once" if once else ".output")
             try:
                 f = open(os.path.expanduser(path), "w", encoding="utf-8")  # noqa: SIM115 - lives until the next .output
             except OSError as e:

@@ -53,6 +53,7 @@ def _spark_command(spark: Any, args: Any, clauses: Callable[[Any, Any], Any]) ->
             primary_key=args.primary_key,
             merge_schema=args.merge_schema,
             allow_duplicate_keys=args.allow_duplicate_keys,
+            properties=args.properties or None,
         )
     if args.command == "delete":
         from castsql.spark.merger import delete

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING
 from castsql.errors import CommitConflict
 from castsql.format import DataFile, Manifest, TableLog
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
-from castsql.mirror import kept_in_step
 from castsql.snapshot import Snapshot, resolve
 from castsql.spark.errors import job_errors
 from castsql.spark.reader import file_unit, table_ref, units_frame
@@ -102,7 +101,7 @@ def compact(
         if not plan:
             return None
         try:
-            return kept_in_step(log, _commit(spark, log, snap, plan, row_group_size, target_file_bytes))
+            return _commit(spark, log, snap, plan, row_group_size, target_file_bytes)
         except CommitConflict as e:
             if attempt == attempts - 1:
                 raise CommitConflict(f"{e}; gave up after {attempts} attempts") from None

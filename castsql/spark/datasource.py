@@ -63,7 +63,6 @@ from pyspark.sql.types import StructType
 from castsql.errors import BadOption, CommitConflict
 from castsql.format import Schema, TableLog
 from castsql.format.manifest import added_summary, json_stat, parse_time
-from castsql.mirror import kept_in_step
 from castsql.snapshot import Predicate, Snapshot, resolve
 from castsql.snapshot.prune import may_match
 from castsql.spark.tasks import TableRef, Unit, _for_spark, live_row_groups, open_parquet
@@ -586,20 +585,34 @@ def commit_files(
         if isinstance(m, FilesWritten)
         for e in m.entries
     )
+    from castsql.spark.writer import commit_unique, discard_files, written_keys
+    from castsql.write.keys import DuplicateKey, check_input_keys
+
+    keys = None
+    if not plan.exists and plan.primary_key is not None and files and not plan.allow_duplicate_keys:
+        # A first write's keys are checked before version 0 exists: refused,
+        # it leaves no table behind (SPARK.md), and the same write can be retried.
+        keys = written_keys(TableLog(storage), list(files), plan.primary_key, plan.ref.schema)
+        try:
+            check_input_keys(storage.root, plan.primary_key, keys, "overwrite" if plan.overwrite else "append")
+        except DuplicateKey:
+            discard_files(TableLog(storage), list(files))
+            raise
     log = _open_or_create(storage, plan)
     summary = dict(summary or {})
     summary.update(added_summary(files))
     pk = log.latest().primary_key
+    if pk != plan.primary_key:
+        keys = None  # another writer created the table meanwhile, with its own key
     if pk is not None and files and not plan.allow_duplicate_keys:
         # The keys rule of every writer (castsql.write.keys), on the keys read
         # back from exactly the files this commit names; refused files are removed.
-        from castsql.spark.writer import commit_unique, discard_files, written_keys
-        from castsql.write.keys import DuplicateKey, check_input_keys
-
         try:
             if not plan.overwrite:
-                return kept_in_step(log, commit_unique(log, list(files), plan.ref.schema, plan.new_schema, summary, pk))
-            check_input_keys(storage.root, pk, written_keys(log, list(files), pk, plan.ref.schema), "overwrite")
+                return commit_unique(log, list(files), plan.ref.schema, plan.new_schema, summary, pk, keys=keys)
+            if keys is None:
+                keys = written_keys(log, list(files), pk, plan.ref.schema)
+            check_input_keys(storage.root, pk, keys, "overwrite")
         except (DuplicateKey, CommitConflict):
             discard_files(log, list(files))
             raise
@@ -608,12 +621,11 @@ def commit_files(
             return log.latest()
         from castsql.write import pipeline
 
-        return kept_in_step(log, pipeline.append(log, storage.root, files, schema=plan.ref.schema,
-                                                 new_schema=plan.new_schema, summary=summary))  # fmt: skip
+        return pipeline.append(log, storage.root, files, schema=plan.ref.schema, new_schema=plan.new_schema,
+                               summary=summary)  # fmt: skip
     from castsql.write.commit import commit_overwrite
 
-    m = commit_overwrite(log, files, schema=plan.ref.schema, new_schema=plan.new_schema, summary=summary)
-    return kept_in_step(log, m)
+    return commit_overwrite(log, files, schema=plan.ref.schema, new_schema=plan.new_schema, summary=summary)
 
 
 def commit_write(plan: WritePlan, messages: Sequence[WriterCommitMessage | None]) -> None:

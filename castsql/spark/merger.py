@@ -61,7 +61,6 @@ from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord
 from castsql.format.evolution import fits
 from castsql.format.schema import type_from_name
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
-from castsql.mirror import kept_in_step
 from castsql.snapshot import Snapshot
 from castsql.spark.types import quote
 from castsql.storage import S3Config, open_storage
@@ -329,7 +328,7 @@ def merge(
     def run(spec: MergeSpec, src: Any) -> MergeMetrics:
         engine = SparkEngine(spark, log, row_group_size, target_file_bytes, source=src, merge_schema=merge_schema)
         options = pipeline.Options(attempts, merge_schema, allow_duplicate_keys)
-        return kept_in_step(log, pipeline.merge(engine, spec, options))
+        return pipeline.merge(engine, spec, options)
 
     return MergeBuilder(log.uri, source, on, run, source_alias=source_alias, target_alias=target_alias)
 
@@ -403,8 +402,7 @@ def cdc_merge(
         spark, log, DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES, source=batch, merge_schema=merge_schema
     )
     try:
-        options = pipeline.Options(attempts, merge_schema, stream=stream)
-        metrics = kept_in_step(log, pipeline.apply_cdc(engine, cdc, options))
+        metrics = pipeline.apply_cdc(engine, cdc, pipeline.Options(attempts, merge_schema, stream=stream))
     finally:
         engine.release()
     metrics.execution_time_ms = int((time.perf_counter() - started) * 1000)
@@ -486,7 +484,7 @@ def delete(
     if not where or not where.strip():
         raise BadCondition("the delete condition is empty (to delete every row, say so: --where 'true')")
     log = TableLog(open_storage(uri, s3=s3))
-    return kept_in_step(log, pipeline.delete(SparkEngine(spark, log), where, attempts=attempts))
+    return pipeline.delete(SparkEngine(spark, log), where, attempts=attempts)
 
 
 def _describe(spec: MergeSpec) -> str:
@@ -538,7 +536,7 @@ def update(
     """
     log = TableLog(open_storage(uri, s3=s3))
     engine = SparkEngine(spark, log, row_group_size, target_file_bytes)
-    return kept_in_step(log, pipeline.update(engine, set, where, merge_schema=merge_schema, attempts=attempts))
+    return pipeline.update(engine, set, where, merge_schema=merge_schema, attempts=attempts)
 
 
 # ---------------------------------------------------------------------- the engine

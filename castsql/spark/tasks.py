@@ -91,7 +91,7 @@ class Unit:
 
 def open_parquet(storage: Storage, key: str, size: int) -> pq.ParquetFile:
     """A Parquet file of the table: by path on a local disk, by ranged reads elsewhere."""
-    uri = storage.uri(key)
+    uri = storage.data_uri(key)  # a local file leading out of the root is refused
     if "://" not in uri:
         return pq.ParquetFile(uri)
     return pq.ParquetFile(open_ranged(storage, key, size, buffer_size=1024 * 1024))

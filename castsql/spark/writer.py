@@ -33,8 +33,8 @@ from castsql.errors import CommitConflict, SchemaMismatch, TableNotFound
 from castsql.format import DataFile, Manifest, Schema, TableLog
 from castsql.format.evolution import check_names, fits, merged, refusal
 from castsql.format.layout import to_table_key
+from castsql.format.properties import check_unchanged
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
-from castsql.mirror import kept_in_step
 from castsql.spark.errors import job_errors
 from castsql.spark.native_write import why_not as why_not_native
 from castsql.spark.native_write import write_native
@@ -42,7 +42,7 @@ from castsql.spark.tasks import TableRef, write_task
 from castsql.spark.types import schema_from_spark
 from castsql.storage import S3Config, open_storage
 from castsql.write import pipeline
-from castsql.write.keys import DuplicateKey
+from castsql.write.keys import DuplicateKey, check_input_keys
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -61,12 +61,15 @@ def append(
     target_file_bytes: int | None = None,
     merge_schema: bool = False,
     allow_duplicate_keys: bool = False,
+    properties: dict[str, str] | None = None,
 ) -> Manifest:
     """Append the rows of ``df`` to the table at ``uri`` as one new version.
 
-    The table is created (schema from ``df``, ``primary_key``) if there is
-    none. Returns the committed manifest; an empty ``df`` commits nothing and
-    returns the latest manifest. Raises SchemaMismatch before writing anything
+    The table is created (schema from ``df``, ``primary_key``, table
+    ``properties``, all in version 0) if there is none; an existing table
+    must already have ``primary_key`` and ``properties``. Returns the
+    committed manifest; an empty ``df`` commits nothing and returns the
+    latest manifest. Raises SchemaMismatch before writing anything
     if ``df`` does not fit the table (the one type rule,
     :func:`castsql.format.evolution.fits`). ``merge_schema=True`` adds the
     DataFrame's new columns (nullable, at the end) and makes allowed
@@ -106,12 +109,15 @@ def append(
     except TableNotFound:
         current = None
     new_schema = None
-    if current is not None:
+    if current is None:
+        TableLog.check_create(storage, schema, primary_key=primary_key, properties=properties)  # before the job
+    else:
         where = f"table {storage.root}: append"
         if primary_key is not None and primary_key != current.primary_key:
             raise SchemaMismatch(
                 f"{storage.root}: the table's primary key is {current.primary_key!r}, not {primary_key!r}"
             )
+        check_unchanged(current.properties, properties, storage.root)
         data = schema.to_arrow()
         target = current.schema
         if merge_schema:  # new columns added, allowed widenings made, in this version (FORMAT.md §3.4)
@@ -133,9 +139,19 @@ def append(
             fn = functools.partial(write_task, ref, row_group_size, size, fill_missing=current is not None)
             rows = df.mapInArrow(fn, "entry string").collect()  # the one and only action
             files = [DataFile.from_json(json.loads(r.entry), "append task") for r in rows]
+    keys = None
     if current is None:
+        if primary_key is not None and files and not allow_duplicate_keys:
+            # The first write's keys are checked before version 0 exists: a
+            # refused first append leaves no table behind (SPARK.md, Append).
+            keys = written_keys(log, files, primary_key, schema)
+            try:
+                check_input_keys(storage.root, primary_key, keys)
+            except DuplicateKey:
+                discard_files(log, files)
+                raise
         # Created only now, so a failed job leaves no table behind either.
-        log = TableLog.create(storage, schema, primary_key=primary_key, exist_ok=True)
+        log = TableLog.create(storage, schema, primary_key=primary_key, exist_ok=True, properties=properties)
         current = log.latest()
         if primary_key is not None and current.primary_key != primary_key:
             raise SchemaMismatch(f"{storage.root}: the table's primary key is {current.primary_key!r}")
@@ -143,23 +159,32 @@ def append(
         return current
     pk = current.primary_key
     if pk is None or allow_duplicate_keys:
-        return kept_in_step(log, pipeline.append(log, storage.root, files, schema=schema, new_schema=new_schema))
+        return pipeline.append(log, storage.root, files, schema=schema, new_schema=new_schema)
     try:
-        return kept_in_step(log, commit_unique(log, files, schema, new_schema, {}, pk))
+        return commit_unique(log, files, schema, new_schema, {}, pk, keys=keys)
     except (DuplicateKey, CommitConflict):
         discard_files(log, files)  # never committed: nobody can reference them
         raise
 
 
 def commit_unique(
-    log: TableLog, files: list[DataFile], schema: Schema, new_schema: Schema | None, summary: dict, pk: str
+    log: TableLog,
+    files: list[DataFile],
+    schema: Schema,
+    new_schema: Schema | None,
+    summary: dict,
+    pk: str,
+    *,
+    keys: pa.Array | None = None,
 ) -> Manifest:
     """Commit ``files`` through the one append sequence
     (:func:`castsql.write.pipeline.append`: keys unique, non-NULL, not live).
     The keys are read back from the files just written (the key column only,
     on the driver), so the check sees exactly the rows that would be
-    committed."""
-    keys = written_keys(log, files, pk, schema)
+    committed; ``keys``: read back already (a first write, checked before
+    the table was created)."""
+    if keys is None:
+        keys = written_keys(log, files, pk, schema)
     return pipeline.append(
         log, log.storage.root, files, schema=schema, new_schema=new_schema, keys=keys, summary=summary
     )

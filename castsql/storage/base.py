@@ -257,6 +257,20 @@ class Storage(abc.ABC):
         """``uri()`` of many normalised keys (as ``to_table_key`` returns them)."""
         return [self.uri(k) for k in keys]
 
+    def data_uri(self, key: str) -> str:
+        """What a Parquet reader opens for data file ``key`` (see :meth:`data_uris`)."""
+        return self.uri(key)
+
+    def data_uris(self) -> Callable[[str], str]:
+        """The function that gives, for a data file's normalised key, what a
+        Parquet reader (DuckDB, pyarrow, Spark) opens. On an object store, its
+        URI; a local store also refuses a key that leads out of its root
+        through a symbolic link (:class:`castsql.storage.local.LocalStorage`)."""
+        prefix = self.root.rstrip("/") + "/"
+        if self.uri("k") == prefix + "k":
+            return lambda key: prefix + key  # resolving a version names every data file: no call per key
+        return self.uri
+
     def child(self, prefix: str) -> Storage:
         """A storage rooted at ``prefix`` below this one (a table in a warehouse)."""
         raise NotImplementedError
