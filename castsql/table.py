@@ -625,7 +625,7 @@ class Table:
         sequence: str | Sequence[str] | None = None,
         delete_values: Sequence[str] | None = None,
         upsert_values: Sequence[str] | None = None,
-        partial: bool = False,
+        partial: bool | None = None,
         unavailable: str | None = None,
         app_id: str | None = None,
         batch_id: int | None = None,
@@ -647,7 +647,7 @@ class Table:
         any other value is refused. The sequence
         columns are stored (table columns, or ``merge_schema=True`` adds
         them); the operation column is not. ``partial=True``: columns the
-        batch lacks keep their stored values; ``unavailable``: a text that
+        batch lacks keep their stored values (Debezium's default); ``unavailable``: a text that
         means "unchanged" (Debezium's ``castsql.write.cdc.DEBEZIUM_UNAVAILABLE``).
         ``app_id`` and ``batch_id``: the batch's name (Delta's ``txnAppId`` /
         ``txnVersion``); a batch id at or below the last one the table
@@ -667,8 +667,8 @@ class Table:
         from castsql.write.cdc import Cdc, batch_of, debezium_defaults
 
         schema = self.schema if format == "debezium" else None  # typing the events' values
-        batch, op_column, sequence, unavailable = debezium_defaults(
-            f"table {self.name}: cdc", format, batch, op_column, sequence, unavailable, schema
+        batch, op_column, sequence, unavailable, partial = debezium_defaults(
+            f"table {self.name}: cdc", format, batch, op_column, sequence, unavailable, schema, partial
         )
         cdc = Cdc.of(key, op_column, sequence, delete_values, upsert_values, partial, unavailable)
         stream = batch_of(f"table {self.name}: cdc", app_id, batch_id)

@@ -188,7 +188,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="V[,V]",
         help="--op-column values that upsert",
     )
-    m.add_argument("--partial", action="store_true", help="CDC: table columns the batch lacks keep their stored values")
+    m.add_argument(
+        "--partial",
+        action="store_true",
+        default=None,
+        help="CDC: table columns the batch lacks keep their stored values (--format debezium: always)",
+    )
     m.add_argument(
         "--unavailable", metavar="TEXT", help="CDC: a value meaning 'unchanged' (Debezium's unchanged TOAST columns)"
     )
@@ -425,6 +430,13 @@ def _run(args: Any) -> str:
         wrong = [f for f, on in cdc_only.items() if on]
         if wrong:
             raise UsageError(f"merge: {wrong[0]} goes with a CDC batch (--op-column or --format debezium)")
+    if args.command == "merge" and args.sequence and not args.op_column and args.format != "debezium":
+        head = TableLog(open_storage(args.uri)).latest()
+        if head.cdc is not None:
+            raise UsageError(
+                f"merge: table {args.uri} orders CDC changes by ({', '.join(head.cdc.sequence)}); a merge with "
+                "--sequence on it is a CDC batch: give --op-column (a plain merge would ignore its delete markers)"
+            )
     if args.command == "merge" and args.sequence and not args.op_column and args.engine == "spark":
         raise UsageError("merge: --sequence without --op-column needs --engine duckdb")
     if args.command == "update":

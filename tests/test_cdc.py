@@ -556,3 +556,125 @@ def test_a_killed_consumer_restarted_from_its_last_batch_ends_as_the_model(tmp_p
     assert r.returncode == 0, r.stderr[-2000:]
     with castsql.open(uri) as t:
         assert rows(t.to_arrow()) == model(changes)
+
+
+# ---------------------------------------------------------------------- found by a red-team pass (each failed before)
+
+
+def test_an_unchanged_placeholder_keeps_the_stored_value_in_a_batch_without_ties(tmp_path):
+    t = _table(str(tmp_path / "t"))
+    ph = "__debezium_unavailable_value"
+    t.apply_cdc(arrow([{"id": 1, "seq": 10, "name": "big", "score": 1.0, "op": "i"}]), **CDC, unavailable=ph)
+    t.apply_cdc(arrow([{"id": 1, "seq": 20, "name": ph, "score": 2.0, "op": "u"}]), **CDC, unavailable=ph)
+    assert rows(t.to_arrow()) == {1: (20, "big", 2.0)}
+    t.close()
+
+
+def test_an_empty_batch_commits_nothing(tmp_path):
+    t = _table(str(tmp_path / "t"))
+    m = t.apply_cdc(arrow([]), **CDC)
+    assert (m.version, m.num_source_rows) == (None, 0)
+    assert t.apply_cdc([None, {"op": None, "before": None, "after": None}], key="id", format="debezium").version is None
+    t.close()
+
+
+def test_float_keys_and_sequences_infinite_or_signed_zero(tmp_path):
+    p = str(tmp_path / "t")
+    castsql.write_table(p, pa.schema([("k", pa.float64()), ("s", pa.float64()), ("v", pa.string())]).empty_table())
+    with castsql.open(p) as t:
+        fcdc = {"key": "k", "op_column": "op", "sequence": "s"}
+        t.apply_cdc(
+            pa.table({"k": [float("inf"), 0.0], "s": [float("inf"), 9.0], "v": [None, None], "op": ["d", "d"]}), **fcdc
+        )
+        t.apply_cdc(pa.table({"k": [-0.0, 5.0], "s": [1.0, 1.0], "v": ["back", "new"], "op": ["i", "i"]}), **fcdc)
+        assert t.to_arrow().to_pylist() == [{"k": 5.0, "s": 1.0, "v": "new"}]  # -0.0 is the deleted key 0.0
+        t.append(pa.table({"k": [7.0], "s": [1.0], "v": ["x"]}))  # the table is still written to
+
+
+def test_the_placeholder_never_stands_for_a_key_or_a_sequence(tmp_path):
+    p = str(tmp_path / "t")
+    castsql.write_table(
+        p, pa.schema([("k", pa.string()), ("s", pa.string()), ("v", pa.string())]).empty_table(), primary_key="k"
+    )
+    with castsql.open(p) as t:
+        ph = "-"
+        t.apply_cdc(
+            pa.table({"k": ["-"], "s": ["-"], "v": ["a"], "op": ["i"]}),
+            key="k",
+            op_column="op",
+            sequence="s",
+            unavailable=ph,
+        )
+        assert t.to_arrow().to_pylist() == [{"k": "-", "s": "-", "v": "a"}]
+
+
+def _one(**extra) -> pa.Table:
+    return pa.table({"id": [1], "seq": [1], "name": ["a"], "score": [1.0], **extra})
+
+
+@pytest.mark.parametrize(
+    ("batch", "options", "message"),
+    [
+        (_one(op=["i"], OP=["d"]), {}, "two columns named 'OP'"),
+        (_one(_castsql_del=["i"]), {"op_column": "_castsql_del"}, "reserved name"),
+        (_one(op=["i"]), {"delete_values": [None]}, "must be texts"),
+        (_one(extra=[1], op=["i"]), {}, "column 'extra' is not a column of the table"),
+        (_one(op=["x"]).set_column(2, "name", pa.array(["a\nb" * 100])), {}, "holds 'x'"),
+    ],
+)
+def test_more_bad_input_is_one_line(tmp_path, batch, options, message):
+    t = _table(str(tmp_path / "t"))
+    with pytest.raises(CastSQLError, match=message) as e:
+        t.apply_cdc(batch, **{**CDC, **options})
+    assert len(str(e.value).splitlines()) == 1 and t.at().version == 0
+    t.close()
+
+
+def test_a_retention_past_a_century_is_refused(tmp_path):
+    t = _table(str(tmp_path / "t"))
+    with pytest.raises(CastSQLError, match="at most 100 years"):
+        t.set_properties({"castsql.cdc.deleteRetention": "1000000 days"})
+    t.close()
+
+
+def test_debezium_times_by_the_events_schema_and_snapshot_events_without_an_lsn(tmp_path):
+    from datetime import datetime
+
+    from castsql.write.debezium import read_debezium
+
+    times = [{"field": "ts", "name": "io.debezium.time.MicroTimestamp"},
+             {"field": "ns", "name": "io.debezium.time.NanoTimestamp"}]  # fmt: skip
+    schema = {"fields": [{"field": "after", "fields": times}]}
+    ev = [{"schema": schema, "payload": {"op": "r", "after": {"id": 1, "ts": 86_400_000_000, "ns": 86_400_000_000_000},
+           "source": {"commit_lsn": "0001", "change_lsn": None, "event_serial_no": None}}},
+          {"schema": schema, "payload": {"op": "u", "after": {"id": 1, "ts": -1, "ns": 0},
+           "source": {"commit_lsn": "0002", "change_lsn": "0002:1", "event_serial_no": 1}}}]  # fmt: skip
+    tz = pa.timestamp("us", tz="UTC")
+    b = read_debezium(ev, pa.schema([("id", pa.int64()), ("ts", tz), ("ns", tz)]))
+    assert b.sequence == ("_event_commit_lsn", "_event_change_lsn", "_event_serial_no")
+    got = b.table.to_pylist()
+    assert got[0]["ts"] == got[0]["ns"] == datetime.fromisoformat("1970-01-02T00:00:00+00:00")
+    assert got[1]["ts"] == datetime.fromisoformat("1969-12-31T23:59:59.999999+00:00")
+    assert (got[0]["_event_change_lsn"], got[0]["_event_serial_no"]) == ("", 0)  # a snapshot's: lowest
+
+
+def test_a_debezium_delete_that_carries_the_key_alone_applies(tmp_path):
+    uri = str(tmp_path / "t")
+    _debezium_table(uri)
+    with castsql.open(uri) as t:
+        t.apply_cdc([_event("c", None, {"id": 3, "name": "c", "note": "n"}, 10, 1)], key="id", format="debezium")
+        t.apply_cdc([_event("d", {"id": 3}, None, 11, 2)], key="id", format="debezium")
+        assert t.to_arrow().num_rows == 0
+
+
+def test_the_cli_refuses_a_plain_merge_with_a_sequence_on_a_cdc_table(tmp_path, capsys):
+    from castsql.cli import main
+
+    uri = str(tmp_path / "t")
+    t = _table(uri)
+    t.apply_cdc(arrow([{"id": 1, "seq": 5, "name": None, "score": None, "op": "D"}]), **CDC)
+    f = tmp_path / "b.parquet"
+    pq.write_table(arrow([{"id": 1, "seq": 1, "name": "a", "score": 1.0, "op": "d"}]).drop_columns(["op"]), f)
+    assert main(["merge", uri, "--from", str(f), "--on", "id", "--sequence", "seq"]) == 2
+    assert "give --op-column" in capsys.readouterr().err and t.at().version == 1
+    t.close()

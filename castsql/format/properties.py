@@ -76,6 +76,7 @@ def _iceberg_version(v: str) -> int:
     return int(v)
 
 
+_MAX_DURATION = 100 * 366 * 86400
 _UNITS = {"day": 86400, "hour": 3600, "minute": 60, "second": 1, "week": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 
 
@@ -87,7 +88,10 @@ def _duration(v: str) -> timedelta | None:
     m = re.fullmatch(r"(?:interval\s+)?(\d+)\s*(weeks?|days?|hours?|minutes?|seconds?|[dhms])", text)
     if m is None:
         raise ValueError("a duration")
-    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2).rstrip("s") if len(m.group(2)) > 1 else m.group(2)])
+    seconds = int(m.group(1)) * _UNITS[m.group(2).rstrip("s") if len(m.group(2)) > 1 else m.group(2)]
+    if seconds > _MAX_DURATION:
+        raise ValueError("a duration")  # past a century a time minus it leaves the calendar: say forever
+    return timedelta(seconds=seconds)
 
 
 def _positive(v: str) -> int:
@@ -159,7 +163,7 @@ def check(props: Mapping[str, str | None], where: str) -> dict[str, str | None]:
                         _bool: "true or false",
                         _positive: "a positive integer",
                         _iceberg_version: "2 or 3",
-                        _duration: "a duration ('30 days', '12 hours', 'forever')",
+                        _duration: "a duration of at most 100 years ('30 days', '12 hours'), or 'forever'",
                     }.get(parse, "a string")
                     raise CastSQLError(f"{where}: property {k!r} takes {what}, not {v!r}") from None
         out[k] = v

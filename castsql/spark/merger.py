@@ -343,7 +343,7 @@ def cdc_merge(
     sequence: str | Sequence[str] | None = None,
     delete_values: Sequence[str] | None = None,
     upsert_values: Sequence[str] | None = None,
-    partial: bool = False,
+    partial: bool | None = None,
     unavailable: str | None = None,
     s3: S3Config | None = None,
     attempts: int = 5,
@@ -392,9 +392,10 @@ def cdc_merge(
     stream = batch_of(f"{uri}: cdc_merge", app_id if app_id is not None else query, batch_id)
     if format == "debezium":
         batch, op_column, sequence, unavailable = _debezium_frame(batch, op_column, sequence, unavailable)
+        partial = True if partial is None else partial  # a delete's before may hold the key alone
     elif format != "rows":
         raise MergeError(f"{uri}: cdc_merge: format must be 'rows' or 'debezium', got {format!r}")
-    cdc = Cdc.of(key, op_column, sequence, delete_values, upsert_values, partial, unavailable)
+    cdc = Cdc.of(key, op_column, sequence, delete_values, upsert_values, bool(partial), unavailable)
     log = TableLog(open_storage(uri, s3=s3))
     log.latest()  # no table here: TableNotFound before any job
     started = time.perf_counter()

@@ -48,6 +48,7 @@ With the embedded engine::
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,14 +59,14 @@ import pyarrow.compute as pc
 
 from castsql.errors import MergeError
 from castsql.format.markers import latest
-from castsql.format.schema import Schema
+from castsql.format.schema import Schema, castsql_own
 from castsql.write.merge import Clause, MergeMetrics, MergeSpec
 
 UPSERTS = ("i", "u", "c", "r", "insert", "update", "upsert")
 DELETES = ("d", "delete")
 DEBEZIUM_UNAVAILABLE = "__debezium_unavailable_value"  # an unchanged TOAST column, as Debezium sends it
 
-_DEL, _MARK = "_castsql_del", "_castsql_marker"
+_DEL, _MARK = "_castsql_del", "_castsql_marker"  # reserved names (FORMAT.md §3.1): no table column has them
 
 
 def _text(v: str) -> str:
@@ -155,6 +156,9 @@ class Cdc:
             raise MergeError(f"cdc: op_column must name the operation column, got {op_column!r}")
         if not all(isinstance(s, str) and s for s in seq):
             raise MergeError(f"cdc: sequence must name column(s), got {sequence!r}")
+        for v in (*_names(delete_values), *_names(upsert_values)):
+            if not isinstance(v, str) or not v:
+                raise MergeError(f"cdc: delete_values and upsert_values must be texts, got {v!r}")
         dels = tuple(v.lower() for v in _names(delete_values))
         ups = tuple(v.lower() for v in _names(upsert_values) if v.lower() not in dels)
         if not dels:
@@ -173,6 +177,9 @@ class Cdc:
         schema = target.to_arrow()
         table = {f.name.lower(): f for f in schema}
         have = {n.lower(): n for n in batch.names}
+        if len(have) != len(batch.names):
+            twice = next(n for i, n in enumerate(batch.names) if n.lower() in {m.lower() for m in batch.names[:i]})
+            raise MergeError(f"{where}: the batch has two columns named {twice!r} (names are matched ignoring case)")
 
         def column(name: str, what: str, stored: bool) -> str:
             if name.lower() not in have:
@@ -191,6 +198,8 @@ class Cdc:
         key = tuple(column(k, "key", True) for k in self.key)
         seq = tuple(column(s, "sequence", True) for s in self.sequence)
         op = column(self.op_column, "operation", False)
+        if castsql_own(op):
+            raise MergeError(f"{where}: the operation column {op!r} has a reserved name (_castsql_…); rename it")
         if op.lower() in table:
             raise MergeError(f"{where}: the operation column {op!r} is a column of the table; name another")
         if not (pa.types.is_string(batch.field(op).type) or pa.types.is_large_string(batch.field(op).type)):
@@ -199,6 +208,11 @@ class Cdc:
         if clash:
             raise MergeError(f"{where}: column {sorted(clash)[0]!r} is both a key and a sequence column")
         cols = tuple(f.name for f in schema if f.name.lower() in have)
+        extra = [n for n in batch.names if n.lower() not in table and n != op]
+        if extra:
+            raise MergeError(
+                f"{where}: the batch's column {extra[0]!r} is not a column of the table (merge_schema=True adds it)"
+            )
         if not self.partial:
             missing = [f.name for f in schema if f.name.lower() not in have]
             if missing:
@@ -219,8 +233,12 @@ class Cdc:
         return tuple(c for c in self.columns if c.lower() not in skip)
 
     def _placeholder(self, column: str) -> bool:
+        """May ``column`` carry the "unchanged" placeholder? A text or binary
+        column other than the key and the sequence (a change always names those)."""
         t = self.kinds.get(column)
-        return self.unavailable is not None and t is not None and (pa.types.is_string(t) or pa.types.is_binary(t))
+        if self.unavailable is None or t is None or column in (*self.key, *self.sequence):
+            return False
+        return pa.types.is_string(t) or pa.types.is_binary(t)
 
     def _ph(self, column: str, d: Dialect) -> str:
         t = self.kinds[column]
@@ -281,7 +299,8 @@ class Cdc:
             source_alias=s,
             target_alias=t,
             order=self.sequence,
-            tiebreak=self.content if self.sequence else (),
+            # A placeholder's column is read whatever the order (its update keeps the target's value).
+            tiebreak=tuple(c for c in self.content if not self._placeholder(c)) if self.sequence else (),
             untied=clauses(newer) if self.sequence else None,
         )
 
@@ -313,8 +332,19 @@ class Check:
 
 
 def _first(mask: pa.Array | pa.ChunkedArray) -> int | None:
+    if isinstance(mask, pa.ChunkedArray):
+        mask = mask.combine_chunks()  # indices_nonzero of a ChunkedArray of no chunks crashes pyarrow 22
+    if not len(mask):
+        return None
     idx = pc.indices_nonzero(pc.fill_null(mask, False))
     return idx[0].as_py() if len(idx) else None
+
+
+def _shown(v: Any) -> str:
+    """A value as an error line shows it: one line, at most 80 characters."""
+    text = str(v)
+    text = repr(text)[1:-1] if any(ch in text for ch in "\r\n") else text
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _is_delete(cdc: Cdc, table: pa.Table) -> pa.ChunkedArray:
@@ -328,7 +358,7 @@ def check(cdc: Cdc, batch: pa.Table) -> Check:
     key = [batch.column(k) for k in cdc.key]
 
     def at(i: int) -> str:
-        shown = ", ".join("NULL" if (v := c[i].as_py()) is None else str(v) for c in key)
+        shown = ", ".join("NULL" if (v := c[i].as_py()) is None else _shown(v) for c in key)
         return f"the change of key ({', '.join(cdc.key)}) = ({shown})"
 
     problems: list[tuple[int, str]] = []
@@ -343,7 +373,8 @@ def check(cdc: Cdc, batch: pa.Table) -> Check:
     if (i := _first(pc.and_(pc.is_valid(op), pc.invert(pc.is_in(pc.utf8_lower(op), known))))) is not None:
         problems.append((
             i,
-            f"the operation column {cdc.op_column!r} holds {op[i].as_py()!r} in {at(i)}, which is neither an "
+            f"the operation column {cdc.op_column!r} holds {_shown(repr(op[i].as_py()))} in {at(i)}, "
+            "which is neither an "
             f"upsert ({', '.join(cdc.upsert_values)}) nor a delete ({', '.join(cdc.delete_values)})",
         ))  # fmt: skip
     for name in cdc.sequence:
@@ -372,9 +403,17 @@ def typed(cdc: Cdc, batch: pa.Table) -> pa.Table:
             fields.append(f)
             continue
         want = cdc.kinds[name]
-        cols.append(col if col.type == want else col.cast(want))
+        col = col if col.type == want else col.cast(want)
+        if name in cdc.key and pa.types.is_floating(want):
+            col = _zero(col)
+        cols.append(col)
         fields.append(pa.field(name, want))
     return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+def _zero(col: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array:
+    """A float key with -0.0 as 0.0: SQL, the merge and the primary key take them as one key."""
+    return pc.add(col, pa.scalar(0.0, col.type))
 
 
 def _rank_order(cdc: Cdc, table: pa.Table) -> pa.Array:
@@ -421,16 +460,19 @@ def prepare(cdc: Cdc, batch: pa.Table, markers: pa.Table | None = None) -> pa.Ta
     out = s.filter(pa.array(last)).drop_columns([_DEL])
     if markers is None or not markers.num_rows or not out.num_rows:
         return out
-    m = latest(markers, cdc.key, cdc.sequence)  # the highest marker of each key
-    m = m.cast(pa.schema([out.schema.field(c) for c in (*cdc.key, *cdc.sequence)]))
+    m = markers.cast(pa.schema([out.schema.field(c) for c in (*cdc.key, *cdc.sequence)]))
+    for k in cdc.key:
+        if pa.types.is_floating(m.schema.field(k).type):
+            m = m.set_column(m.schema.get_field_index(k), k, _zero(m.column(k)))
+    m = latest(m, cdc.key, cdc.sequence)  # the highest marker of each key
     if len(cdc.key) == 1:  # a lookup, not a join (a join's set-up costs more than a batch's rows)
         at = pc.index_in(out.column(cdc.key[0]), value_set=m.column(cdc.key[0]).combine_chunks())
         marked = {c: m.column(c).take(at) for c in cdc.sequence}
         j = out
     else:
-        m = m.rename_columns([*cdc.key, *(f"{c}{_MARK}" for c in cdc.sequence)])
+        m = m.rename_columns([*cdc.key, *(f"{_MARK}{i}" for i in range(len(cdc.sequence)))])
         j = out.join(m, list(cdc.key), join_type="left outer")
-        marked = {c: j.column(f"{c}{_MARK}") for c in cdc.sequence}
+        marked = {c: j.column(f"{_MARK}{i}") for i, c in enumerate(cdc.sequence)}
     newer = pa.scalar(False)
     for c in reversed(cdc.sequence):
         a, b = j.column(c), marked[c]
@@ -452,22 +494,25 @@ def debezium_defaults(
     sequence: str | Sequence[str] | None,
     unavailable: str | None,
     schema: pa.Schema | None,
-) -> tuple[Any, str, Any, str | None]:
-    """``apply_cdc``'s batch and its operation column, sequence and
-    placeholder: as given for ``format="rows"``; for ``"debezium"``, the
+    partial: bool | None = None,
+) -> tuple[Any, str, Any, str | None, bool]:
+    """``apply_cdc``'s batch and its operation column, sequence, placeholder
+    and partial flag: as given for ``format="rows"``; for ``"debezium"``, the
     events read (:func:`castsql.write.debezium.read_debezium`) and what the
-    envelope gives, where not given."""
+    envelope gives, where not given (partial: yes)."""
     if format == "rows":
         if op_column is None:
             raise MergeError(f"{where}: op_column is needed (the column holding each change's operation)")
-        return batch, op_column, sequence, unavailable
+        return batch, op_column, sequence, unavailable, bool(partial)
     if format != "debezium":
         raise MergeError(f"{where}: format must be 'rows' or 'debezium', got {format!r}")
     from castsql.write.debezium import OP_COLUMN, read_debezium
 
     read = read_debezium(batch, schema, where=where)
     seq = sequence if sequence is not None else read.sequence
-    return read.table, op_column or OP_COLUMN, seq, DEBEZIUM_UNAVAILABLE if unavailable is None else unavailable
+    # Partial by default: a delete's before may hold the key alone (PostgreSQL's default replica identity).
+    ph = DEBEZIUM_UNAVAILABLE if unavailable is None else unavailable
+    return read.table, op_column or OP_COLUMN, seq, ph, True if partial is None else partial
 
 
 def batch_of(where: str, app_id: Any, batch_id: Any) -> tuple[str, int] | None:
@@ -479,9 +524,9 @@ def batch_of(where: str, app_id: Any, batch_id: Any) -> tuple[str, int] | None:
         raise MergeError(f"{where}: give app_id and batch_id together (a batch's name), or neither")
     if not isinstance(app_id, str) or not app_id.strip():
         raise MergeError(f"{where}: app_id must be a non-empty text, got {app_id!r}")
-    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
-        raise MergeError(f"{where}: batch_id must be an integer >= 0, got {batch_id!r}")
-    return app_id, batch_id
+    if isinstance(batch_id, bool) or not isinstance(batch_id, numbers.Integral) or not 0 <= batch_id < 2**63:
+        raise MergeError(f"{where}: batch_id must be an integer >= 0, got {batch_id!r} (and below 2**63)")
+    return app_id, int(batch_id)
 
 
 def cdc_merge_spec(

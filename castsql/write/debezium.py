@@ -112,25 +112,58 @@ def _payload(event: Any, i: int, where: str) -> Mapping[str, Any] | None:
 
 
 def _sequence(payloads: list[Mapping[str, Any]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The source fields every event names (a snapshot event may leave one NULL, as SQL Server's
+    ``change_lsn``), and their sequence columns; else the event time."""
     for fields, names in SEQUENCES:
-        if all(isinstance(p.get("source"), Mapping) and all(p["source"].get(f) is not None for f in fields)
-               for p in payloads):  # fmt: skip
+        if payloads and all(isinstance(p.get("source"), Mapping) and all(f in p["source"] for f in fields)
+                            for p in payloads):  # fmt: skip
             return fields, names
     return (), TS_SEQUENCE
 
 
-def _value(v: Any, t: pa.DataType | None) -> Any:
-    """A Debezium field as the table column's type expects it (epoch numbers for dates and times)."""
+def _lowest(values: list[Any]) -> Any:
+    """What a NULL sequence field stands for: below every value (a snapshot's event comes first)."""
+    return "" if any(isinstance(v, str) for v in values) else 0
+
+
+# Debezium's logical types of integer times (the schema wrapper names them), in microseconds per unit.
+_TIME_UNITS = {
+    "io.debezium.time.Timestamp": 1000,
+    "io.debezium.time.MicroTimestamp": 1,
+    "io.debezium.time.NanoTimestamp": 0.001,
+}
+
+
+def _logical(schema: Any) -> dict[str, str]:
+    """Field name -> Debezium logical type, from an event's ``schema`` (its ``before``/``after`` structs)."""
+    out: dict[str, str] = {}
+    if not isinstance(schema, Mapping):
+        return out
+    for side in schema.get("fields") or ():
+        if isinstance(side, Mapping) and side.get("field") in ("before", "after"):
+            for f in side.get("fields") or ():
+                if isinstance(f, Mapping) and isinstance(f.get("field"), str) and isinstance(f.get("name"), str):
+                    out[f["field"]] = f["name"]
+    return out
+
+
+def _value(v: Any, t: pa.DataType | None, logical: str | None, where: str, column: str) -> Any:
+    """A Debezium field as the table column's type expects it: epoch days for a
+    date, epoch milli-, micro- or nanoseconds for a time as the event's schema
+    names it (microseconds, Debezium's MicroTimestamp, without a schema)."""
     if t is None or v is None or isinstance(v, str | bool):
         return v
-    if pa.types.is_date(t) and isinstance(v, int):
-        return date(1970, 1, 1) + timedelta(days=v)
-    if pa.types.is_timestamp(t) and isinstance(v, int):
-        # io.debezium.time.MicroTimestamp; Timestamp (milliseconds) values are 1,000x smaller,
-        # which a 1970s year gives away.
-        micros = v * 1000 if abs(v) < 10**14 else v
-        ts = _EPOCH + timedelta(microseconds=micros)
-        return ts if t.tz else ts.replace(tzinfo=None)
+    try:
+        if pa.types.is_date(t) and isinstance(v, int):
+            return date(1970, 1, 1) + timedelta(days=v)
+        if pa.types.is_timestamp(t) and isinstance(v, int):
+            unit = _TIME_UNITS.get(logical or "", 1)
+            ts = _EPOCH + timedelta(microseconds=v * unit if unit >= 1 else v // round(1 / unit))
+            return ts if t.tz else ts.replace(tzinfo=None)
+    except (OverflowError, ValueError):
+        raise MergeError(
+            f"{where}: column {column!r}: {v} is not a time {logical or 'in microseconds'} can hold"
+        ) from None
     return v
 
 
@@ -140,15 +173,18 @@ def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = 
     ``ts_ms``) as a CDC batch; ``schema`` (the table's) types the row
     columns it has."""
     payloads = []
+    logical: dict[str, str] = {}
     for i, e in enumerate(_events(events, where)):
+        if isinstance(e, Mapping) and "payload" in e:
+            logical.update(_logical(e.get("schema")))
         p = _payload(e, i, where)
         if p is None or (p.get("op") is None and p.get("after") is None and p.get("before") is None):
             continue  # a tombstone record or a heartbeat
         op = p.get("op")
         if op not in OPS:
+            why = {"t": " — a truncate cannot be applied key by key", "m": " — a message event changes no row"}
             raise MergeError(
-                f"{where}: event {i} has op {op!r}; CastSQL applies c, u, r (upserts) and d (deletes)"
-                + (" — a truncate cannot be applied key by key" if op == "t" else "")
+                f"{where}: event {i} has op {op!r}; CastSQL applies c, u, r (upserts) and d (deletes)" + why.get(op, "")
             )
         row = p.get("before") if op == "d" else p.get("after")
         if not isinstance(row, Mapping):
@@ -158,11 +194,14 @@ def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = 
     fields, names = _sequence([p for p, _ in payloads])
     types = {f.name.lower(): f.type for f in schema} if schema is not None else {}
     rows = []
+    low = {f: _lowest([p["source"][f] for p, _ in payloads]) for f in fields}
     for p, row in payloads:
-        out = {k: _value(v, types.get(k.lower())) for k, v in row.items()}
+        out = {k: _value(v, types.get(k.lower()), logical.get(k), where, k) for k, v in row.items()}
         out[OP_COLUMN] = p["op"]
         if fields:
-            out.update({n: p["source"][f] for f, n in zip(fields, names, strict=True)})
+            for f, n in zip(fields, names, strict=True):
+                v = p["source"][f]
+                out[n] = low[f] if v is None else v
         else:
             out[names[0]] = p.get("ts_ms")
         rows.append(out)
@@ -178,7 +217,7 @@ def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = 
         fields_out.append(pa.field(c, t) if t is not None else None)
     try:
         table = pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in rows])
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
         raise MergeError(f"{where}: the events' values do not make a table ({e})") from None
     for i, f in enumerate(fields_out):
         if f is None or table.column(i).type == f.type:

@@ -641,6 +641,8 @@ def apply_cdc(engine: Engine, cdc: Cdc, options: Options | None = None) -> CdcMe
         metrics.batch_replayed = True
         metrics.extra["skipped_batch"] = True
         return metrics
+    if not engine.source_rows():
+        return metrics  # an empty poll: nothing to apply (nor to check its columns against)
     head = log.latest()
     batch = engine.source_schema()
     stored = pa.schema([f for f in batch if f.name.lower() != cdc.op_column.lower()])
