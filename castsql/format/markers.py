@@ -36,10 +36,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from castsql.errors import FormatError, ObjectNotFound
+from castsql.errors import FormatError
 from castsql.format.layout import new_markers_key
 from castsql.format.manifest import CdcState, MarkerBounds, MetaRef, format_time, json_stat, parse_time
-from castsql.format.metafiles import typed_stat
+from castsql.format.metafiles import read_object, typed_stat
 from castsql.format.schema import Schema, type_from_name
 from castsql.storage import Storage
 
@@ -110,22 +110,9 @@ def write_markers(storage: Storage, table: pa.Table, *, level: int | None, key: 
 
 def read_markers(storage: Storage, ref: MetaRef, where: str) -> pa.Table:
     """The rows of markers object ``ref``, checked against its reference."""
-    uri = storage.uri(ref.path)
-    try:
-        data = storage.get(ref.path)
-    except ObjectNotFound:
-        raise FormatError(f"{where}: markers object {uri} is missing") from None
-    try:
-        table = pq.ParquetFile(io.BytesIO(data)).read()
-    except (pa.ArrowException, OSError, ValueError) as e:
-        raise FormatError(f"{where}: markers object {uri} is not a Parquet file ({e})") from None
-    found = (table.schema.metadata or {}).get(b"castsql.kind", b"").decode()
-    if found != KIND:
-        raise FormatError(f"{where}: metadata object {uri} is not a markers object (it says {found or 'nothing'})")
-    if table.num_rows != ref.entries:
-        raise FormatError(f"{where}: markers object {uri} holds {table.num_rows} rows, the manifest says {ref.entries}")
+    table = read_object(storage, ref, KIND, where)
     if WRITTEN_AT not in table.column_names:
-        raise FormatError(f"{where}: markers object {uri} has no {WRITTEN_AT} column")
+        raise FormatError(f"{where}: markers object {storage.uri(ref.path)} has no {WRITTEN_AT} column")
     return table.replace_schema_metadata(None)
 
 

@@ -292,7 +292,8 @@ def write_files_object(storage: Storage, table: pa.Table, *, level: int | None) 
     return MetaRef(key, "files", s["entries"], level, s["rows"], s["bytes"], s["min"], s["max"], extra=extra)
 
 
-def _read(storage: Storage, ref: MetaRef, kind: str, where: str) -> pa.Table:
+def read_object(storage: Storage, ref: MetaRef, kind: str, where: str) -> pa.Table:
+    """The rows of metadata object ``ref`` of ``kind``, checked to be one and to hold its ``entries``."""
     try:
         data = storage.get(ref.path)
     except ObjectNotFound:
@@ -326,7 +327,7 @@ _FILES_COLUMNS = {
 
 def read_files_object(storage: Storage, ref: MetaRef, schema: Schema, where: str) -> pa.Table:
     """The rows of a files object, checked against its summary and conformed to ``schema``."""
-    table = _read(storage, ref, "files", where)
+    table = read_object(storage, ref, "files", where)
     uri = storage.uri(ref.path)
     for name, t in _FILES_COLUMNS.items():
         if name not in table.column_names or table.schema.field(name).type != t:
@@ -509,7 +510,7 @@ def write_deletes_object(storage: Storage, table: pa.Table, *, level: int | None
 
 
 def read_deletes_object(storage: Storage, ref: MetaRef, where: str) -> pa.Table:
-    table = _read(storage, ref, "deletes", where)
+    table = read_object(storage, ref, "deletes", where)
     uri = storage.uri(ref.path)
     if not table.schema.equals(DELETES_SCHEMA, check_metadata=False):
         raise FormatError(f"{where}: metadata object {uri} does not have the columns of a deletes object")
