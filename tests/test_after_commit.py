@@ -245,8 +245,8 @@ def test_every_spark_entry_point_mirrors_and_compacts(spark, events_df, tmp_path
           compacts=True)  # fmt: skip
     s.run("castsql.spark.merge", lambda: cs.merge(spark, uri, events_df([3, 12]), on="id").when_matched_update_all()
           .when_not_matched_insert_all().execute(), "MERGE", compacts=True)  # fmt: skip
-    feed = events_df([13]).selectExpr("*", "'I' AS op", "1L AS lsn")
-    s.run("castsql.spark.cdc_merge", lambda: cs.cdc_merge(spark, uri, feed, key="id", op_column="op", sequence="lsn"),
+    feed = events_df([13]).selectExpr("*", "'I' AS op")  # the event time orders the feed: a stored column
+    s.run("castsql.spark.cdc_merge", lambda: cs.cdc_merge(spark, uri, feed, key="id", op_column="op", sequence="ts"),
           "MERGE", compacts=True)  # fmt: skip
     s.run("format('castsql') overwrite", lambda: events_df(range(20, 23)).write.format("castsql").mode("overwrite")
           .save(uri), "OVERWRITE", compacts=False)  # fmt: skip
