@@ -65,13 +65,19 @@ def latest(table: pa.Table, key: Sequence[str], sequence: Sequence[str]) -> pa.T
         return table
     order = pc.sort_indices(table, sort_keys=[*((k, "ascending") for k in key), *((s, "descending") for s in sequence)])
     s = table.take(order)
-    first = np.zeros(s.num_rows, dtype=bool)
-    first[0] = True
+    return s.filter(pa.array(key_starts(s, key)))
+
+
+def key_starts(table: pa.Table, key: Sequence[str]) -> np.ndarray:
+    """For ``table`` sorted by ``key``: whether each row is the first of its key."""
+    n = table.num_rows
+    first = np.zeros(n, dtype=bool)
+    if n:
+        first[0] = True
     for k in key:
-        col = s.column(k).combine_chunks()
-        differ = pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, len(col) - 1)), True)
-        first[1:] |= differ.to_numpy(zero_copy_only=False)
-    return s.filter(pa.array(first))
+        col = table.column(k).combine_chunks()
+        first[1:] |= pc.fill_null(pc.not_equal(col.slice(1), col.slice(0, n - 1)), True).to_numpy(zero_copy_only=False)
+    return first
 
 
 def _bounds(table: pa.Table, key: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:

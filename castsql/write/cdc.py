@@ -58,7 +58,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from castsql.errors import MergeError
-from castsql.format.markers import latest
+from castsql.format.markers import key_starts, latest
 from castsql.format.schema import Schema, castsql_own
 from castsql.write.merge import Clause, MergeMetrics, MergeSpec
 
@@ -424,16 +424,6 @@ def _rank_order(cdc: Cdc, table: pa.Table) -> pa.Array:
     return pc.sort_indices(table, sort_keys=keys, null_placement="at_start")
 
 
-def _group_starts(sorted_keys: list[pa.ChunkedArray], n: int) -> np.ndarray:
-    first = np.zeros(n, dtype=bool)
-    if n:
-        first[0] = True
-    for col in sorted_keys:
-        c = col.combine_chunks()
-        first[1:] |= pc.fill_null(pc.not_equal(c.slice(1), c.slice(0, n - 1)), True).to_numpy(zero_copy_only=False)
-    return first
-
-
 def prepare(cdc: Cdc, batch: pa.Table, markers: pa.Table | None = None) -> pa.Table:
     """The changes of ``batch`` (checked, :func:`check`) to apply: typed, and
     with a sequence, the highest-ranked change of each key (a placeholder
@@ -445,7 +435,7 @@ def prepare(cdc: Cdc, batch: pa.Table, markers: pa.Table | None = None) -> pa.Ta
     t = t.append_column(_DEL, pa.array(_is_delete(cdc, t).to_numpy(zero_copy_only=False).astype(np.int8)))
     s = t.take(_rank_order(cdc, t))
     n = s.num_rows
-    starts = _group_starts([s.column(k) for k in cdc.key], n)
+    starts = key_starts(s, cdc.key)
     last = np.append(starts[1:], True)  # the highest-ranked change of each key
     idx = np.arange(n)
     start_of = np.maximum.accumulate(np.where(starts, idx, 0))
