@@ -1,8 +1,8 @@
 """A CDC stream that runs long: CastSQL (automatic compaction on) against deltalake and DuckLake.
 
     .venv/bin/python bench/stream_bench.py [--rows 200000] [--batches 300] [--batch-rows 40]
-                                           [--engines castsql,deltalake,ducklake] [--s3] [--azure] [--repeat 5]
-                                           [--min-files N] [--delay SECONDS] [--race N]
+                                           [--engines castsql,castsql-scan,deltalake,ducklake] [--s3] [--azure]
+                                           [--repeat 5] [--min-files N] [--cdf] [--delay SECONDS] [--race N]
 
 A table of ``--rows`` events (id, ts, user, kind, amount) takes ``--batches``
 upserts of ``--batch-rows`` rows each (half updates of random existing keys,
@@ -10,7 +10,9 @@ half new events at the newest times), each one merge on ``id`` (update
 matched, insert the rest) committed by a long-lived handle, as a stream
 consumer would: CastSQL through ``Table.merge`` with ``castsql.autoCompact``
 on (``castsql.compact.sortBy = ts``), deltalake through ``DeltaTable.merge``,
-DuckLake through ``MERGE INTO`` on an attached catalog. The engines take the
+DuckLake through ``MERGE INTO`` on an attached catalog (``castsql-scan``:
+CastSQL with its key cache off, every merge scanning the key column as a
+one-off merge does; ``--cdf``: change feeds on where the tool has one). The engines take the
 batches in turns, rotating who goes first, so load on the machine hits all
 alike. ``--s3`` runs CastSQL (and deltalake, if asked for) on the S3 test
 server as well, ``--azure`` on the Azure emulator (Azurite); DuckLake stays
@@ -105,15 +107,28 @@ class CastSQL:
         return self.t._session.snapshot("events").file_count
 
 
+class CastSQLScan(CastSQL):
+    """CastSQL with its key cache off (castsql/embedded/keycache.py): every merge scans the key column."""
+
+    name = "castsql, no key cache"
+
+    def __init__(self, uri: str, base: pa.Table | None, s3=None) -> None:
+        super().__init__(uri, base, s3)
+        from castsql.embedded import keycache
+
+        keycache.of(self.t._session).enabled = False
+
+
 class Delta:
     name = "deltalake"
+    configuration: dict[str, str] | None = None
 
     def __init__(self, uri: str, base: pa.Table | None, options: dict[str, str] | None = None) -> None:
         import duckdb
         from deltalake import DeltaTable, write_deltalake
 
         if base is not None:
-            write_deltalake(uri, base, storage_options=options)
+            write_deltalake(uri, base, storage_options=options, configuration=self.configuration)
         self.dt = DeltaTable(uri, storage_options=options)
         self.uri, self.options, self.refresh = uri, options or {}, False
         self.con = duckdb.connect()
@@ -350,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--azure", action="store_true", help="also CastSQL (and deltalake) on the Azure emulator")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--min-files", type=int, help="castsql.autoCompact.minNumFiles (default: the table default)")
+    ap.add_argument(
+        "--cdf", action="store_true", help="change feeds on (castsql.changeDataFeed, delta.enableChangeDataFeed)"
+    )
     ap.add_argument("--dir")
     ap.add_argument("--race", type=int, metavar="N", help="only the compaction race, N builds, and the median ratio")
     ap.add_argument(
@@ -361,6 +379,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.min_files:
         PROPS["castsql.autoCompact.minNumFiles"] = str(args.min_files)
+    if args.cdf:
+        # DuckLake keeps every version's changes anyway (table_changes); the
+        # others are asked to, so all three pay for an audit trail.
+        PROPS["castsql.changeDataFeed"] = "true"
+        Delta.configuration = {"delta.enableChangeDataFeed": "true"}
     root = Path(args.dir or tempfile.mkdtemp(prefix="castsql-stream-bench-"))
     shutil.rmtree(root, ignore_errors=True)
     rng = np.random.default_rng(5)
@@ -380,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
     engines: list = []
     if "castsql" in names:
         engines.append(CastSQL(str(root / "castsql" / "events"), base))
+    if "castsql-scan" in names:
+        engines.append(CastSQLScan(str(root / "castsql-scan" / "events"), base))
     if "deltalake" in names:
         engines.append(Delta(str(root / "delta" / "events"), base))
     if "ducklake" in names:
@@ -399,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
             # work): its stream's table is copied there instead, for the reads.
             engines.append(r.delta_copy(local_delta.uri))
     lake_p50 = pct(lat["ducklake"], 50) if "ducklake" in lat else None
-    print(f"\n{'commit latency (ms)':<18}{'p50':>8}{'p99':>8}{'p99/p50':>8}{'vs lake':>8}"
+    print(f"\n{'commit latency (ms)':<22}{'p50':>8}{'p99':>8}{'p99/p50':>8}{'vs lake':>8}"
           f"{'b50-150':>9}{'last 101':>9}{'end/100':>8}{'files':>7}")  # fmt: skip
     for e in (e for e in engines if e.name in lat):
         xs = lat[e.name]
@@ -407,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         early = statistics.median(xs[50:151]) if len(xs) > 150 else float("nan")
         late = statistics.median(xs[-101:])
         vs = f"{p50 / lake_p50:>8.2f}" if lake_p50 else f"{'':>8}"
-        print(f"{e.name:<18}{p50 * 1000:>8.1f}{p99 * 1000:>8.1f}{p99 / p50:>8.1f}{vs}"
+        print(f"{e.name:<22}{p50 * 1000:>8.1f}{p99 * 1000:>8.1f}{p99 / p50:>8.1f}{vs}"
               f"{early * 1000:>9.1f}{late * 1000:>9.1f}{late / early:>8.2f}{e.files():>7}")  # fmt: skip
     # The same live rows as one Parquet file: the floor the queries are held to.
     first = engines[0]

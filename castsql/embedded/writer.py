@@ -57,10 +57,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
+from castsql.embedded import keycache
 from castsql.engine.physical import Signatures, duck_type
 from castsql.engine.quoting import parquet_files
 from castsql.engine.views import ROW_FILE, ROW_POS, ident
-from castsql.errors import SchemaMismatch, WriteError, one_line
+from castsql.errors import FormatError, SchemaMismatch, WriteError, one_line
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord, write_data_files
 from castsql.format.evolution import merged
 from castsql.format.manifest import added_summary, json_stat
@@ -637,7 +638,7 @@ class Writer:
         # scan costs less than a fetch by position); tie-breaking ones only when
         # some matched row ties (else NULL: the conditions do not look at them).
         order = [c for c in snap.schema.names if c.lower() in {o.lower() for o in spec.order} and c not in first]
-        hits = self._key_scan(snap, files, first, spec, src_name, carry=order)
+        hits = self._key_scan(snap, files, first, spec, src_name, carry=order, src=src)
         first += order
         extra = [c for c in used if c not in first]
         tied = bool(order) and self._ties(hits, src, first)
@@ -686,12 +687,17 @@ class Writer:
         spec: MergeSpec | None,
         src_name: str,
         carry: Sequence[str] = (),
+        src: pa.Table | None = None,
     ) -> pa.Table:
         """(keys…, carry…, file, position) of the live rows of ``files`` whose keys a source row has."""
         empty = {k: pa.array([], snap.schema.to_arrow().field(k).type) for k in (*keys, *carry)}
         empty_t = pa.table({**empty, FILE_COL: pa.array([], pa.string()), POS_COL: pa.array([], pa.int64())})
         if not files:
             return empty_t
+        if src is not None:
+            cached = self._cached_key_scan(snap, files, keys, src, carry, empty_t)
+            if cached is not None:
+                return cached
         views = self.session.views
         parts = []
         src_cols = {c.lower(): c for c in self.con.sql(f"SELECT * FROM {ident(src_name)} LIMIT 0").columns}
@@ -722,6 +728,102 @@ class Writer:
         if not parts:
             return empty_t
         return pa.concat_tables(parts).cast(empty_t.schema)
+
+    def _cached_key_scan(
+        self, snap: Snapshot, files: list[ResolvedFile], keys: list[str], src: pa.Table, carry: Sequence[str],
+        empty: pa.Table,
+    ) -> pa.Table | None:  # fmt: skip
+        """What :meth:`_key_scan` returns, from the handle's :mod:`key cache
+        <castsql.embedded.keycache>` (files it lacks read into it); None where
+        the cache does not serve this merge (several keys, a key type it does
+        not keep, a source key of another type, a handle's first merge)."""
+        if len(keys) != 1:
+            return None
+        k = keys[0]
+        t = empty.schema.field(k).type
+        name = next((c for c in src.column_names if c.lower() == k.lower()), None)
+        if name is None or not keycache.cacheable(t):
+            return None
+        wanted = src.column(name).drop_null()
+        if wanted.type != t:
+            if not (pa.types.is_integer(wanted.type) and pa.types.is_integer(t)):
+                return None
+            try:
+                wanted = wanted.cast(t)
+            except pa.ArrowInvalid:  # a source key past the column's range: the scan's rule
+                return None
+        cache = keycache.of(self.session)
+        if not cache.enabled:
+            return None
+        if not cache.warm:
+            cache.warm = True  # a one-off merge scans; a handle that merges again keeps the keys
+            return None
+        wanted = wanted.combine_chunks() if isinstance(wanted, pa.ChunkedArray) else wanted
+        found: dict[str, tuple[np.ndarray, pa.Array]] = {}
+        missing = []
+        for f in files:
+            got = cache.find(f.uri, k, t, wanted)
+            if got is None:
+                missing.append(f)
+            else:
+                found[f.uri] = got
+        if missing:
+            found.update(self._load_keys(snap, missing, k, t, wanted, cache))
+        views = self.session.views
+        parts = []
+        for f in files:
+            pos, values = found[f.uri]
+            if not len(pos):
+                continue
+            if f.has_deletes:
+                dead = views.deleted(snap, f)
+                keep = np.array([p not in dead for p in pos.tolist()], dtype=bool)
+                pos, values = pos[keep], values.filter(pa.array(keep))
+                if not len(pos):
+                    continue
+            parts.append(
+                pa.table({k: values, FILE_COL: pa.array([f.key] * len(pos), pa.string()), POS_COL: pa.array(pos)})
+            )
+        if not parts:
+            return empty
+        hits = pa.concat_tables(parts)
+        if carry:
+            hits = self._fetch(snap, hits, list(carry))
+        return hits.select(empty.schema.names).cast(empty.schema)
+
+    def _load_keys(
+        self, snap: Snapshot, files: list[ResolvedFile], k: str, t: pa.DataType, wanted: pa.Array,
+        cache: keycache.KeyCache,
+    ) -> dict[str, tuple[np.ndarray, pa.Array]]:  # fmt: skip
+        """Read the key ``k`` of every row of ``files`` into ``cache``, and
+        answer the lookup of ``wanted`` in them (from what was read, where the
+        cache's budget kept a file out)."""
+        views = self.session.views
+        out: dict[str, tuple[np.ndarray, pa.Array]] = {}
+        for group, members in views._groups(files):
+            proj = views._projection(snap, group, members[0])
+            got = self.con.sql(
+                f"SELECT p.{ident(k)} AS k, p.{_FI} AS {_FI}, p.{_POS} AS {_POS} FROM (SELECT {proj}, "
+                f"file_index AS {_FI}, file_row_number AS {_POS} FROM {parquet_files([f.uri for f in members])}) p"
+            ).to_arrow_table()
+            fi = got.column(_FI).to_numpy(zero_copy_only=False).astype(np.int64)
+            pos = got.column(_POS).to_numpy(zero_copy_only=False).astype(np.int64)
+            values = got.column("k").cast(t).combine_chunks()
+            by_file = np.lexsort((pos, fi))  # each file's rows in row order
+            fi, pos, values = fi[by_file], pos[by_file], values.take(pa.array(by_file))
+            bounds = np.searchsorted(fi, np.arange(len(members) + 1))
+            for i, f in enumerate(members):
+                lo, hi = int(bounds[i]), int(bounds[i + 1])
+                mine = values.slice(lo, hi - lo)
+                if hi - lo != f.total_rows or (hi > lo and (pos[lo] != 0 or pos[hi - 1] != hi - lo - 1)):
+                    raise FormatError(f"{f.uri}: holds {hi - lo} rows, the manifest says {f.total_rows}")
+                cache.put(f.uri, k, t, mine)
+                hit = cache.find(f.uri, k, t, wanted)
+                if hit is None:  # past the budget: this once, from what was read
+                    at = np.flatnonzero(pc.is_in(mine, value_set=wanted).to_numpy(zero_copy_only=False))
+                    hit = (at, mine.take(pa.array(at)))
+                out[f.uri] = hit
+        return out
 
     def _fetch(self, snap: Snapshot, hits: pa.Table, columns: list[str]) -> pa.Table:
         """``hits`` with ``columns`` of those rows, read from their files by position."""
