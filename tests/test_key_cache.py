@@ -129,3 +129,23 @@ def test_a_cache_past_its_budget_still_finds_every_row(tmp_path, budget, monkeyp
             upsert(t, src)
         assert rows(kept) == rows(castsql.open(fresh_uri)), i
     assert keycache.of(kept._session)._bytes <= budget
+
+
+def test_a_cdc_stream_compares_sequences_from_the_cache(tmp_path):
+    """CDC batches, late ones included: the sequence of each matched row comes from the cache too."""
+    rng = np.random.default_rng(3)
+    n = 200  # a batch hits several rows of one file
+    base = pa.table({"id": pa.array(range(n), pa.int64()), "seq": pa.array([10] * n, pa.int64()),
+                     "v": pa.array(["base"] * n)})  # fmt: skip
+    kept, fresh_uri = twin(tmp_path, base, primary_key="id")
+    for b in range(25):
+        ids = rng.choice(n + 50, 12, replace=False)
+        seq = rng.integers(0, 40, 12)  # some older than what is stored: ignored
+        ops = np.where(rng.random(12) < 0.2, "d", "u")
+        batch = pa.table({"id": pa.array(ids, pa.int64()), "seq": pa.array(seq, pa.int64()),
+                          "v": pa.array([f"b{b}"] * 12), "op": pa.array(ops)})  # fmt: skip
+        for t in (kept, castsql.open(fresh_uri)):
+            t.apply_cdc(batch, key="id", op_column="op", sequence="seq", delete_values=["d"])
+        assert rows(kept) == rows(castsql.open(fresh_uri)), b
+    cache = keycache.of(kept._session)
+    assert any(k[3] == "values" for k in cache._files)  # sequences were kept beside the keys

@@ -10,7 +10,8 @@ cache keeps them, per file and column, sorted (with each key's position in the
 file), and answers a merge's lookup with a binary search per source key:
 the cost of the change, not of the table. Deleted rows are not its business
 (they are filtered by the caller, from the snapshot's deletes, as a scan's
-are).
+are). Columns a merge compares besides the key (a CDC batch's sequence
+columns) are kept too, in row order, and taken at the positions found.
 
 What it holds: single-column keys of integer, date, time and timestamp types
 (stored as their 64-bit integers); other types (strings, floats, whose
@@ -88,11 +89,13 @@ class _FileKeys:
 
 
 class KeyCache:
-    """The sorted keys of data files, by (file, column, type): see the module's doc."""
+    """The sorted keys of data files, by (file, column, type), and the columns
+    compared besides them: see the module's doc."""
 
     def __init__(self, budget: int | None = None) -> None:
         self.budget = BUDGET if budget is None else budget
-        self._files: OrderedDict[tuple[str, str, str], _FileKeys] = OrderedDict()
+        # (file, column, type, "keys" | "values") -> sorted keys, or a column's values in row order
+        self._files: OrderedDict[tuple[str, str, str, str], _FileKeys | pa.Array] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.warm = False  # a merge of this handle has run: the next fills the cache
@@ -113,10 +116,28 @@ class KeyCache:
             values = values[order]
             positions = order if positions is None else positions[order]
         entry = _FileKeys(np.ascontiguousarray(values), None if positions is None else positions.astype(np.int64))
+        self._keep((uri, column, str(t), "keys"), entry)
+
+    def put_values(self, uri: str, column: str, values: pa.Array) -> None:
+        """Keep ``values``, the whole of ``column`` of file ``uri`` in row
+        order (a column a merge compares besides the key: a CDC sequence)."""
+        self._keep((uri, column, str(values.type), "values"), values)
+
+    def values(self, uri: str, column: str, t: pa.DataType, positions: np.ndarray) -> pa.Array | None:
+        """``column`` (type ``t``) of file ``uri`` at ``positions``; None if not kept."""
+        key = (uri, column, str(t), "values")
+        with self._lock:
+            entry = self._files.get(key)
+            if entry is None:
+                return None
+            self._files.move_to_end(key)
+        assert isinstance(entry, pa.Array)
+        return entry.take(pa.array(positions, pa.int64()))
+
+    def _keep(self, key: tuple[str, str, str, str], entry: _FileKeys | pa.Array) -> None:
         if entry.nbytes > self.budget:
             return
         with self._lock:
-            key = (uri, column, str(t))
             old = self._files.pop(key, None)
             if old is not None:
                 self._bytes -= old.nbytes
@@ -130,11 +151,13 @@ class KeyCache:
         """The positions in file ``uri`` whose ``column`` equals one of
         ``wanted`` (type ``t``, no NULLs), ascending, and the key at each; None
         if the file's keys are not kept."""
+        key = (uri, column, str(t), "keys")
         with self._lock:
-            entry = self._files.get((uri, column, str(t)))
+            entry = self._files.get(key)
             if entry is None:
                 return None
-            self._files.move_to_end((uri, column, str(t)))
+            self._files.move_to_end(key)
+        assert isinstance(entry, _FileKeys)
         q = np.unique(as_integers(wanted, t))
         lo = np.searchsorted(entry.keys, q, side="left")
         hi = np.searchsorted(entry.keys, q, side="right")

@@ -759,69 +759,91 @@ class Writer:
             cache.warm = True  # a one-off merge scans; a handle that merges again keeps the keys
             return None
         wanted = wanted.combine_chunks() if isinstance(wanted, pa.ChunkedArray) else wanted
-        found: dict[str, tuple[np.ndarray, pa.Array]] = {}
+        types = {c: empty.schema.field(c).type for c in carry}
+        found: dict[str, pa.Table] = {}
         missing = []
         for f in files:
-            got = cache.find(f.uri, k, t, wanted)
+            got = self._lookup(cache, f, k, t, wanted, types)
             if got is None:
                 missing.append(f)
             else:
                 found[f.uri] = got
         if missing:
-            found.update(self._load_keys(snap, missing, k, t, wanted, cache))
+            found.update(self._load_keys(snap, missing, k, t, wanted, types, cache))
         views = self.session.views
         parts = []
         for f in files:
-            pos, values = found[f.uri]
-            if not len(pos):
+            part = found[f.uri]
+            if not part.num_rows:
                 continue
             if f.has_deletes:
                 dead = views.deleted(snap, f)
-                keep = np.array([p not in dead for p in pos.tolist()], dtype=bool)
-                pos, values = pos[keep], values.filter(pa.array(keep))
-                if not len(pos):
+                part = part.filter(pa.array([p not in dead for p in part.column(POS_COL).to_pylist()], pa.bool_()))
+                if not part.num_rows:
                     continue
-            parts.append(
-                pa.table({k: values, FILE_COL: pa.array([f.key] * len(pos), pa.string()), POS_COL: pa.array(pos)})
-            )
+            parts.append(part.append_column(FILE_COL, pa.array([f.key] * part.num_rows, pa.string())))
         if not parts:
             return empty
-        hits = pa.concat_tables(parts)
-        if carry:
-            hits = self._fetch(snap, hits, list(carry))
-        return hits.select(empty.schema.names).cast(empty.schema)
+        return pa.concat_tables(parts).select(empty.schema.names).cast(empty.schema)
+
+    @staticmethod
+    def _lookup(
+        cache: keycache.KeyCache, f: ResolvedFile, k: str, t: pa.DataType, wanted: pa.Array,
+        carry: Mapping[str, pa.DataType],
+    ) -> pa.Table | None:  # fmt: skip
+        """(key, carried columns…, position) of the rows of ``f`` whose key is
+        one of ``wanted``, from ``cache``; None if it lacks one of them."""
+        got = cache.find(f.uri, k, t, wanted)
+        if got is None:
+            return None
+        pos, keys = got
+        cols: dict[str, pa.Array] = {k: keys}
+        for c, ct in carry.items():
+            v = cache.values(f.uri, c, ct, pos)
+            if v is None:
+                return None
+            cols[c] = v
+        cols[POS_COL] = pa.array(pos, pa.int64())
+        return pa.table(cols)
 
     def _load_keys(
         self, snap: Snapshot, files: list[ResolvedFile], k: str, t: pa.DataType, wanted: pa.Array,
-        cache: keycache.KeyCache,
-    ) -> dict[str, tuple[np.ndarray, pa.Array]]:  # fmt: skip
-        """Read the key ``k`` of every row of ``files`` into ``cache``, and
-        answer the lookup of ``wanted`` in them (from what was read, where the
-        cache's budget kept a file out)."""
+        carry: Mapping[str, pa.DataType], cache: keycache.KeyCache,
+    ) -> dict[str, pa.Table]:  # fmt: skip
+        """Read the key ``k`` and the ``carry`` columns of every row of
+        ``files`` into ``cache``, and answer the lookup of ``wanted`` in them
+        (from what was read, where the cache's budget kept a file out)."""
         views = self.session.views
-        out: dict[str, tuple[np.ndarray, pa.Array]] = {}
+        out: dict[str, pa.Table] = {}
+        names = {c: f"c{i}" for i, c in enumerate(carry)}
+        extra = "".join(f", p.{ident(c)} AS {n}" for c, n in names.items())
         for group, members in views._groups(files):
             proj = views._projection(snap, group, members[0])
             got = self.con.sql(
-                f"SELECT p.{ident(k)} AS k, p.{_FI} AS {_FI}, p.{_POS} AS {_POS} FROM (SELECT {proj}, "
+                f"SELECT p.{ident(k)} AS k{extra}, p.{_FI} AS {_FI}, p.{_POS} AS {_POS} FROM (SELECT {proj}, "
                 f"file_index AS {_FI}, file_row_number AS {_POS} FROM {parquet_files([f.uri for f in members])}) p"
             ).to_arrow_table()
             fi = got.column(_FI).to_numpy(zero_copy_only=False).astype(np.int64)
             pos = got.column(_POS).to_numpy(zero_copy_only=False).astype(np.int64)
-            values = got.column("k").cast(t).combine_chunks()
             by_file = np.lexsort((pos, fi))  # each file's rows in row order
-            fi, pos, values = fi[by_file], pos[by_file], values.take(pa.array(by_file))
+            fi, pos = fi[by_file], pos[by_file]
+            order = pa.array(by_file)
+            values = got.column("k").cast(t).combine_chunks().take(order)
+            carried = {c: got.column(n).cast(carry[c]).combine_chunks().take(order) for c, n in names.items()}
             bounds = np.searchsorted(fi, np.arange(len(members) + 1))
             for i, f in enumerate(members):
                 lo, hi = int(bounds[i]), int(bounds[i + 1])
-                mine = values.slice(lo, hi - lo)
                 if hi - lo != f.total_rows or (hi > lo and (pos[lo] != 0 or pos[hi - 1] != hi - lo - 1)):
                     raise FormatError(f"{f.uri}: holds {hi - lo} rows, the manifest says {f.total_rows}")
+                mine = values.slice(lo, hi - lo)
                 cache.put(f.uri, k, t, mine)
-                hit = cache.find(f.uri, k, t, wanted)
+                for c, v in carried.items():
+                    cache.put_values(f.uri, c, v.slice(lo, hi - lo))
+                hit = self._lookup(cache, f, k, t, wanted, carry)
                 if hit is None:  # past the budget: this once, from what was read
-                    at = np.flatnonzero(pc.is_in(mine, value_set=wanted).to_numpy(zero_copy_only=False))
-                    hit = (at, mine.take(pa.array(at)))
+                    at = pa.array(np.flatnonzero(pc.is_in(mine, value_set=wanted).to_numpy(zero_copy_only=False)))
+                    cols = {k: mine.take(at), **{c: v.slice(lo, hi - lo).take(at) for c, v in carried.items()}}
+                    hit = pa.table({**cols, POS_COL: at.cast(pa.int64())})
                 out[f.uri] = hit
         return out
 
