@@ -741,17 +741,9 @@ class Writer:
             return None
         k = keys[0]
         t = empty.schema.field(k).type
-        name = next((c for c in src.column_names if c.lower() == k.lower()), None)
-        if name is None or not keycache.cacheable(t):
+        wanted = _cacheable_keys(src, k, t)
+        if wanted is None:
             return None
-        wanted = src.column(name).drop_null()
-        if wanted.type != t:
-            if not (pa.types.is_integer(wanted.type) and pa.types.is_integer(t)):
-                return None
-            try:
-                wanted = wanted.cast(t)
-            except pa.ArrowInvalid:  # a source key past the column's range: the scan's rule
-                return None
         cache = keycache.of(self.session)
         if not cache.enabled:
             return None
@@ -1007,6 +999,25 @@ class _Found:
         return self.writer.write_files(conform(self.new, schema, where), schema)
 
     def close(self) -> None:
+        return None
+
+
+def _cacheable_keys(src: pa.Table, k: str, t: pa.DataType) -> pa.Array | pa.ChunkedArray | None:
+    """The source's non-NULL values of key ``k`` in the table's type ``t``,
+    where the key cache can look them up: a type it keeps, and a source
+    column of that type or an integer that fits it (else None: the scan's
+    rules decide)."""
+    name = next((c for c in src.column_names if c.lower() == k.lower()), None)
+    if name is None or not keycache.cacheable(t):
+        return None
+    wanted = src.column(name).drop_null()
+    if wanted.type == t:
+        return wanted
+    if not (pa.types.is_integer(wanted.type) and pa.types.is_integer(t)):
+        return None
+    try:
+        return wanted.cast(t)
+    except pa.ArrowInvalid:  # a source key past the column's range
         return None
 
 
