@@ -1,0 +1,385 @@
+"""What the UI's pages show, computed from a read-only (safe mode) session.
+
+Every number a page shows comes from one of CastSQL's public reads:
+
+- the warehouse and a table's timeline: the table's metadata alone (the
+  version log's records: operation, time, totals, files added and removed),
+  so a table of 10,000 versions is drawn without reading a data file;
+- exact rows inserted, updated, deleted and live per version: the history
+  audit (``Session.history``), fetched by the page after it is drawn;
+- a diff: ``Session.diff``; a key's life: ``Session.row_history``;
+- the schema at a version: the version log's ``schema_of``;
+- SQL: ``Session.relation`` (the shell's planner, with safe mode's checks),
+  read one page at a time with ``LIMIT``/``OFFSET``, never whole.
+
+One DuckDB connection serves every request, so each use of it holds
+:attr:`Warehouse.lock`; metadata reads (the format layer) do not need it.
+
+Example::
+
+    >>> w = Warehouse.open("./demo-warehouse")       # doctest: +SKIP
+    >>> [t.name for t in w.overview()]              # doctest: +SKIP
+    ['events', 'users']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from castsql.engine import Session
+from castsql.errors import CastSQLError, QueryError, TableNotFound, VersionNotFound, one_line
+from castsql.format import TableLog
+from castsql.format.manifest import Manifest, VersionRecord
+from castsql.format.schema import Schema
+
+CHANGE_TYPE = "_change_type"
+AUDIT_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+# Operations the chart marks, and how it names them.
+MARKED = {
+    "MERGE": "merge",
+    "DELETE": "delete",
+    "UPDATE": "delete",
+    "COMPACT": "compact",
+    "RESTORE": "restore",
+    "ALTER": "schema change",
+    "OVERWRITE": "restore",
+}
+_DIFFS = 4  # diffs a server keeps for paging through them
+
+
+class UIError(CastSQLError):
+    """Bad input to a page (a malformed number, a statement without rows)."""
+
+
+class NotFound(UIError):
+    """A table, version or page that is not there."""
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """One table of the warehouse page."""
+
+    name: str
+    version: int
+    committed_at: datetime
+    rows: int
+    bytes: int
+    data_files: int
+    tombstone_files: int
+    primary_key: str | None
+    properties: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One version in a table's timeline, from its metadata alone."""
+
+    version: int
+    time: float  # seconds since the epoch
+    operation: str
+    stored_rows: int  # rows in its data files, before tombstones
+    files: int
+    tombstones: int
+    bytes: int
+    rows_written: int  # rows of the data files it added
+    files_added: int
+    files_removed: int
+    tombstones_added: int
+
+
+@dataclass(slots=True)
+class _Timeline:
+    points: dict[int, Point] = field(default_factory=dict)  # versions never change: kept once read
+
+
+@dataclass(frozen=True, slots=True)
+class DiffEntry:
+    """One row of a diff: ``kind`` is ``insert``, ``delete`` or ``update``
+    (``old`` and ``new`` both set, ``changed`` the columns whose values differ)."""
+
+    kind: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+    changed: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of rows of a larger result."""
+
+    columns: list[str]
+    types: list[str]
+    rows: list[list[Any]]
+    offset: int
+    more: bool
+
+
+class Warehouse:
+    """The tables of one URI (a warehouse or one table), read-only."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.lock = threading.RLock()
+        self._timelines: dict[str, _Timeline] = {}
+        self._schemas: dict[tuple[str, int], tuple[Schema, str | None]] = {}
+        self._diffs: OrderedDict[tuple[str, int, int], list[DiffEntry]] = OrderedDict()
+
+    @classmethod
+    def open(cls, uri: str) -> Warehouse:
+        """The tables at ``uri`` in a safe-mode session: queries read those
+        tables and nothing else, and no statement writes (the shell's ``--safe``)."""
+        session = Session(uri, safe=True)
+        if not session.tables:
+            session.close()
+            raise TableNotFound(f"{uri}: no table here")
+        return cls(session)
+
+    def close(self) -> None:
+        with contextlib.suppress(duckdb.Error):
+            self.session.con.interrupt()
+        with self.lock:
+            self.session.close()
+
+    # ------------------------------------------------------------ tables
+
+    def tables(self) -> list[str]:
+        return self.session.tables
+
+    def name(self, table: str) -> str:
+        """``table`` as the catalog spells it; UIError for a table it lacks."""
+        try:
+            self.session.log(table)
+        except TableNotFound:
+            raise NotFound(f"no table {table!r} (tables: {', '.join(self.tables())})") from None
+        return self.session.catalog.name(table)
+
+    def log(self, table: str) -> TableLog:
+        return self.session.log(self.name(table))
+
+    def heads(self) -> dict[str, int | None]:
+        """Each table's newest version (one pointer read each): what the pages poll."""
+        out: dict[str, int | None] = {}
+        for t in self.tables():
+            try:
+                out[t] = self.session.log(t).latest_version()
+            except CastSQLError:
+                out[t] = None
+        return out
+
+    def overview(self) -> list[TableInfo]:
+        """Each table's newest version at a glance."""
+        out = []
+        for t in self.tables():
+            with self.lock:
+                snap = self.session.snapshot(t)
+                live = self.session.views.live_rows(snap)
+            m = snap.manifest
+            totals = self.session.log(t).totals(m)
+            out.append(
+                TableInfo(
+                    name=t,
+                    version=m.version,
+                    committed_at=m.created_at,
+                    rows=live,
+                    bytes=totals.bytes,
+                    data_files=m.file_count,
+                    tombstone_files=m.tombstone_count,
+                    primary_key=m.primary_key,
+                    properties=dict(m.properties),
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------ timeline
+
+    def timeline(self, table: str) -> list[Point]:
+        """One :class:`Point` per kept version, oldest first, from metadata
+        only; versions read before are not read again."""
+        name = self.name(table)
+        log = self.session.log(name)
+        tl = self._timelines.setdefault(name, _Timeline())
+        kept = log.versions()
+        todo = [v for v in kept if v not in tl.points]
+        if todo:
+            for v, r in log.prefetch_records(todo).items():
+                tl.points[v] = _point(log, r)
+            for v in todo:  # a version the light read skipped: its full manifest says why
+                if v not in tl.points:
+                    with contextlib.suppress(CastSQLError):
+                        tl.points[v] = _point(log, log.manifest(v))
+        return [tl.points[v] for v in kept if v in tl.points]
+
+    def manifest(self, table: str, version: int) -> Manifest:
+        log = self.log(table)
+        try:
+            return log.manifest(version)
+        except VersionNotFound as e:
+            raise NotFound(one_line(e)) from None
+
+    def history(self, table: str) -> pa.Table:
+        """The history audit: exact rows inserted, updated, deleted, live per version."""
+        name = self.name(table)
+        with self.lock:
+            return self.session.history(name)
+
+    # ------------------------------------------------------------ schema
+
+    def schema(self, table: str, version: int) -> tuple[Schema, str | None]:
+        name = self.name(table)
+        key = (name, version)
+        got = self._schemas.get(key)
+        if got is None:
+            try:
+                got = self.session.log(name).schema_of(version)
+            except VersionNotFound as e:
+                raise NotFound(one_line(e)) from None
+            self._schemas[key] = got
+        return got
+
+    def schema_changes(self, table: str) -> list[tuple[int, list[str]]]:
+        """The versions whose schema differs from the one before, with what changed."""
+        out: list[tuple[int, list[str]]] = []
+        prev: Schema | None = None
+        for p in self.timeline(table):
+            try:
+                schema, _ = self.schema(table, p.version)
+            except (UIError, CastSQLError):
+                continue
+            if prev is not None and schema != prev:
+                out.append((p.version, schema_delta(prev, schema)))
+            prev = schema
+        return out
+
+    # ------------------------------------------------------------ audits
+
+    def version(self, table: str, text: str | None, default: int | None = None) -> int:
+        """``text`` as a kept version of ``table``; UIError naming what is wrong."""
+        if text is None or text == "":
+            if default is not None:
+                return default
+            raise UIError(f"table {self.name(table)}: a version is needed")
+        try:
+            v = int(text)
+        except ValueError:
+            raise UIError(f"table {self.name(table)}: {text!r} is not a version number") from None
+        self.manifest(table, v)  # refuses a version never committed or collected
+        return v
+
+    def diff(self, table: str, a: int, b: int) -> list[DiffEntry]:
+        """The diff audit of versions ``a`` and ``b``, its updates paired: kept
+        for paging (the last few asked)."""
+        name = self.name(table)
+        key = (name, a, b)
+        got = self._diffs.get(key)
+        if got is None:
+            with self.lock:
+                try:
+                    rows = self.session.diff(name, a, b)
+                except QueryError as e:
+                    raise UIError(one_line(e)) from None
+            got = entries(rows)
+            self._diffs[key] = got
+            while len(self._diffs) > _DIFFS:
+                self._diffs.popitem(last=False)
+        else:
+            self._diffs.move_to_end(key)
+        return got
+
+    def row_history(self, table: str, key: str) -> pa.Table:
+        name = self.name(table)
+        with self.lock:
+            return self.session.row_history(name, key)
+
+    # ------------------------------------------------------------ SQL
+
+    @contextlib.contextmanager
+    def relation(self, query: str) -> Iterator[duckdb.DuckDBPyRelation]:
+        """``query`` planned as the shell plans it in safe mode, held under the lock."""
+        with self.lock:
+            try:
+                rel = self.session.relation(query.strip().rstrip(";"))
+            except duckdb.Error as e:
+                raise QueryError(self.session.error_message(e)) from None
+            if rel is None:
+                raise UIError("this statement has no result to show (the UI runs SELECT queries)")
+            try:
+                yield rel
+            except duckdb.Error as e:
+                raise QueryError(self.session.error_message(e)) from None
+
+    def page(self, query: str, offset: int, size: int) -> Page:
+        """Rows ``offset`` to ``offset + size`` of ``query``'s result: DuckDB
+        reads up to that row and stops (LIMIT), so nothing keeps the whole result."""
+        with self.relation(query) as rel:
+            got = rel.limit(size + 1, offset).fetch_arrow_table()
+            return Page(
+                columns=list(rel.columns),
+                types=[str(t) for t in rel.types],
+                rows=[list(r.values()) for r in got.slice(0, size).to_pylist()],
+                offset=offset,
+                more=got.num_rows > size,
+            )
+
+
+def _point(log: TableLog, r: VersionRecord | Manifest) -> Point:
+    totals = r.totals if r.totals is not None else log.totals(r)  # type: ignore[arg-type]
+    change = r.change
+    added = change.added_files if change is not None else ()
+    return Point(
+        version=r.version,
+        time=r.created_at.timestamp(),
+        operation=r.operation or "",
+        stored_rows=totals.rows,
+        files=totals.files,
+        tombstones=totals.tombstones,
+        bytes=totals.bytes,
+        rows_written=sum(f.total_rows for f in added),
+        files_added=len(added),
+        files_removed=len(change.removed_files) if change is not None else 0,
+        tombstones_added=len(change.added_tombstones) if change is not None else 0,
+    )
+
+
+def schema_delta(old: Schema, new: Schema) -> list[str]:
+    """What changed from ``old`` to ``new``, one line a column."""
+    out = []
+    before = {c.name: c for c in old.columns}
+    after = {c.name: c for c in new.columns}
+    for c in new.columns:
+        o = before.get(c.name)
+        if o is None:
+            out.append(f"added column {c.name} {c.type}")
+        elif o.type != c.type:
+            out.append(f"column {c.name}: {o.type} → {c.type}")
+    out.extend(f"dropped column {n}" for n in before if n not in after)
+    return out
+
+
+def entries(rows: pa.Table) -> list[DiffEntry]:
+    """A diff's rows (as ``Session.diff`` returns them: ordered by key, an
+    update's preimage before its postimage) as inserts, deletes and paired updates."""
+    cols = [c for c in rows.column_names if c not in AUDIT_COLUMNS]
+    out: list[DiffEntry] = []
+    pre: dict[str, Any] | None = None
+    for r in rows.to_pylist():
+        kind = r.pop(CHANGE_TYPE)
+        for c in AUDIT_COLUMNS:
+            r.pop(c, None)
+        if kind == "update_preimage":
+            pre = r
+        elif kind == "update_postimage" and pre is not None:
+            changed = frozenset(c for c in cols if pre.get(c) != r.get(c))
+            out.append(DiffEntry("update", pre, r, changed))
+            pre = None
+        else:
+            out.append(DiffEntry(kind, r if kind == "delete" else None, r if kind == "insert" else None))
+    return out
