@@ -158,7 +158,8 @@ def table(
 ) -> str:
     """``shown``: the listed versions (newest first) with their manifests,
     for their commit metadata; ``older``: the first version of the next page."""
-    data = esc(json.dumps(timeline_json(points)))
+    # Inside <script> entities are not decoded: only "<" could end the element early.
+    data = json.dumps(timeline_json(points)).replace("<", "\\u003c")
     rows = []
     for p, m in shown:
         meta = {"writer": getattr(m, "writer", None), "commit": getattr(m, "commit_id", None)}

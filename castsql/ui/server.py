@@ -201,6 +201,9 @@ class Handler(BaseHTTPRequestHandler):
         first = w.tables()[0]
         self._html(pages.sql(listed, q.get("q", f"SELECT * FROM {first}"), heads))
 
+    def favicon(self, q: dict[str, str]) -> None:
+        self._send(HTTPStatus.NO_CONTENT, "image/x-icon", b"")
+
     def static(self, q: dict[str, str], name: str) -> None:
         f = STATIC / name
         if "/" in name or name.startswith(".") or not f.is_file():
@@ -219,8 +222,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def api_history(self, q: dict[str, str], table: str) -> None:
         h = self.server.warehouse.history(table)
-        cols = ["version", "rows_inserted", "rows_updated", "rows_deleted", "live_rows", "error"]
-        self._json({c: h.column(c).to_pylist() for c in cols})
+        cols = ["version", "rows_inserted", "rows_updated", "rows_deleted", "live_rows"]
+        # "errors", not "error": that key is how every endpoint says it failed.
+        self._json({**{c: h.column(c).to_pylist() for c in cols}, "errors": h.column("error").to_pylist()})
 
     def api_timeline(self, q: dict[str, str], table: str) -> None:
         self._json(pages.timeline_json(self.server.warehouse.timeline(table)))
@@ -312,6 +316,7 @@ ROUTES: list[tuple[re.Pattern[str], Callable[..., None]]] = [
         (rf"/tables/{_NAME}/schema", Handler.schema_page),
         (r"/sql", Handler.sql_page),
         (r"/static/([A-Za-z0-9_.-]+)", Handler.static),
+        (r"/favicon\.ico", Handler.favicon),
         (r"/api/heads", Handler.api_heads),
         (rf"/api/tables/{_NAME}/history", Handler.api_history),
         (rf"/api/tables/{_NAME}/timeline", Handler.api_timeline),

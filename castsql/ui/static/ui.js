@@ -7,6 +7,7 @@ const $$ = (sel, root = document) => Array.from(root.querySelectorAll(sel));
 const POLL_MS = 2000;
 const COLORS = {inserted: "#2e7d32", updated: "#f9a825", deleted: "#c62828", live: "#1565c0",
   stored: "#90a4ae", files: "#6a1b9a", tombstones: "#ef6c00", written: "#26a69a"};
+const INTS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000];
 const MARK_COLORS = {"merge": "#1565c0", "delete": "#c62828", "compact": "#6d4c41",
   "restore": "#00838f", "schema change": "#8e24aa"};
 
@@ -31,7 +32,7 @@ function drawCharts() {
   const changes = new uPlot({
     title: "Rows changed per version (history audit)", width, height: 260,
     scales: {x: {time: false}, mark: {range: [0, 1.1]}},
-    axes: [{label: "version"}, {label: "rows"}],
+    axes: [{label: "version", incrs: INTS}, {label: "rows"}],
     series: [xSeries,
       {label: "inserted", stroke: COLORS.inserted, fill: COLORS.inserted + "99", paths: bars},
       {label: "updated", stroke: COLORS.updated, fill: COLORS.updated + "99", paths: bars},
@@ -42,7 +43,7 @@ function drawCharts() {
   const size = new uPlot({
     title: "Table size per version (metadata)", width, height: 220,
     scales: {x: {time: false}},
-    axes: [{label: "version"}, {label: "rows"}, {side: 1, scale: "files", label: "files", grid: {show: false}}],
+    axes: [{label: "version", incrs: INTS}, {label: "rows"}, {side: 1, scale: "files", label: "files", grid: {show: false}}],
     series: [xSeries,
       {label: "live rows", stroke: COLORS.live, width: 2},
       {label: "rows stored", stroke: COLORS.stored, width: 1},
@@ -75,8 +76,8 @@ async function loadExact(table, d, changes, size, markData) {
     if (i === undefined) continue;
     for (const td of $$("td.exact", tr)) {
       const v = h[td.dataset.col][i];
-      td.textContent = v == null ? (h.error[i] ? "!" : "") : Number(v).toLocaleString("en");
-      if (h.error[i]) td.title = h.error[i];
+      td.textContent = v == null ? (h.errors[i] ? "!" : "") : Number(v).toLocaleString("en");
+      if (h.errors[i]) td.title = h.errors[i];
     }
   }
   if (note) { note.textContent = "Exact counts from the history audit."; note.dataset.done = "1"; }
@@ -86,8 +87,10 @@ async function loadExact(table, d, changes, size, markData) {
 function wirePicker() {
   const form = $("#pick");
   if (form) form.addEventListener("submit", ev => {
+    ev.preventDefault();
     const a = $("input[name=from]:checked", form), b = $("input[name=to]:checked", form);
-    if (!a || !b) { ev.preventDefault(); alert("Pick a from version and a to version."); }
+    if (!a || !b) { alert("Pick a from version and a to version."); return; }
+    location.href = `${form.getAttribute("action")}?${new URLSearchParams({from: a.value, to: b.value})}`;
   });
   const go = $("#keygo"), box = $("#keybox"), charts = $("#charts");
   if (go && box && charts) {
@@ -125,7 +128,7 @@ async function poll() {
 
 // ---------------------------------------------------------------- SQL page
 
-const sqlState = {offset: 0, size: 100, query: ""};
+const sqlState = {offset: 0, size: 100, query: "", seq: 0};
 
 async function runSql(offset) {
   const q = $("#query").value;
@@ -134,8 +137,10 @@ async function runSql(offset) {
   err.hidden = true;
   status.textContent = "running…";
   const url = `/api/sql?${new URLSearchParams({q, offset, size: sqlState.size})}`;
+  const seq = ++sqlState.seq;
   const r = await fetch(url);
   const res = await r.json();
+  if (seq !== sqlState.seq) return;  // a later run's answer is the one to show
   if (res.error) {
     err.textContent = res.error; err.hidden = false; status.textContent = ""; grid.innerHTML = "";
     $("#prev").disabled = $("#next").disabled = true;
@@ -148,6 +153,7 @@ async function runSql(offset) {
   grid.innerHTML = head + body;
   status.textContent = res.rows.length ? `rows ${offset + 1}–${offset + res.rows.length}${res.more ? ", more" : ""}` : "no rows";
   status.dataset.offset = offset;
+  grid.dataset.query = q;
   $("#prev").disabled = offset === 0;
   $("#next").disabled = !res.more;
   history.replaceState(null, "", `/sql?${new URLSearchParams({q})}`);
