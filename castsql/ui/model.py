@@ -246,17 +246,35 @@ class Warehouse:
         return got
 
     def schema_changes(self, table: str) -> list[tuple[int, list[str]]]:
-        """The versions whose schema differs from the one before, with what changed."""
+        """The versions whose schema differs from the one before, with what
+        changed. A schema only grows (columns are added, types widened:
+        FORMAT.md §3.4), so two versions with one schema have it in every
+        version between them: a span is split only where its ends differ,
+        and a history of 10,000 versions with a few changes reads a few
+        dozen schemas, not 10,000."""
+        kept = [p.version for p in self.timeline(table)]
         out: list[tuple[int, list[str]]] = []
-        prev: Schema | None = None
-        for p in self.timeline(table):
+
+        def at(i: int) -> Schema | None:
             try:
-                schema, _ = self.schema(table, p.version)
-            except (UIError, CastSQLError):
-                continue
-            if prev is not None and schema != prev:
-                out.append((p.version, schema_delta(prev, schema)))
-            prev = schema
+                return self.schema(table, kept[i])[0]
+            except CastSQLError:
+                return None
+
+        def split(lo: int, hi: int) -> None:
+            a, b = at(lo), at(hi)
+            if a == b:
+                return
+            if hi - lo == 1:
+                if a is not None and b is not None:
+                    out.append((kept[hi], schema_delta(a, b)))
+                return
+            mid = (lo + hi) // 2
+            split(lo, mid)
+            split(mid, hi)
+
+        if len(kept) > 1:
+            split(0, len(kept) - 1)
         return out
 
     # ------------------------------------------------------------ audits
