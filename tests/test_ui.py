@@ -182,6 +182,24 @@ def test_table_chart_has_one_point_per_version_and_the_history_audits_counts(pag
     assert listed == sorted(versions, reverse=True)
 
 
+def test_pages_load_nothing_from_outside_the_server(browser, ui):
+    """Works offline: every script, style and the chart library come from the package."""
+    context = browser.new_context()
+    asked: list[str] = []
+    try:
+        pg = context.new_page()
+        pg.on("request", lambda r: asked.append(r.url))
+        pg.goto(ui.url)
+        for path in ("/tables/events", "/tables/events/diff?from=1&to=2", "/tables/events/rows/7", "/sql"):
+            pg.goto(ui.base + path)
+            pg.wait_for_load_state("networkidle")
+        assert pg.evaluate("() => typeof uPlot") == "function"
+    finally:
+        context.close()
+    assert asked and all(u.startswith(ui.base + "/") for u in asked), [u for u in asked if not u.startswith(ui.base)]
+    assert any(u.endswith("/static/uPlot.iife.min.js") for u in asked)
+
+
 def test_diff_of_two_picked_versions_shows_exactly_the_diff_audits_rows(page, ui, warehouse):
     page.goto(ui.base + "/tables/events")
     page.check('#versions tr[data-version="1"] input[name=from]')
@@ -299,6 +317,27 @@ def test_a_request_without_the_token_is_refused(browser, ui):
         assert resp.status == 403
     finally:
         context.close()
+
+
+def test_a_table_whose_newest_version_breaks_is_one_error_line_and_the_others_still_show(browser, tmp_path):
+    root = tmp_path / "wh"
+    build_users(root)
+    castsql.write_table(str(root / "other"), pa.table({"x": [1, 2]}))
+    server = UI(str(root))
+    context = browser.new_context()
+    try:
+        (root / "users" / "manifest" / "v00000001.json").write_text("{not json")  # after the UI opened it
+        pg = context.new_page()
+        pg.goto(server.url)
+        assert cells(pg.query_selector('#tables tr[data-table="other"]'))[1] == "2"
+        err = pg.inner_text('#tables tr[data-table="users"] .error')
+        assert err.startswith("Error: ") and "v00000001.json" in err and "\n" not in err
+        resp = pg.goto(server.base + "/tables/users/diff?from=0&to=1")
+        assert resp.status in (400, 404) and pg.inner_text(".error").startswith("Error: ")
+        assert "Traceback" not in pg.content()
+    finally:
+        context.close()
+        server.stop()
 
 
 # ---------------------------------------------------------------- SQL

@@ -175,29 +175,34 @@ class Warehouse:
                 out[t] = None
         return out
 
-    def overview(self) -> list[TableInfo]:
-        """Each table's newest version at a glance."""
-        out = []
+    def overview(self) -> list[TableInfo | tuple[str, str]]:
+        """Each table's newest version at a glance; a table whose newest
+        version cannot be read is (its name, why), and the others still show."""
+        out: list[TableInfo | tuple[str, str]] = []
         for t in self.tables():
-            with self.lock:
-                snap = self.session.snapshot(t)
-                live = self.session.views.live_rows(snap)
-            m = snap.manifest
-            totals = self.session.log(t).totals(m)
-            out.append(
-                TableInfo(
-                    name=t,
-                    version=m.version,
-                    committed_at=m.created_at,
-                    rows=live,
-                    bytes=totals.bytes,
-                    data_files=m.file_count,
-                    tombstone_files=m.tombstone_count,
-                    primary_key=m.primary_key,
-                    properties=dict(m.properties),
-                )
-            )
+            try:
+                out.append(self._info(t))
+            except (CastSQLError, duckdb.Error) as e:
+                out.append((t, one_line(e)))
         return out
+
+    def _info(self, t: str) -> TableInfo:
+        with self.lock:
+            snap = self.session.snapshot(t)
+            live = self.session.views.live_rows(snap)
+        m = snap.manifest
+        totals = self.session.log(t).totals(m)
+        return TableInfo(
+            name=t,
+            version=m.version,
+            committed_at=m.created_at,
+            rows=live,
+            bytes=totals.bytes,
+            data_files=m.file_count,
+            tombstone_files=m.tombstone_count,
+            primary_key=m.primary_key,
+            properties=dict(m.properties),
+        )
 
     # ------------------------------------------------------------ timeline
 

@@ -105,14 +105,23 @@ def _flags(props: dict[str, str]) -> str:
     return " ".join(out)
 
 
-def warehouse(uri: str, tables: Sequence[TableInfo], heads: dict[str, int | None]) -> str:
-    rows = "".join(
+def _table_row(t: TableInfo | tuple[str, str]) -> str:
+    if isinstance(t, tuple):  # its newest version does not read: say why, in its row
+        name, why = t
+        return (
+            f'<tr data-table="{esc(name)}"><td><a href="{esc(table_url(name))}">{esc(name)}</a></td>'
+            f"<td colspan=8 class=error>Error: {esc(why)}</td></tr>"
+        )
+    return (
         f'<tr data-table="{esc(t.name)}"><td><a href="{esc(table_url(t.name))}">{esc(t.name)}</a></td>'
         f"<td class=num>{t.rows:,}</td><td class=num>{t.version}</td><td>{when(t.committed_at)}</td>"
         f"<td class=num>{size(t.bytes)}</td><td class=num>{t.data_files:,}</td><td class=num>{t.tombstone_files:,}</td>"
         f"<td>{esc(t.primary_key or '')}</td><td>{_flags(t.properties)}</td></tr>"
-        for t in tables
     )
+
+
+def warehouse(uri: str, tables: Sequence[TableInfo | tuple[str, str]], heads: dict[str, int | None]) -> str:
+    rows = "".join(_table_row(t) for t in tables)
     body = (
         f"<h1>Warehouse</h1><p class=uri>{esc(uri)}</p>"
         "<table class=grid id=tables><thead><tr><th>table</th><th>rows</th><th>version</th><th>committed</th>"
