@@ -53,6 +53,9 @@ def main(argv: list[str]) -> int:
         return 1
     print(f"CastSQL UI on {args.uri}: {server.url}", flush=True)
     print("Ctrl-C stops it.", flush=True)
+    import threading
+
+    threading.Thread(target=warehouse.warm, name="castsql-ui-warm", daemon=True).start()
     if not args.no_browser:
         import webbrowser
 

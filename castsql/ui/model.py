@@ -131,6 +131,7 @@ class Warehouse:
         self.lock = threading.RLock()
         self._timelines: dict[str, _Timeline] = {}
         self._schemas: dict[tuple[str, int], tuple[Schema, str | None]] = {}
+        self._meta: dict[tuple[str, int], str] = {}  # commit metadata shown, by (table, version)
         self._diffs: OrderedDict[tuple[str, int, int], list[DiffEntry]] = OrderedDict()
 
     @classmethod
@@ -206,13 +207,25 @@ class Warehouse:
 
     # ------------------------------------------------------------ timeline
 
-    def timeline(self, table: str) -> list[Point]:
-        """One :class:`Point` per kept version, oldest first, from metadata
-        only; versions read before are not read again."""
+    def warm(self) -> None:
+        """Read every table's timeline now (metadata only, no lock), so the
+        first table page a person opens finds it read: what ``castsql ui``
+        does in the background while the browser starts."""
+        for t in self.tables():
+            with contextlib.suppress(CastSQLError):
+                self.timeline(t)
+
+    def kept(self, table: str) -> list[int]:
+        """The kept versions of ``table``, ascending (one listing)."""
+        return self.log(table).versions()
+
+    def timeline(self, table: str, versions: list[int] | None = None) -> list[Point]:
+        """One :class:`Point` per kept version (or per one of ``versions``),
+        oldest first, from metadata only; versions read before are not read again."""
         name = self.name(table)
         log = self.session.log(name)
         tl = self._timelines.setdefault(name, _Timeline())
-        kept = log.versions()
+        kept = log.versions() if versions is None else versions
         todo = [v for v in kept if v not in tl.points]
         if todo:
             for v, r in log.prefetch_records(todo).items():
@@ -222,6 +235,21 @@ class Warehouse:
                     with contextlib.suppress(CastSQLError):
                         tl.points[v] = _point(log, log.manifest(v))
         return [tl.points[v] for v in kept if v in tl.points]
+
+    def commit_meta(self, table: str, version: int) -> str:
+        """Version ``version``'s commit metadata in one line (writer, commit
+        id, the writer's summary and extra fields); kept once read."""
+        key = (self.name(table), version)
+        got = self._meta.get(key)
+        if got is None:
+            try:
+                m = self.session.log(key[0]).manifest(version)
+            except CastSQLError as e:
+                return f"Error: {one_line(e)}"
+            meta = {"writer": m.writer, "commit": m.commit_id, **(m.summary or {}), **(m.extra or {})}
+            got = ", ".join(f"{k}={v}" for k, v in meta.items() if v not in (None, "", [], {}))
+            self._meta[key] = got
+        return got
 
     def manifest(self, table: str, version: int) -> Manifest:
         log = self.log(table)

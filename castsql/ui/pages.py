@@ -138,9 +138,11 @@ def _mark(op: str) -> str:
     return MARKED.get(op.upper(), "")
 
 
-def timeline_json(points: Sequence[Point]) -> dict[str, Any]:
-    """The chart's data: one entry a version in every array."""
+def timeline_json(points: Sequence[Point], total: int) -> dict[str, Any]:
+    """The chart's data: one entry a version in every array; ``total``: how
+    many versions are kept (more than ``points`` when it holds the newest only)."""
     return {
+        "total": total,
         "version": [p.version for p in points],
         "time": [p.time for p in points],
         "operation": [p.operation for p in points],
@@ -154,31 +156,30 @@ def timeline_json(points: Sequence[Point]) -> dict[str, Any]:
 
 
 VERSIONS_PAGE = 100
+FIRST_POINTS = 500  # versions the table page's chart carries; the rest are fetched after
 
 
 def table(
     name: str,
     points: Sequence[Point],
-    shown: Sequence[tuple[Point, Any]],
+    shown: Sequence[tuple[Point, str]],
     heads: dict[str, int | None],
     *,
     before: int | None,
     older: int | None,
+    total: int,
+    earliest: int,
 ) -> str:
-    """``shown``: the listed versions (newest first) with their manifests,
-    for their commit metadata; ``older``: the first version of the next page."""
+    """``shown``: the listed versions (newest first) with their commit
+    metadata; ``older``: the first version of the next page."""
     # Inside <script> entities are not decoded: only "<" could end the element early.
-    data = json.dumps(timeline_json(points)).replace("<", "\\u003c")
+    data = json.dumps(timeline_json(points, total)).replace("<", "\\u003c")
     rows = []
-    for p, m in shown:
-        meta = {"writer": getattr(m, "writer", None), "commit": getattr(m, "commit_id", None)}
-        meta.update(getattr(m, "summary", {}) or {})
-        meta.update(getattr(m, "extra", {}) or {})
-        metatext = ", ".join(f"{k}={v}" for k, v in meta.items() if v not in (None, "", [], {}))
+    for p, metatext in shown:
         prev = p.version - 1
         diff_prev = (
             f' <a href="{esc(table_url(name, "diff", **{"from": prev, "to": p.version}))}">diff</a>'
-            if p.version > 0 and p.version > points[0].version
+            if p.version > earliest
             else ""
         )
         rows.append(
@@ -199,7 +200,7 @@ def table(
         pager += f'<a href="{esc(table_url(name, before=older))}" id=older>older versions</a>'
     body = (
         f"<h1>{esc(name)}</h1>"
-        f"<p>{len(points):,} versions kept, newest {points[-1].version if points else '-'}. "
+        f"<p>{total:,} versions kept, newest {points[-1].version if points else '-'}. "
         f'<a href="{esc(table_url(name, "schema"))}">schema</a> · '
         "<label>key <input id=keybox size=12></label> <button id=keygo>row history</button></p>"
         f"<script type=application/json id=timeline>{data}</script>"

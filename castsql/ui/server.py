@@ -155,14 +155,20 @@ class Handler(BaseHTTPRequestHandler):
     def table_page(self, q: dict[str, str], table: str) -> None:
         w = self.server.warehouse
         name = w.name(table)
-        points = w.timeline(name)
+        kept = w.kept(name)
         before = int(q["before"]) if q.get("before", "").isdigit() else None
-        newest_first = [p for p in reversed(points) if before is None or p.version <= before]
+        newest_first = [v for v in reversed(kept) if before is None or v <= before]
         shown = newest_first[: pages.VERSIONS_PAGE]
-        older = newest_first[pages.VERSIONS_PAGE].version if len(newest_first) > pages.VERSIONS_PAGE else None
-        log = w.log(name)
-        listed = [(p, _maybe_manifest(log, p.version)) for p in shown]
-        self._html(pages.table(name, points, listed, self._heads(), before=before, older=older))
+        older = newest_first[pages.VERSIONS_PAGE] if len(newest_first) > pages.VERSIONS_PAGE else None
+        # The chart starts with the newest versions, a bounded read however
+        # long the history; the page fetches the whole timeline after it is
+        # drawn (the server keeps every point it read, so that is once).
+        first = sorted(set(kept[-pages.FIRST_POINTS :]) | set(shown))
+        points = w.timeline(name, first)
+        at = {p.version: p for p in points}
+        listed = [(at[v], w.commit_meta(name, v)) for v in shown if v in at]
+        span = {"before": before, "older": older, "total": len(kept), "earliest": kept[0]}
+        self._html(pages.table(name, points, listed, self._heads(), **span))
 
     def diff_page(self, q: dict[str, str], table: str) -> None:
         w = self.server.warehouse
@@ -227,7 +233,8 @@ class Handler(BaseHTTPRequestHandler):
         self._json({**{c: h.column(c).to_pylist() for c in cols}, "errors": h.column("error").to_pylist()})
 
     def api_timeline(self, q: dict[str, str], table: str) -> None:
-        self._json(pages.timeline_json(self.server.warehouse.timeline(table)))
+        points = self.server.warehouse.timeline(table)
+        self._json(pages.timeline_json(points, len(points)))
 
     def api_sql(self, q: dict[str, str]) -> None:
         query = q.get("q", "")
@@ -276,13 +283,6 @@ class Handler(BaseHTTPRequestHandler):
         with path.open("rb") as f:
             while chunk := f.read(1 << 20):
                 self.wfile.write(chunk)
-
-
-def _maybe_manifest(log: Any, version: int) -> Any:
-    try:
-        return log.manifest(version)
-    except CastSQLError:
-        return None
 
 
 def _int(text: str, what: str, lo: int) -> int:

@@ -20,6 +20,20 @@ function drawCharts() {
   const src = $("#timeline");
   if (!box || !src || typeof uPlot === "undefined") return;
   const d = JSON.parse(src.textContent);
+  if (d.version.length < d.total) {
+    // The page carries the newest versions; the whole timeline comes next.
+    plot(box, d, false);
+    fetch(`/api/tables/${encodeURIComponent(box.dataset.table)}/timeline`).then(r => r.json()).then(full => {
+      if (full.error || !box.isConnected) return;
+      plot(box, full, true);
+    });
+  } else {
+    plot(box, d, true);
+  }
+}
+
+function plot(box, d, whole) {
+  if (window.castsqlCharts) { window.castsqlCharts.changes.destroy(); window.castsqlCharts.size.destroy(); }
   const n = d.version.length;
   const nulls = () => new Array(n).fill(null);
   const width = Math.max(320, box.clientWidth || 900);
@@ -51,8 +65,8 @@ function drawCharts() {
       {label: "tombstone files", stroke: COLORS.tombstones, scale: "files", width: 1}],
     cursor: {sync: {key: "castsql"}},
   }, [d.version, nulls(), d.stored_rows, d.files, d.tombstones], $("#chart-size"));
-  window.castsqlCharts = {changes, size, versions: n};
-  loadExact(box.dataset.table, d, changes, size, markData);
+  window.castsqlCharts = {changes, size, versions: n, whole};
+  if (whole) loadExact(box.dataset.table, d, changes, size, markData);
 }
 
 async function loadExact(table, d, changes, size, markData) {
