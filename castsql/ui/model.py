@@ -132,7 +132,7 @@ class Warehouse:
         self._timelines: dict[str, _Timeline] = {}
         self._schemas: dict[tuple[str, int], tuple[Schema, str | None]] = {}
         self._meta: dict[tuple[str, int], str] = {}  # commit metadata shown, by (table, version)
-        self._diffs: OrderedDict[tuple[str, int, int], list[DiffEntry]] = OrderedDict()
+        self._diffs: OrderedDict[tuple[str, int, int], Diff] = OrderedDict()
 
     @classmethod
     def open(cls, uri: str) -> Warehouse:
@@ -325,9 +325,10 @@ class Warehouse:
         self.manifest(table, v)  # refuses a version never committed or collected
         return v
 
-    def diff(self, table: str, a: int, b: int) -> list[DiffEntry]:
-        """The diff audit of versions ``a`` and ``b``, its updates paired: kept
-        for paging (the last few asked)."""
+    def diff(self, table: str, a: int, b: int) -> Diff:
+        """The diff audit of versions ``a`` and ``b``, kept for paging (the
+        last few asked) as the audit returned it (Arrow); a page's rows
+        become Python values only when that page is drawn."""
         name = self.name(table)
         key = (name, a, b)
         got = self._diffs.get(key)
@@ -337,7 +338,7 @@ class Warehouse:
                     rows = self.session.diff(name, a, b)
                 except QueryError as e:
                     raise UIError(one_line(e)) from None
-            got = entries(rows)
+            got = Diff(rows)
             self._diffs[key] = got
             while len(self._diffs) > _DIFFS:
                 self._diffs.popitem(last=False)
@@ -413,6 +414,36 @@ def schema_delta(old: Schema, new: Schema) -> list[str]:
             out.append(f"column {c.name}: {o.type} → {c.type}")
     out.extend(f"dropped column {n}" for n in before if n not in after)
     return out
+
+
+class Diff:
+    """A diff audit's rows (ordered by key, an update's preimage right before
+    its postimage), paged by entry: an insert, a delete or an update's pair."""
+
+    def __init__(self, rows: pa.Table) -> None:
+        import pyarrow.compute as pc
+
+        self.rows = rows
+        kinds = rows.column(CHANGE_TYPE)
+        # Each entry starts at a row that is not an update's postimage.
+        self.starts = pc.indices_nonzero(pc.not_equal(kinds, "update_postimage")).to_numpy()
+        counts = {r["values"]: r["counts"] for r in pc.value_counts(kinds).to_pylist()}
+        self.counts = {
+            "insert": counts.get("insert", 0),
+            "delete": counts.get("delete", 0),
+            "update": counts.get("update_postimage", 0),
+        }
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def page(self, first: int, n: int) -> list[DiffEntry]:
+        """Entries ``first`` to ``first + n``."""
+        if first >= len(self.starts):
+            return []
+        lo = int(self.starts[first])
+        hi = int(self.starts[first + n]) if first + n < len(self.starts) else self.rows.num_rows
+        return entries(self.rows.slice(lo, hi - lo))
 
 
 def entries(rows: pa.Table) -> list[DiffEntry]:

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from castsql.format.properties import AUTO_COMPACT, CHANGE_DATA_FEED, MIRROR_DELTA, MIRROR_ICEBERG
 from castsql.format.schema import Schema
-from castsql.ui.model import AUDIT_COLUMNS, MARKED, DiffEntry, Point, TableInfo
+from castsql.ui.model import AUDIT_COLUMNS, MARKED, Diff, Point, TableInfo
 
 DIFF_PAGE = 100  # diff entries a page
 
@@ -232,10 +232,10 @@ Heads = dict[str, int | None]
 KIND_LABEL = {"insert": "added", "delete": "removed", "update": "updated"}
 
 
-def diff(name: str, a: int, b: int, cols: Sequence[str], entries: Sequence[DiffEntry], page: int, heads: Heads) -> str:
-    counts = {k: sum(1 for e in entries if e.kind == k) for k in ("insert", "delete", "update")}
+def diff(name: str, a: int, b: int, cols: Sequence[str], entries: Diff, page: int, heads: Heads) -> str:
+    counts = entries.counts
     start = page * DIFF_PAGE
-    shown = entries[start : start + DIFF_PAGE]
+    shown = entries.page(start, DIFF_PAGE)
     head = "".join(f"<th>{esc(c)}</th>" for c in cols)
     rows = "".join(
         f'<tr class="{e.kind}" data-kind="{e.kind}"><td class=kind>{KIND_LABEL[e.kind]}</td>'
