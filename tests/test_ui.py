@@ -407,6 +407,11 @@ def test_a_new_version_appears_without_a_reload(browser, tmp_path):
         pg.wait_for_selector(f'#versions tr[data-version="{new}"]', timeout=15_000)
         assert pg.evaluate("() => window.__sameDocument") is True  # not reloaded
         assert pg.evaluate("() => castsqlCharts.versions") == new + 1
+        # The exact counts follow: the history audit of the new newest version.
+        pg.wait_for_selector("#exact-note[data-done='1']", timeout=30_000)
+        assert pg.evaluate(f"() => castsqlExact.rows_inserted[castsqlExact.version.indexOf({new})]") == 1
+        inserted = pg.inner_text(f'#versions tr[data-version="{new}"] td[data-col=rows_inserted]')
+        assert inserted == "1"
     finally:
         context.close()
         server.stop()

@@ -132,6 +132,9 @@ class Warehouse:
         self._timelines: dict[str, _Timeline] = {}
         self._schemas: dict[tuple[str, int], tuple[Schema, str | None]] = {}
         self._meta: dict[tuple[str, int], str] = {}  # commit metadata shown, by (table, version)
+        self._history: dict[str, tuple[int, pa.Table]] = {}  # table -> (newest version, its history audit)
+        self._history_lock = threading.Lock()
+        self._auditing: set[str] = set()  # tables whose history is being computed in the background
         self._diffs: OrderedDict[tuple[str, int, int], Diff] = OrderedDict()
 
     @classmethod
@@ -258,11 +261,42 @@ class Warehouse:
         except VersionNotFound as e:
             raise NotFound(one_line(e)) from None
 
-    def history(self, table: str) -> pa.Table:
-        """The history audit: exact rows inserted, updated, deleted, live per version."""
+    def history(self, table: str) -> tuple[pa.Table, bool]:
+        """The history audit (exact rows inserted, updated, deleted, live per
+        version) and whether it is of the newest version. It reads every
+        version's tombstones, seconds on a long history, so it is kept per
+        newest version; once a table moves, the kept one is answered at once
+        (not fresh) while the new one is computed in the background, one at
+        a time a table: a stream's every commit does not queue an audit."""
         name = self.name(table)
-        with self.lock:
-            return self.session.history(name)
+        latest = self.session.log(name).latest_version()
+        with self._history_lock:
+            kept = self._history.get(name)
+            if kept is not None and kept[0] == latest:
+                return kept[1], True
+            start = name not in self._auditing
+            if kept is not None and start:
+                self._auditing.add(name)
+        if kept is not None:
+            if start:
+                threading.Thread(target=self._audit, args=(name,), daemon=True).start()
+            return kept[1], False
+        return self._audit(name, wait=True), True
+
+    def _audit(self, name: str, wait: bool = False) -> pa.Table:
+        try:
+            with self.lock:
+                latest = self.session.log(name).latest_version()
+                kept = self._history.get(name)
+                if wait and kept is not None and kept[0] == latest:  # another request computed it meanwhile
+                    return kept[1]
+                h = self.session.history(name)
+            with self._history_lock:
+                self._history[name] = (latest, h)
+            return h
+        finally:
+            with self._history_lock:
+                self._auditing.discard(name)
 
     # ------------------------------------------------------------ schema
 

@@ -227,10 +227,11 @@ class Handler(BaseHTTPRequestHandler):
         self._json({"heads": self._heads()})
 
     def api_history(self, q: dict[str, str], table: str) -> None:
-        h = self.server.warehouse.history(table)
+        h, fresh = self.server.warehouse.history(table)
         cols = ["version", "rows_inserted", "rows_updated", "rows_deleted", "live_rows"]
         # "errors", not "error": that key is how every endpoint says it failed.
-        self._json({**{c: h.column(c).to_pylist() for c in cols}, "errors": h.column("error").to_pylist()})
+        got = {c: h.column(c).to_pylist() for c in cols}
+        self._json({**got, "errors": h.column("error").to_pylist(), "fresh": fresh})
 
     def api_timeline(self, q: dict[str, str], table: str) -> None:
         points = self.server.warehouse.timeline(table)

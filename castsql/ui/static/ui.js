@@ -94,7 +94,12 @@ async function loadExact(table, d, changes, size, markData) {
       if (h.errors[i]) td.title = h.errors[i];
     }
   }
-  if (note) { note.textContent = "Exact counts from the history audit."; note.dataset.done = "1"; }
+  if (!h.fresh) {
+    // The server answered the audit of an older newest version while it
+    // computes the new one: show it, and ask again shortly.
+    if (note) note.textContent = "Exact counts from the history audit (newest versions: still reading)…";
+    setTimeout(() => { if ($("#charts") && $("#charts").isConnected) loadExact(table, d, changes, size, markData); }, 3000);
+  } else if (note) { note.textContent = "Exact counts from the history audit."; note.dataset.done = "1"; }
   window.castsqlExact = h;
 }
 
