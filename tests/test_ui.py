@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def build_events(root: Path) -> str:
     """``events`` (key ``id``): 300 rows, then a delete, an update, a merge
     (updates and inserts), a compaction, a new column, key 7 deleted and
-    inserted again."""
+    inserted again, an append that adds a column."""
     uri = str(root / "events")
     ids = list(range(300))
     castsql.write_table(
@@ -56,6 +56,8 @@ def build_events(root: Path) -> str:
         t.compact()  # 5
         t.add_columns({"amount": pa.float64()})  # 6
         t.append(pa.table({"id": pa.array([7], pa.int64()), "kind": ["back"], "amount": [1.5]}))  # 7
+        more = pa.table({"id": pa.array([500], pa.int64()), "kind": ["z"], "amount": [2.0], "note": ["n"]})
+        t.append(more, merge_schema=True)  # 8: an append that adds a column
     return uri
 
 
@@ -176,8 +178,14 @@ def test_table_chart_has_one_point_per_version_and_the_history_audits_counts(pag
     assert charts["x"] == versions
     assert charts["ins"] == h.column("rows_inserted").to_pylist()
     assert charts["del"] == h.column("rows_deleted").to_pylist()
-    # Operations are marked: this table has a delete, a merge, a compaction and a schema change.
-    assert {"delete", "merge", "compact", "schema change"} <= set(charts["labels"])
+    # Operations are marked: this table has a delete, an update, a merge, a compaction and two schema
+    # changes (an ALTER at 6, an append that added a column at 8).
+    assert {"delete", "update", "merge", "compact", "schema change"} <= set(charts["labels"])
+    marked = page.evaluate(
+        "() => { const c = castsqlCharts.changes; const i = c.series.findIndex(s => s.label === 'schema change');"
+        " return c.data[0].filter((v, j) => c.data[i][j] !== null); }"
+    )
+    assert marked == [6, 8]
     listed = [int(r.get_attribute("data-version")) for r in page.query_selector_all("#versions tbody tr")]
     assert listed == sorted(versions, reverse=True)
 
@@ -271,7 +279,7 @@ def test_row_page_matches_the_row_history_audit(page, ui, warehouse):
     # Inserted at 1, deleted at 2, back at 7: shown as deleted and re-inserted.
     assert [e for _, e in got] == [name[k] for _, k in want[:-1]] + ["re-inserted"]
     assert want[-1][1] == "insert" and got[-1][0] == 7
-    assert cells(rows[-1])[-2:] == ["back", "1.5"]  # the values after
+    assert cells(rows[-1])[-4:] == ["7", "back", "1.5", "NULL"]  # the values after (note: added later, NULL)
 
 
 def test_schema_page_at_a_version_and_the_changes_between_versions(page, ui):
@@ -282,9 +290,13 @@ def test_schema_page_at_a_version_and_the_changes_between_versions(page, ui):
         "id",
         "kind",
         "amount",
+        "note",
     ]
-    change = page.query_selector('#schema-changes li[data-version="6"]')
-    assert "added column amount" in change.inner_text()
+    changes = {
+        int(li.get_attribute("data-version")): li.inner_text() for li in page.query_selector_all("#schema-changes li")
+    }
+    assert set(changes) == {6, 8}
+    assert "added column amount" in changes[6] and "added column note" in changes[8]
 
 
 @pytest.mark.parametrize(

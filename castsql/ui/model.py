@@ -43,16 +43,18 @@ from castsql.format.schema import Schema
 
 CHANGE_TYPE = "_change_type"
 AUDIT_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
-# Operations the chart marks, and how it names them.
+# Operations the chart marks, and how it names them; any version whose schema
+# changed (ALTER, or a write with merge_schema) is marked "schema change".
 MARKED = {
     "MERGE": "merge",
     "DELETE": "delete",
-    "UPDATE": "delete",
+    "UPDATE": "update",
     "COMPACT": "compact",
     "RESTORE": "restore",
+    "OVERWRITE": "overwrite",
     "ALTER": "schema change",
-    "OVERWRITE": "restore",
 }
+SCHEMA_CHANGE = "schema change"
 _DIFFS = 4  # diffs a server keeps for paging through them
 
 
@@ -319,7 +321,7 @@ class Warehouse:
         version between them: a span is split only where its ends differ,
         and a history of 10,000 versions with a few changes reads a few
         dozen schemas, not 10,000."""
-        kept = [p.version for p in self.timeline(table)]
+        kept = self.kept(table)
         out: list[tuple[int, list[str]]] = []
 
         def at(i: int) -> Schema | None:

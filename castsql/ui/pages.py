@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from castsql.format.properties import AUTO_COMPACT, CHANGE_DATA_FEED, MIRROR_DELTA, MIRROR_ICEBERG
 from castsql.format.schema import Schema
-from castsql.ui.model import AUDIT_COLUMNS, MARKED, Diff, Point, TableInfo
+from castsql.ui.model import AUDIT_COLUMNS, MARKED, SCHEMA_CHANGE, Diff, Point, TableInfo
 
 DIFF_PAGE = 100  # diff entries a page
 
@@ -134,13 +134,15 @@ def warehouse(uri: str, tables: Sequence[TableInfo | tuple[str, str]], heads: di
 # ---------------------------------------------------------------- table
 
 
-def _mark(op: str) -> str:
-    return MARKED.get(op.upper(), "")
+def _mark(op: str, version: int = -1, reshaped: frozenset[int] = frozenset()) -> str:
+    return SCHEMA_CHANGE if version in reshaped else MARKED.get(op.upper(), "")
 
 
-def timeline_json(points: Sequence[Point], total: int) -> dict[str, Any]:
+def timeline_json(points: Sequence[Point], total: int, reshaped: frozenset[int] = frozenset()) -> dict[str, Any]:
     """The chart's data: one entry a version in every array; ``total``: how
-    many versions are kept (more than ``points`` when it holds the newest only)."""
+    many versions are kept (more than ``points`` when it holds the newest only);
+    ``reshaped``: the versions whose schema changed."""
+    marks = [_mark(p.operation, p.version, reshaped) for p in points]
     return {
         "total": total,
         "version": [p.version for p in points],
@@ -150,8 +152,8 @@ def timeline_json(points: Sequence[Point], total: int) -> dict[str, Any]:
         "files": [p.files for p in points],
         "tombstones": [p.tombstones for p in points],
         "rows_written": [p.rows_written for p in points],
-        "marks": sorted({m for p in points if (m := _mark(p.operation))}),
-        "mark": [_mark(p.operation) for p in points],
+        "marks": sorted({m for m in marks if m}),
+        "mark": marks,
     }
 
 
@@ -169,11 +171,12 @@ def table(
     older: int | None,
     total: int,
     earliest: int,
+    reshaped: frozenset[int] = frozenset(),
 ) -> str:
     """``shown``: the listed versions (newest first) with their commit
     metadata; ``older``: the first version of the next page."""
     # Inside <script> entities are not decoded: only "<" could end the element early.
-    data = json.dumps(timeline_json(points, total)).replace("<", "\\u003c")
+    data = json.dumps(timeline_json(points, total, reshaped)).replace("<", "\\u003c")
     rows = []
     for p, metatext in shown:
         prev = p.version - 1
@@ -185,7 +188,8 @@ def table(
         rows.append(
             f'<tr data-version="{p.version}"><td><input type=radio name=from value="{p.version}" aria-label="from">'
             f'<input type=radio name=to value="{p.version}" aria-label="to"></td>'
-            f"<td class=num>{p.version}</td><td class=op data-mark='{esc(_mark(p.operation))}'>{esc(p.operation)}</td>"
+            f"<td class=num>{p.version}</td><td class=op data-mark='{esc(_mark(p.operation, p.version, reshaped))}'>"
+            f"{esc(p.operation)}</td>"
             f"<td>{when(p.time)}</td><td class='num exact' data-col=rows_inserted></td>"
             f"<td class='num exact' data-col=rows_updated></td><td class='num exact' data-col=rows_deleted></td>"
             f"<td class='num exact' data-col=live_rows></td>"

@@ -167,7 +167,8 @@ class Handler(BaseHTTPRequestHandler):
         points = w.timeline(name, first)
         at = {p.version: p for p in points}
         listed = [(at[v], w.commit_meta(name, v)) for v in shown if v in at]
-        span = {"before": before, "older": older, "total": len(kept), "earliest": kept[0]}
+        reshaped = frozenset(v for v, _ in w.schema_changes(name))
+        span = {"before": before, "older": older, "total": len(kept), "earliest": kept[0], "reshaped": reshaped}
         self._html(pages.table(name, points, listed, self._heads(), **span))
 
     def diff_page(self, q: dict[str, str], table: str) -> None:
@@ -234,8 +235,9 @@ class Handler(BaseHTTPRequestHandler):
         self._json({**got, "errors": h.column("error").to_pylist(), "fresh": fresh})
 
     def api_timeline(self, q: dict[str, str], table: str) -> None:
-        points = self.server.warehouse.timeline(table)
-        self._json(pages.timeline_json(points, len(points)))
+        w = self.server.warehouse
+        points = w.timeline(table)
+        self._json(pages.timeline_json(points, len(points), frozenset(v for v, _ in w.schema_changes(table))))
 
     def api_sql(self, q: dict[str, str]) -> None:
         query = q.get("q", "")
