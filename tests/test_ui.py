@@ -70,13 +70,14 @@ def build_users(root: Path) -> str:
 class UI:
     """A real ``castsql ui`` process; ``url`` carries its token."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "castsql.cli", "ui", uri, "--no-browser", "--port", "0"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             cwd=ROOT,
+            env=env,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -350,6 +351,39 @@ def test_a_table_whose_newest_version_breaks_is_one_error_line_and_the_others_st
     finally:
         context.close()
         server.stop()
+
+
+@pytest.mark.s3
+def test_a_warehouse_on_s3(browser, s3_server, s3_root):
+    """Any store the rest of CastSQL opens: the S3 test server, credentials from the usual variables."""
+    cfg = s3_server.config
+    uri = f"{s3_root}/wh"
+    castsql.write_table(
+        f"{uri}/t", pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]}), primary_key="id", s3=cfg
+    )
+    with castsql.open(f"{uri}/t", s3=cfg) as t:
+        t.delete("id = 2")
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": cfg.endpoint_url or "",
+        "AWS_ACCESS_KEY_ID": cfg.key or "",
+        "AWS_SECRET_ACCESS_KEY": cfg.secret or "",
+        "AWS_REGION": cfg.region,
+    }
+    server = UI(uri, env=env)
+    context = browser.new_context()
+    try:
+        pg = context.new_page()
+        pg.goto(server.url)
+        assert cells(pg.query_selector('#tables tr[data-table="t"]'))[1:3] == ["2", "2"]
+        pg.goto(server.base + "/tables/t/diff?from=1&to=2")
+        assert [cells(r)[:3] for r in pg.query_selector_all("#diff tbody tr")] == [["removed", "2", "b"]]
+        pg.goto(server.base + "/sql?q=SELECT+v+FROM+t+ORDER+BY+id")
+        pg.wait_for_selector("#result tbody tr")
+        assert [cells(r) for r in pg.query_selector_all("#result tbody tr")] == [["a"], ["c"]]
+    finally:
+        context.close()
+        assert server.stop() == 0
 
 
 # ---------------------------------------------------------------- SQL
