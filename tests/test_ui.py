@@ -303,12 +303,13 @@ def test_schema_page_at_a_version_and_the_changes_between_versions(page, ui):
 @pytest.mark.parametrize(
     ("path", "status", "message"),
     [
-        ("/tables/nope", 404, "no table 'nope'"),
-        ("/tables/events/diff?from=99&to=1", 404, "version 99"),
+        ("/tables/nope", 404, "no table named 'nope' (tables: events, users)"),
+        ("/tables/events/diff?from=99&to=1", 404, "table events: version 99 does not exist (latest is 8)"),
         ("/tables/events/diff?from=x", 400, "'x' is not a version number"),
         ("/tables/events/rows/abc", 400, "'abc' is not a value of the primary key 'id'"),
         ("/tables/users/rows/a", 400, "needs a primary key"),
-        ("/tables/events/schema?version=42", 404, "version 42"),
+        ("/tables/events/schema?version=42", 404, "table events: version 42 does not exist"),
+        ("/tables/events/diff?from=1&page=-1", 400, "page must be at least 0"),
     ],
 )
 def test_bad_input_shows_the_shells_one_line_error(page, ui, path, status, message):

@@ -164,8 +164,8 @@ class Warehouse:
         """``table`` as the catalog spells it; UIError for a table it lacks."""
         try:
             self.session.log(table)
-        except TableNotFound:
-            raise NotFound(f"no table {table!r} (tables: {', '.join(self.tables())})") from None
+        except TableNotFound as e:
+            raise NotFound(one_line(e)) from None  # the shell's words: no table named 'x' (tables: …)
         return self.session.catalog.name(table)
 
     def log(self, table: str) -> TableLog:
@@ -257,11 +257,13 @@ class Warehouse:
         return got
 
     def manifest(self, table: str, version: int) -> Manifest:
-        log = self.log(table)
+        """Version ``version`` of ``table``; NotFound as the shell says it
+        (``table t: version 9 does not exist (latest is 5)``)."""
+        name = self.name(table)
         try:
-            return log.manifest(version)
+            return self.session.log(name).manifest(version, probe=True)
         except VersionNotFound as e:
-            raise NotFound(one_line(e)) from None
+            raise NotFound(f"table {name}: {str(e).split(': ', 1)[-1]}") from None
 
     def history(self, table: str) -> tuple[pa.Table, bool]:
         """The history audit (exact rows inserted, updated, deleted, live per
@@ -310,7 +312,7 @@ class Warehouse:
             try:
                 got = self.session.log(name).schema_of(version)
             except VersionNotFound as e:
-                raise NotFound(one_line(e)) from None
+                raise NotFound(f"table {name}: {str(e).split(': ', 1)[-1]}") from None
             self._schemas[key] = got
         return got
 
