@@ -529,5 +529,10 @@ def test_paging_a_million_row_result_keeps_server_memory_bounded(tmp_path):
         assert exported == n + 1
         grown = (server.peak_rss_kib() - base) * 1024
         assert grown < result_bytes / 2, f"peak memory grew by {grown:,} bytes for a {result_bytes:,}-byte result"
+        # Ctrl-C in the middle of a download nobody reads on: the server still stops, cleanly.
+        stuck = http.open(server.base + "/export?q=SELECT+*+FROM+wide&format=csv")
+        stuck.read(1 << 16)
+        assert server.stop() == 0  # stop() waits at most 30 s: a hang fails here
+        stuck.close()
     finally:
         server.stop()

@@ -150,10 +150,16 @@ class Warehouse:
         return cls(session)
 
     def close(self) -> None:
+        """Stop what runs on the connection and close the session; a request
+        stuck on its client (a download nobody reads) does not hold the exit:
+        after 5 s the session is left to the process's end."""
         with contextlib.suppress(duckdb.Error):
             self.session.con.interrupt()
-        with self.lock:
-            self.session.close()
+        if self.lock.acquire(timeout=5):
+            try:
+                self.session.close()
+            finally:
+                self.lock.release()
 
     # ------------------------------------------------------------ tables
 

@@ -353,15 +353,16 @@ def schema(
 # ---------------------------------------------------------------- SQL
 
 
-def sql(tables: Sequence[tuple[str, int | None, list[tuple[str, str]]]], query: str, heads: Heads) -> str:
+def sql(tables: Sequence[tuple[str, Sequence[int], list[tuple[str, str]]]], query: str, heads: Heads) -> str:
+    """``tables``: each table's name, the versions its AS OF picker offers, its columns and types."""
     side = "".join(
         f'<li data-table="{esc(t)}"><b class=ins data-text="{esc(t)}">{esc(t)}</b>'
         f' <label>AS OF <select class=asof data-table="{esc(t)}"><option value="">newest</option>'
-        + "".join(f'<option value="{v}">{v}</option>' for v in range((latest or 0), -1, -1)[:500])
+        + "".join(f'<option value="{v}">{v}</option>' for v in versions)
         + "</select></label><ul>"
         + "".join(f'<li class=ins data-text="{esc(c)}">{esc(c)} <i>{esc(ty)}</i></li>' for c, ty in cols)
         + "</ul></li>"
-        for t, latest, cols in tables
+        for t, versions, cols in tables
     )
     body = (
         "<h1>SQL</h1><div class=sqlpage><aside><h2>Tables</h2><ul id=tablelist>"

@@ -202,9 +202,10 @@ class Handler(BaseHTTPRequestHandler):
         for t in w.tables():
             try:
                 s, _ = w.schema(t, heads[t]) if heads.get(t) is not None else (None, None)
+                kept = w.kept(t)[-500:][::-1]  # the AS OF picker: the newest kept versions
             except CastSQLError:
-                s = None
-            listed.append((t, heads.get(t), [(c.name, c.type) for c in s.columns] if s else []))
+                s, kept = None, []
+            listed.append((t, kept, [(c.name, c.type) for c in s.columns] if s else []))
         first = w.tables()[0]
         self._html(pages.sql(listed, q.get("q", f"SELECT * FROM {first}"), heads))
 
