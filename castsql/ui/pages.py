@@ -23,7 +23,8 @@ import pyarrow as pa
 
 from castsql.format.properties import AUTO_COMPACT, CHANGE_DATA_FEED, MIRROR_DELTA, MIRROR_ICEBERG
 from castsql.format.schema import Schema
-from castsql.ui.model import AUDIT_COLUMNS, MARKED, SCHEMA_CHANGE, Diff, Point, TableInfo
+from castsql.ui.diff import AUDIT_COLUMNS, Diff
+from castsql.ui.model import MARKED, SCHEMA_CHANGE, Point, TableInfo
 
 DIFF_PAGE = 100  # diff entries a page
 
