@@ -477,6 +477,27 @@ def test_ctrl_c_stops_the_server_cleanly_and_frees_the_port(warehouse):
         s.listen()
 
 
+def test_a_server_that_cannot_start_says_why_in_one_line(warehouse, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        for args, message in [
+            ([str(tmp_path / "nope")], "neither a table nor a warehouse of tables"),
+            ([str(tmp_path / "empty")], "no table here"),
+            ([str(warehouse), "--port", str(port)], f"cannot listen on 127.0.0.1:{port}"),
+        ]:
+            p = subprocess.run(
+                [sys.executable, "-m", "castsql.cli", "ui", *args, "--no-browser"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert p.returncode == 1
+            assert p.stderr.startswith("Error: ") and message in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
 def test_browsing_every_page_writes_nothing(page, ui, warehouse):
     def tree() -> dict[str, tuple[int, int]]:
         return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in warehouse.rglob("*")}
