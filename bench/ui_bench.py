@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         server = make_server(w, uri)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         http = urllib.request.build_opener()
-        http.addheaders = [("Cookie", f"castsql_ui_token={server.token}")]
+        http.addheaders = [("Cookie", f"{server.cookie}={server.token}")]
         return server, w, http
 
     def page(server, http, path: str = "") -> bytes:

@@ -106,7 +106,7 @@ def test_the_ui_works_from_the_plain_install(venv, table):
         m = re.search(r"(http://127\.0\.0\.1:\d+)/\?token=(\S+)", proc.stdout.readline())
         assert m, "castsql ui printed no URL"
         http = urllib.request.build_opener()
-        http.addheaders = [("Cookie", f"castsql_ui_token={m.group(2)}")]
+        http.addheaders = [("Cookie", f"castsql_ui_token_{m.group(1).rsplit(':', 1)[1]}={m.group(2)}")]
         assert b"id=versions" in http.open(m.group(1) + "/tables/events").read()
         assert b"uPlot" in http.open(m.group(1) + "/static/uPlot.iife.min.js").read()
     finally:

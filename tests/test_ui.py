@@ -137,7 +137,7 @@ def page(browser, ui):
 def opener(server: UI) -> urllib.request.OpenerDirector:
     """An HTTP client holding the server's token cookie, as a browser does after the first visit."""
     o = urllib.request.build_opener()
-    o.addheaders = [("Cookie", f"castsql_ui_token={server.token}")]
+    o.addheaders = [("Cookie", f"castsql_ui_token_{server.port}={server.token}")]
     return o
 
 
@@ -318,6 +318,22 @@ def test_bad_input_shows_the_shells_one_line_error(page, ui, path, status, messa
     err = page.inner_text(".error")
     assert err.startswith("Error: ") and message in err and "\n" not in err
     assert "Traceback" not in page.content()
+
+
+def test_two_uis_in_one_browser_keep_their_own_tokens(browser, ui, tmp_path):
+    """Cookies are per host, not per port: each server's cookie is its own."""
+    build_users(tmp_path / "wh")
+    other = UI(str(tmp_path / "wh"))
+    context = browser.new_context()
+    try:
+        pg = context.new_page()
+        pg.goto(ui.url)
+        pg.goto(other.url)
+        assert pg.goto(ui.base + "/tables/events").status == 200
+        assert pg.goto(other.base + "/tables/users").status == 200
+    finally:
+        context.close()
+        other.stop()
 
 
 def test_a_request_without_the_token_is_refused(browser, ui):

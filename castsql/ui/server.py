@@ -40,7 +40,7 @@ from castsql.errors import CastSQLError, TableNotFound, VersionNotFound, one_lin
 from castsql.ui import pages
 from castsql.ui.model import NotFound, UIError, Warehouse
 
-COOKIE = "castsql_ui_token"
+COOKIE = "castsql_ui_token_{port}"  # one a port: cookies are per host, not per port, and two UIs may run
 STATIC = files("castsql.ui") / "static"
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".txt": "text/plain", ".png": "image/png"}
 PAGE_SIZE = 100  # SQL result rows a page
@@ -58,17 +58,26 @@ class Server(ThreadingHTTPServer):
         self.token = token
 
     @property
+    def cookie(self) -> str:
+        """The name of this server's token cookie."""
+        return COOKIE.format(port=self.server_address[1])
+
+    @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host}:{port}/?token={self.token}"
 
 
 def make_server(warehouse: Warehouse, uri: str, host: str = "127.0.0.1", port: int = 0) -> Server:
+    """A server of ``warehouse``'s pages on ``host:port`` (0: any free port)
+    with a new random token; :attr:`Server.url` carries it. Not started:
+    call ``serve_forever``."""
     return Server(warehouse, uri, host, port, secrets.token_urlsafe(24))
 
 
 class Handler(BaseHTTPRequestHandler):
     server: Server
+    streaming = False
     protocol_version = "HTTP/1.0"  # one request a connection: a streamed export ends when the connection closes
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -83,22 +92,26 @@ class Handler(BaseHTTPRequestHandler):
         if token is not None and hmac.compare_digest(token.encode(), self.server.token.encode()):
             # The token once, in the URL; from now on the cookie.
             self.send_response(HTTPStatus.FOUND)
-            self.send_header("Set-Cookie", f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/")
+            self.send_header("Set-Cookie", f"{self.server.cookie}={token}; HttpOnly; SameSite=Strict; Path=/")
             self.send_header("Location", parts.path + ("?" + urlencode(query) if query else ""))
             self.end_headers()
             return
         if not self._authorized():
             self._send(HTTPStatus.FORBIDDEN, "text/plain", FORBIDDEN)
             return
+        self.streaming = False  # set once an export has sent its first bytes
         try:
             self._route(unquote(parts.path), query)
         except (BrokenPipeError, ConnectionResetError):
             pass
-        except CastSQLError as e:
-            missing = isinstance(e, NotFound | TableNotFound | VersionNotFound)
-            self._error(one_line(e), parts.path, HTTPStatus.NOT_FOUND if missing else HTTPStatus.BAD_REQUEST)
-        except Exception as e:  # a bug still answers one line, never a stack trace
-            self._error(f"{type(e).__name__}: {one_line(e)}", parts.path, HTTPStatus.INTERNAL_SERVER_ERROR)
+        except Exception as e:
+            if self.streaming:  # an export failed after its first bytes: the download ends short
+                return
+            if isinstance(e, CastSQLError):
+                missing = isinstance(e, NotFound | TableNotFound | VersionNotFound)
+                self._error(one_line(e), parts.path, HTTPStatus.NOT_FOUND if missing else HTTPStatus.BAD_REQUEST)
+            else:  # a bug still answers one line, never a stack trace
+                self._error(f"{type(e).__name__}: {one_line(e)}", parts.path, HTTPStatus.INTERNAL_SERVER_ERROR)
 
     def _authorized(self) -> bool:
         raw = self.headers.get("Cookie")
@@ -109,7 +122,7 @@ class Handler(BaseHTTPRequestHandler):
             c.load(raw)
         except Exception:
             return False
-        got = c.get(COOKIE)
+        got = c.get(self.server.cookie)
         return got is not None and hmac.compare_digest(got.value.encode(), self.server.token.encode())
 
     def _send(self, status: int, ctype: str, body: bytes, headers: dict[str, str] | None = None) -> None:
@@ -274,6 +287,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/csv; charset=utf-8")
             self.send_header("Content-Disposition", f'attachment; filename="{name}"')
             self.end_headers()
+            self.streaming = True
             with pacsv.CSVWriter(self.wfile, reader.schema) as out:
                 for batch in reader:
                     out.write_batch(batch)
@@ -284,6 +298,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(path.stat().st_size))
         self.send_header("Content-Disposition", f'attachment; filename="{name}"')
         self.end_headers()
+        self.streaming = True
         with path.open("rb") as f:
             while chunk := f.read(1 << 20):
                 self.wfile.write(chunk)
