@@ -67,6 +67,14 @@ def build_users(root: Path) -> str:
     return uri
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGINT when the test process dies (killed, say), so no
+    server outlives a run on a shared machine (Linux's PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(1, signal.SIGINT)
+
+
 class UI:
     """A real ``castsql ui`` process; ``url`` carries its token."""
 
@@ -78,6 +86,7 @@ class UI:
             text=True,
             cwd=ROOT,
             env=env,
+            preexec_fn=_die_with_parent,
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
