@@ -168,7 +168,8 @@ async function runSql(offset) {
   const head = "<thead><tr>" + res.columns.map((c, i) =>
     `<th title="${esc(res.types[i])}">${esc(c)}</th>`).join("") + "</tr></thead>";
   const body = "<tbody>" + res.rows.map(row => "<tr>" + row.map(v =>
-    v === null ? '<td><span class="null">NULL</span></td>' : `<td>${esc(v)}</td>`).join("") + "</tr>").join("") + "</tbody>";
+    v === null ? '<td><span class="null">NULL</span></td>' :
+      `<td${typeof v === "number" ? " class=num" : ""}>${esc(v)}</td>`).join("") + "</tr>").join("") + "</tbody>";
   grid.innerHTML = head + body;
   status.textContent = res.rows.length ? `rows ${offset + 1}–${offset + res.rows.length}${res.more ? ", more" : ""}` : "no rows";
   status.dataset.offset = offset;
