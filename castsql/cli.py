@@ -15,6 +15,7 @@ castsql upgrade URI                       make a format version 1 table version 
 castsql alter URI [--add-column NAME TYPE]... [--widen NAME TYPE]... [--set-property NAME=VALUE]...
               [--unset-property NAME]...  schema evolution and table properties, no Spark
 castsql export URI [--delta] [--iceberg] [--version N]   mirror versions for other engines (Delta, Iceberg)
+castsql ui URI [--port N] [--host 127.0.0.1] [--no-browser]   a local, read-only web page of history, diffs, SQL
 """
 
 from __future__ import annotations
@@ -38,9 +39,14 @@ def main(argv: list[str] | None = None) -> int:
         from castsql.demo import main as demo_main
 
         return demo_main(argv[1:])
-    from castsql.shell.app import main as shell_main
+    if argv and argv[0] == "ui":
+        from castsql.ui.cli import main as ui_main  # the UI's handler; nothing else imports castsql.ui
 
-    status = shell_main(argv, commands=("demo", *WRITER_COMMANDS))
+        status = ui_main(argv[1:])
+    else:
+        from castsql.shell.app import main as shell_main
+
+        status = shell_main(argv, commands=("demo", "ui", *WRITER_COMMANDS))
     if program:
         _exit(status)
     return status

@@ -12,6 +12,6 @@ def test_help_lists_every_command(capsys):
         main(["--help"])
     assert e.value.code == 0
     out = " ".join(capsys.readouterr().out.split())
-    for command in ("demo", *WRITER_COMMANDS):
+    for command in ("demo", "ui", *WRITER_COMMANDS):
         assert f" {command} " in out.replace("|", " ")
     assert {"restore", "upgrade", "alter"} <= set(WRITER_COMMANDS)

@@ -106,6 +106,7 @@ NOT_RUN = {
     "pip ": "installs the package (tests/test_install.py installs it)",
     "bench/": "a benchmark (minutes); the file must exist",
     "://": "a remote store (tests/test_object_stores.py runs the shell on S3, GCS and Azure)",
+    "castsql ui ": "a server that runs until Ctrl-C (tests/test_ui.py runs it in a browser)",
 }
 
 

@@ -29,8 +29,11 @@ ROOT = Path(__file__).resolve().parents[1] / "castsql"
 # What follows a commit (mirrors, automatic compaction) is registered into
 # the format's after-commit point by castsql.commits, outside every layer:
 # no writer calls it itself, so spark imports neither mirrors nor embedded.
+# The UI (castsql ui) sits on top: it reads through the engine and the format;
+# nothing imports it but the castsql command (castsql.cli), which dispatches to it.
 # A module may import its own layer, any layer below it, and the leaves (errors).
 LAYERS = {
+    "castsql.ui": {"castsql.engine", "castsql.snapshot", "castsql.format", "castsql.storage"},
     "castsql.shell": {"castsql.engine", "castsql.snapshot", "castsql.format", "castsql.storage"},
     "castsql.embedded": {"castsql.engine", "castsql.write", "castsql.snapshot", "castsql.format", "castsql.storage"},
     "castsql.engine": {"castsql.snapshot", "castsql.format", "castsql.storage"},
@@ -217,6 +220,17 @@ def test_layers_import_only_downwards():
         if dst not in LAYERS[src]:
             wrong.append(f"{e.source} (line {e.line}) imports {e.target}")
     assert not wrong, "imports against the layers of DESIGN.md §4:\n" + "\n".join(wrong)
+
+
+def test_nothing_but_the_command_imports_the_ui():
+    wrong = [
+        f"{e.source} (line {e.line}) imports {e.target}"
+        for e in import_graph()
+        if (e.target == "castsql.ui" or e.target.startswith("castsql.ui."))
+        and not (e.source == "castsql.ui" or e.source.startswith("castsql.ui."))
+        and e.source != "castsql.cli"
+    ]
+    assert not wrong, "the UI is the top layer; only castsql.cli may import it:\n" + "\n".join(wrong)
 
 
 def test_the_graph_sees_function_level_and_type_checking_imports(tmp_path):

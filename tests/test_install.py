@@ -93,6 +93,27 @@ def test_the_shell_and_the_python_front_door_work(venv, table):
     assert run(venv / "bin/python", "-c", code).stdout.split() == ["1", "4"]
 
 
+def test_the_ui_works_from_the_plain_install(venv, table):
+    """``castsql ui`` needs nothing beyond the plain install, its scripts and chart library included."""
+    import re
+    import signal
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [venv / "bin/castsql", "ui", table, "--no-browser", "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        m = re.search(r"(http://127\.0\.0\.1:\d+)/\?token=(\S+)", proc.stdout.readline())
+        assert m, "castsql ui printed no URL"
+        http = urllib.request.build_opener()
+        http.addheaders = [("Cookie", f"castsql_ui_token_{m.group(1).rsplit(':', 1)[1]}={m.group(2)}")]
+        assert b"id=versions" in http.open(m.group(1) + "/tables/events").read()
+        assert b"uPlot" in http.open(m.group(1) + "/static/uPlot.iife.min.js").read()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+
+
 def test_gc_needs_no_spark(venv, table):
     p = run(venv / "bin/castsql", "gc", table, "--keep-versions", "1", "--dry-run")
     assert "Traceback" not in p.stderr
