@@ -116,6 +116,9 @@ def stream(root: Path, n: int, counts: list[int], batch_rows: int) -> dict[str, 
             lat[name].append(time.perf_counter() - t)
         if b in counts:
             shutil.copytree(root / "mirrored", root / f"s{b}", dirs_exist_ok=False)
+            # Iceberg metadata names files by full URI: the copy's own mirror is
+            # written again, version by version, as the stream wrote it.
+            remirror(str(root / f"s{b}"), ("_iceberg",))
             print(f"  {b} batches streamed ({time.perf_counter() - t0:.0f} s)", flush=True)
     return lat
 
@@ -149,18 +152,20 @@ def shape(uri: str) -> str:
     )
 
 
-def remirror(uri: str) -> float:
+def remirror(uri: str, dirs: tuple[str, ...] = ("_delta_log", "_delta_dv", "_iceberg")) -> float:
     """The mirrors deleted and written again, one version at a time (as the after-commit hook does)."""
     from castsql.mirror.delta import export_delta
     from castsql.mirror.iceberg import export_iceberg
 
-    for d in ("_delta_log", "_delta_dv", "_iceberg"):
+    for d in dirs:
         shutil.rmtree(Path(uri, d), ignore_errors=True)
     log = TableLog(open_storage(uri))
     t0 = time.perf_counter()
     for v in range(log.latest().version + 1):
-        export_delta(log, v)
-        export_iceberg(log, v)
+        if "_delta_log" in dirs:
+            export_delta(log, v)
+        if "_iceberg" in dirs:
+            export_iceberg(log, v)
     return time.perf_counter() - t0
 
 

@@ -83,7 +83,7 @@ from castsql.mirror.source import (
 )
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
 from castsql.storage import ObjectNotFound, Storage
-from castsql.storage.base import overlapped
+from castsql.storage.base import in_background, overlapped
 
 META_DIR = "_iceberg/metadata"
 HINT_KEY = f"{META_DIR}/version-hint.text"
@@ -157,6 +157,14 @@ class _Files:
         overlapped ones share a journal commit."""
         pending, self._pending = self._pending, []
         overlapped(lambda kv: self.storage.put_new(*kv), pending)
+
+    def flushing(self) -> Callable[[], None]:
+        """:meth:`flush` started on a thread of its own; call what it returns
+        to wait for it (and raise what it raised). The version's metadata
+        file is made meanwhile: a commit waits on the writes, not on both."""
+        if not self._pending:
+            return lambda: None
+        return in_background(self.flush).result
 
     @property
     def io(self) -> Any:
@@ -724,7 +732,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
             state.schemas.append({**_schema_json(snap.schema, state, where, snap.primary_key), "schema-id": 0})
         else:
             out.delete_files += _write_version(log, m, snap, prev, state, files, upgrade)
-            files.flush()
+        written = files.flushing()
         if (
             v == state_from + 1
             and state.snapshots
@@ -734,6 +742,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
             # metadata file lists a snapshot whose files may be gone.
             _expire(state, log.earliest_version())
         body = json.dumps(_metadata(log, m, state), separators=(",", ":")).encode()
+        written()  # every object the metadata file names is stored before it
         put_version(storage, metadata_key(v), body, "Iceberg", v)
         state.digest = digest(body)
         state.metadata_log.append(
