@@ -96,6 +96,11 @@ def test_a_streamed_table_keeps_its_mirrors_small_and_every_reader_reads_its_row
         assert n_deletes == delete_files
         # The mirror lists exactly the table's files: a compaction's rewrite is carried over.
         assert sorted(data) == sorted(st.uri(k) for k in (f.key for f in resolve(log, v).files)), f"version {v}"
+    from deltalake import DeltaTable
+
+    for v in compacted:  # Delta's live files too: the compaction's, not its inputs
+        files = sorted(f.key for f in resolve(log, v).files)
+        assert sorted(DeltaTable(uri, version=v).file_uris()) == [f"{uri}/{k}" for k in files], f"version {v}"
     # A Delta reader replays a checkpoint and the few commits after it, not every commit.
     last = json.loads(st.get("_delta_log/_last_checkpoint"))["version"]
     assert latest - last < 20
