@@ -89,14 +89,15 @@ META_DIR = "_iceberg/metadata"
 HINT_KEY = f"{META_DIR}/version-hint.text"
 # Data manifests past which the smallest are merged, and the most files a
 # merged one lists (_merge_small). Every reader opens every listed manifest
-# (PyIceberg decodes each in Python, ~1 ms apiece): a stream's one-file
-# manifests merged past 100, as Iceberg's default min-count-to-merge does,
-# made PyIceberg 30-60x slower than CastSQL on a streamed table.
+# on every scan: Iceberg's default min-count-to-merge (100) would let a
+# stream's one-file appends make readers open up to 100.
 MANIFESTS_MERGED_AT = 8
 MANIFEST_MERGE_ENTRIES = 10_000
 # Format version 2: position delete files listed before a version's new
 # deletes are merged into one file of every dropped position instead
-# (_newly_dropped). Readers open every listed delete file and its manifest.
+# (_newly_dropped). Readers open every listed delete file and its manifest:
+# one per version made iceberg_scan 40x and PyIceberg 126x slower than
+# CastSQL after 1,000 CDC batches (docs/PERFORMANCE.md, issue 53).
 DELETE_FILES_MERGED_AT = 4
 # Entries of a metadata file's metadata-log: Iceberg's own default
 # (write.metadata.previous-versions-max).
