@@ -38,21 +38,24 @@ def keep_in_step(log: TableLog, version: int) -> list[str]:
     logged and left to the next write or ``castsql export``, which write
     every version still missing. Returns the mirrors brought up to date."""
     from castsql.format.properties import mirrors
+    from castsql.storage.base import in_background
 
     m = log.manifest(version)  # just committed: from the log's cache
-    done = []
-    for name in mirrors(m.properties):
-        try:
-            if name == "delta":
-                from castsql.mirror.delta import export_delta
+    names = list(mirrors(m.properties))
+    # Both mirrors at once: each waits on its own writes (a few small objects
+    # in turn), so the commit waits on the slower, not on the two in a row.
+    others = {name: in_background(_write, log, name, version) for name in names[1:]}
+    done = [name for name in names[:1] if _write(log, name, version)]
+    return done + [name for name, f in others.items() if f.result()]
 
-                export_delta(log, version)
-            else:
-                from castsql.mirror.iceberg import export_iceberg
 
-                export_iceberg(log, version)
-            done.append(name)
-        except Exception as e:
-            title = {"delta": "Delta", "iceberg": "Iceberg"}[name]
-            _log.warning("table %s: %s mirror of version %d not written: %s", log.storage.root, title, version, e)
-    return done
+def _write(log: TableLog, name: str, version: int) -> bool:
+    """Mirror ``name`` written up to ``version``; False (logged) when it could not be."""
+    try:
+        exporter(name)(log, version)
+        return True
+    except Exception as e:
+        _log.warning(
+            "table %s: %s mirror of version %d not written: %s", log.storage.root, MIRRORS[name][0], version, e
+        )
+        return False

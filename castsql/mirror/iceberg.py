@@ -10,15 +10,16 @@ empty ``CREATE``, has no snapshot, as a new Iceberg table has none).
 
 * Data files are the table's own: an Avro manifest per version lists the
   files it added (and those it removed, as ``DELETED``); a version that
-  removes files rewrites only the manifests that listed them, and past 100
+  removes files rewrites only the manifests that listed them, and past 8
   manifests the smallest are merged. Columns are matched to
   the files by name (``schema.name-mapping.default``), as Iceberg does for
   files written without field ids.
 * Deletes of every kind become **position delete files** (Parquet of
   ``file_path``, ``pos``): each version writes one holding the positions it
   newly drops; a version after which a file drops fewer rows than before (a
-  restore) writes one file of every dropped position and replaces the
-  older ones. With the table property
+  restore), or one that finds ``DELETE_FILES_MERGED_AT`` listed already,
+  writes one file of every dropped position and replaces the older ones.
+  With the table property
   ``castsql.mirror.iceberg.formatVersion`` at 3 they become Iceberg version
   3 **deletion vectors** instead: one Puffin blob per data file holding all
   of its dropped positions, replaced (the old one removed) whenever they
@@ -57,6 +58,7 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyroaring import BitMap
@@ -81,14 +83,22 @@ from castsql.mirror.source import (
 )
 from castsql.snapshot import ResolvedFile, Snapshot, resolve
 from castsql.storage import ObjectNotFound, Storage
-from castsql.storage.base import overlapped
+from castsql.storage.base import in_background, overlapped
 
 META_DIR = "_iceberg/metadata"
 HINT_KEY = f"{META_DIR}/version-hint.text"
 # Data manifests past which the smallest are merged, and the most files a
-# merged one lists (_merge_small).
-MANIFESTS_MERGED_AT = 100
+# merged one lists (_merge_small). Every reader opens every listed manifest
+# on every scan: Iceberg's default min-count-to-merge (100) would let a
+# stream's one-file appends make readers open up to 100.
+MANIFESTS_MERGED_AT = 8
 MANIFEST_MERGE_ENTRIES = 10_000
+# Format version 2: position delete files listed before a version's new
+# deletes are merged into one file of every dropped position instead
+# (_newly_dropped). Readers open every listed delete file and its manifest:
+# one per version made iceberg_scan 40x and PyIceberg 126x slower than
+# CastSQL after 1,000 CDC batches (docs/PERFORMANCE.md, issue 53).
+DELETE_FILES_MERGED_AT = 4
 # Entries of a metadata file's metadata-log: Iceberg's own default
 # (write.metadata.previous-versions-max).
 METADATA_LOG_KEPT = 100
@@ -148,6 +158,14 @@ class _Files:
         overlapped ones share a journal commit."""
         pending, self._pending = self._pending, []
         overlapped(lambda kv: self.storage.put_new(*kv), pending)
+
+    def flushing(self) -> Callable[[], None]:
+        """:meth:`flush` started on a thread of its own; call what it returns
+        to wait for it (and raise what it raised). The version's metadata
+        file is made meanwhile: a commit waits on the writes, not on both."""
+        if not self._pending:
+            return lambda: None
+        return in_background(self.flush).result
 
     @property
     def io(self) -> Any:
@@ -223,6 +241,9 @@ class _State:
     next_row_id: int = 0  # version 3: the next snapshot's first-row-id
     vectors: dict[str, avro.Entry] = field(default_factory=dict)  # version 3: data file key -> its live vector
     vector_members: dict[str, list[str]] = field(default_factory=dict)  # delete manifest -> data keys of its vectors
+    # Version 2: data file key -> every position the listed delete files drop
+    # of it; None when not known (a state read back from storage).
+    positions: dict[str, BitMap] | None = field(default_factory=dict)
     table_uuid: str = ""
     digest: str = ""  # of the metadata file of ``version`` as this process wrote it
 
@@ -255,7 +276,8 @@ def _read_state(storage: Storage, version: int, files: _Files) -> _State:
     meta = json.loads(storage.get(metadata_key(version)))
     st = _State(version=version, table_uuid=meta["table-uuid"], schemas=meta["schemas"],
                 snapshots=meta.get("snapshots", []), metadata_log=meta.get("metadata-log", []),
-                format_version=meta["format-version"], next_row_id=meta.get("next-row-id", 0))  # fmt: skip
+                format_version=meta["format-version"], next_row_id=meta.get("next-row-id", 0),
+                positions=None)  # fmt: skip
     st.field_ids = {f["name"]: f["id"] for s in meta["schemas"] for f in s["fields"]}
     current = meta.get("current-snapshot-id")
     if current is None or current < 0:
@@ -336,12 +358,14 @@ def _schema_json(schema: Schema, state: _State, where: str, primary_key: str | N
 
 
 def _position_deletes(storage: Storage, rows: dict[str, BitMap]) -> tuple[bytes, int]:
-    paths, positions = [], []
-    for k in sorted(rows):
-        uri = storage.uri(k)
-        for p in rows[k]:
-            paths.append(uri)
-            positions.append(p)
+    keys = sorted(rows)
+    # Whole files' positions at once: a merged delete file holds every dropped row.
+    counts = [len(rows[k]) for k in keys]
+    which = pa.array(np.repeat(np.arange(len(keys), dtype=np.int32), counts), pa.int32())
+    paths = pa.DictionaryArray.from_arrays(which, pa.array([storage.uri(k) for k in keys], pa.string()))
+    paths = paths.cast(pa.string())
+    parts = [np.frombuffer(rows[k].to_array(), dtype=np.uint32) for k in keys]
+    positions = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
     schema = pa.schema(
         [
             pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": str(_POS_FILE_PATH_ID).encode()}),
@@ -349,7 +373,7 @@ def _position_deletes(storage: Storage, rows: dict[str, BitMap]) -> tuple[bytes,
         ]
     )
     buf = io.BytesIO()
-    pq.write_table(pa.table([pa.array(paths, pa.string()), pa.array(positions, pa.int64())], schema=schema), buf)
+    pq.write_table(pa.table([paths, pa.array(positions, pa.int64())], schema=schema), buf)
     return buf.getvalue(), len(positions)
 
 
@@ -478,8 +502,12 @@ class _Change:
 def _newly_dropped(change: _Change, state: _State, reset: bool) -> dict[str, BitMap]:
     """Version 2: the positions each file newly drops, or, when some came back
     (a restore) or ``reset``, every dropped position again, the older delete
-    files leaving the list."""
+    files leaving the list. Past ``DELETE_FILES_MERGED_AT`` listed delete
+    files, the new one holds every dropped position too and replaces them
+    all (the positions of files a compaction removed go with them), so a
+    stream's readers open a few delete files, not one per version."""
     new_rows: dict[str, BitMap] = {}
+    known = state.positions
     # A file whose deletes are the same: its delete files in force already drop exactly these rows.
     for k, rows, was in () if reset else change.deletes(lambda k: True):
         if not was.issubset(rows):
@@ -487,8 +515,16 @@ def _newly_dropped(change: _Change, state: _State, reset: bool) -> dict[str, Bit
             break
         if rows - was:
             new_rows[k] = rows - was
-    if reset:
-        new_rows = change.every_dropped()
+            if known is not None:
+                known[k] = rows
+    if known is not None:
+        for k in change.gone:
+            known.pop(k, None)
+    if reset or (new_rows and len(state.delete_manifests) >= DELETE_FILES_MERGED_AT):
+        if reset or known is None:
+            # Every file of the version looked at: a restore's rows, or a state read back.
+            known = state.positions = change.every_dropped()
+        new_rows = {k: rows for k, rows in known.items() if rows}
         state.delete_manifests = []
     return new_rows
 
@@ -697,7 +733,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
             state.schemas.append({**_schema_json(snap.schema, state, where, snap.primary_key), "schema-id": 0})
         else:
             out.delete_files += _write_version(log, m, snap, prev, state, files, upgrade)
-            files.flush()
+        written = files.flushing()
         if (
             v == state_from + 1
             and state.snapshots
@@ -707,6 +743,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
             # metadata file lists a snapshot whose files may be gone.
             _expire(state, log.earliest_version())
         body = json.dumps(_metadata(log, m, state), separators=(",", ":")).encode()
+        written()  # every object the metadata file names is stored before it
         put_version(storage, metadata_key(v), body, "Iceberg", v)
         state.digest = digest(body)
         state.metadata_log.append(
