@@ -117,9 +117,9 @@ class Plan:
             return self
         refs, used = [], set()
         for r in self.refs:
-            if r.param is not None:
-                r = replace(r, version=_version_param(params, r.param, r.table))
-                used.add(r.param)
+            if (param := r.param) is not None:
+                r = replace(r, version=_version_param(params, param, r.table))
+                used.add(param)
             refs.append(r)
         return replace(self, refs=tuple(refs), used_params=frozenset(used))
 
@@ -327,7 +327,8 @@ def _audit_calls(sql: str, toks: Sequence[Token]) -> list[AuditCall]:
         name = _table_arg(toks[2])
         label = names.internal("history", owner=name)
         return [AuditCall("history", name, (), toks[0].start, toks[2].end, label, f"SELECT * FROM {ident(label)}")]
-    out, i = [], 0
+    out: list[AuditCall] = []
+    i = 0
     while i < len(toks):
         t = toks[i]
         if t.word in _AUDITS and i + 1 < len(toks) and toks[i + 1].text == "(":

@@ -184,7 +184,7 @@ class Planner:
         for col, op, value, vtype in conditions:
             c = columns.get(col)
             v = None if c is None else duck_value(self.con, value, vtype, c.type)
-            if v is not None:
+            if c is not None and v is not None:
                 preds.append(Predicate(c.name, op, v))
         return preds
 

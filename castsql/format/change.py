@@ -140,8 +140,8 @@ class Change:
             streams = {**streams, str(query): max(batch, streams.get(str(query), -1))}
         properties = base.properties
         if self.properties:
-            properties = {**properties, **self.properties}
-            properties = {k: v for k, v in properties.items() if v is not None}
+            merged = {**properties, **self.properties}
+            properties = {k: v for k, v in merged.items() if v is not None}
         return base.evolve(
             cdc=self._next_cdc(base, meta, properties, schema, where),
             properties=properties,
@@ -158,7 +158,7 @@ class Change:
                 self.add_tombstones,
                 self.remove_tombstones,
                 **self._change_data(base, since, root),
-                markers=markers.bounds(self.add_markers, self.cdc_order[0]) if self.add_markers is not None else None,
+                markers=self._marker_bounds(),
             ),
             operation=self.operation,
             summary={**self.summary, **evolution.describe(base.schema, schema)},
@@ -207,6 +207,12 @@ class Change:
             prune=self.operation == "COMPACT",
         )
         return replace(state, markers=objects, inline=inline)
+
+    def _marker_bounds(self) -> Any:
+        if self.add_markers is None:
+            return None
+        assert self.cdc_order is not None, "markers are written only to a CDC-ordered table"
+        return markers.bounds(self.add_markers, self.cdc_order[0])
 
     def _change_data(self, base: Manifest, since: list[ChangeLog] | None, root: str) -> dict[str, Any]:
         """The change-data file and keys (ChangeLog fields), if the file still

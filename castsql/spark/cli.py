@@ -223,7 +223,7 @@ def _refuse_bad_text(df: Any, parsed: list[tuple[str, Any, Any]], fmt: str | Non
         path = _local_path(row["_file"])
         line = _line_of(path, c, value, fmt)
         at = f"{path}" + (f" line {line}" if line is not None else "")
-        why = "" if row[f"_bad{i}"] else f" ({_LOSS[_kind(f.type)]})"
+        why = "" if row[f"_bad{i}"] else f" ({_LOSS[_kind(f.type) or '']})"
         raise SchemaMismatch(
             f"{at}: column {f.name!r}: {value!r} (string in the file) is not a {f.type} value{why}, the table's type; "
             "nothing was written"

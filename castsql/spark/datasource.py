@@ -221,6 +221,7 @@ _OPS = {
     LessThan: "<",
     LessThanOrEqual: "<=",
 }
+_Compared = EqualTo | EqualNullSafe | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual
 
 
 def _column(schema: Schema, attribute: tuple[str, ...]) -> Any:
@@ -262,6 +263,8 @@ def predicates(schema: Schema, filters: Sequence[Filter]) -> list[Predicate]:
     whatever cannot be used safely is left to Spark alone)."""
     out: list[Predicate] = []
     for f in filters:
+        if not isinstance(f, _Compared | In):
+            continue  # Not, IsNull, string matches: nothing min/max statistics can prune by
         col = _column(schema, f.attribute)
         if col is None:
             continue
@@ -734,7 +737,7 @@ class CastSQLDataSource(DataSource):
             self.schema()
         storage = open_storage(_path(self.options), s3=s3_config(self.options))
         log = TableLog(storage)
-        table_schema = Schema.from_json(self._schema_json, storage.root)  # type: ignore[arg-type]
+        table_schema = Schema.from_json(self._schema_json, storage.root)
         names = [c.name for c in table_schema.columns]
         wanted = [f.name for f in schema.fields]
         columns = [n for n in names if n in wanted] if set(wanted) <= set(names) else names

@@ -89,7 +89,7 @@ def implicit_casts(df: DataFrame) -> list[tuple[str, str, str]]:
     ``kind = 5`` over a string ``kind`` casts every value to BIGINT and fails
     mid-job on the first ``'view'``. Literals converted to the column's type
     (``id = '5'``, ``ts < '2025-01-01'``) are fine and not listed."""
-    jvm = df.sparkSession._jvm
+    jvm: Any = df.sparkSession._jvm  # py4j: untyped, and set once the session runs
     user_cast = jvm.org.apache.spark.sql.catalyst.expressions.Cast.USER_SPECIFIED_CAST()
     found: list[tuple[str, str, str]] = []
 

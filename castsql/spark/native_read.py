@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyroaring import BitMap
+from pyroaring import AbstractBitMap
 
 from castsql.format import Schema
 from castsql.format.schema import type_from_name
@@ -176,7 +176,7 @@ def _read_columns(snap: Snapshot, names: list[str]) -> list[str]:
     return list(names)
 
 
-def _bitset(deleted: BitMap, rows: int) -> np.ndarray:
+def _bitset(deleted: AbstractBitMap, rows: int) -> np.ndarray:
     """The positions of a bitmap as 64-bit words: bit i of word j is row 64*j + i."""
     bits = np.zeros(-(-rows // 64) * 64, dtype=bool)
     bits[np.frombuffer(deleted.to_array(), dtype=np.uint32)] = True
@@ -220,7 +220,7 @@ def _jvm_deleted(spark: SparkSession, dirty: list[ResolvedFile], size: Column, p
             words = _bitset(f.deleted, f.total_rows)
             parts += [np.array([f.entry.size_bytes, len(words)], np.int64), words]
     blob = np.concatenate(parts).astype("<i8").tobytes()
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm  # py4j: untyped, and set once the session runs
     return Column(jvm.castsql.spark.jvm.Deleted.column(spark._jsparkSession, bytearray(blob), size._jc, pos._jc))
 
 

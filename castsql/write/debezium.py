@@ -184,7 +184,8 @@ def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = 
         if op not in OPS:
             why = {"t": " — a truncate cannot be applied key by key", "m": " — a message event changes no row"}
             raise MergeError(
-                f"{where}: event {i} has op {op!r}; CastSQL applies c, u, r (upserts) and d (deletes)" + why.get(op, "")
+                f"{where}: event {i} has op {op!r}; CastSQL applies c, u, r (upserts) and d (deletes)"
+                + why.get(str(op), "")
             )
         row = p.get("before") if op == "d" else p.get("after")
         if not isinstance(row, Mapping):
@@ -219,11 +220,11 @@ def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = 
         table = pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in rows])
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
         raise MergeError(f"{where}: the events' values do not make a table ({e})") from None
-    for i, f in enumerate(fields_out):
-        if f is None or table.column(i).type == f.type:
+    for i, wanted in enumerate(fields_out):
+        if wanted is None or table.column(i).type == wanted.type:
             continue
         try:
-            table = table.set_column(i, f, table.column(i).cast(f.type))
+            table = table.set_column(i, wanted, table.column(i).cast(wanted.type))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue  # left as read: the merge's type rule names the column and both types
     return DebeziumBatch(table, names)

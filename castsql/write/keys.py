@@ -29,7 +29,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -162,6 +162,7 @@ def existing_keys(
 
     found: list = []
     workers = min(8, len(files))
+    parts: Iterator[list[Any]]
     if workers <= 1:
         parts = map(one, files)
     else:

@@ -37,6 +37,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from castsql.errors import MergeError, WriteError
@@ -200,9 +201,9 @@ def validate(spec: MergeSpec, table: str, columns: Sequence[str], source_columns
         raise MergeError(f"{where}: the source and the target need different aliases, both are {spec.source_alias!r}")
     cols = {c.lower(): c for c in columns}
     src = {c.lower(): c for c in source_columns} if source_columns is not None else None
-    for c in source_columns or ():
-        if castsql_own(c):  # the merge's own columns (FORMAT.md §3.1): one would hide one
-            raise MergeError(f"{where}: the source's column {c!r} has a reserved name (_castsql_…); rename it")
+    for s in source_columns or ():
+        if castsql_own(s):  # the merge's own columns (FORMAT.md §3.1): one would hide one
+            raise MergeError(f"{where}: the source's column {s!r} has a reserved name (_castsql_…); rename it")
     if isinstance(spec.on, str):
         if not spec.on.strip():
             raise MergeError(f"{where}: the 'on' predicate is empty")
@@ -213,7 +214,7 @@ def validate(spec: MergeSpec, table: str, columns: Sequence[str], source_columns
             if k.lower() not in cols:
                 raise MergeError(f"{where}: key column {k!r} is not a column of the table ({', '.join(columns)})")
             if src is not None and k.lower() not in src:
-                raise MergeError(f"{where}: key column {k!r} is missing from the source ({', '.join(source_columns)})")
+                raise MergeError(f"{where}: key column {k!r} is missing from the source ({', '.join(src.values())})")
     for c in spec.clauses:
         if c.set is None:
             if c.matched == "not_matched_by_source" and c.action == ACTION_UPDATE:
@@ -377,7 +378,7 @@ def actions_sql(
     ]
     if old_key is not None:
         out.append(f"{t}.{q(old_key)} AS {q(OLD_KEY_COL)}")
-    out += [f"{by_group(lambda c, col=col: value(c, col))} AS {q(col)}" for col in columns]
+    out += [f"{by_group(partial(_flip, value, col))} AS {q(col)}" for col in columns]
     inner = (
         f"SELECT {', '.join(out)} "
         f"FROM (SELECT *, TRUE AS {q(_TP)} FROM {target}) AS {t} "
@@ -485,3 +486,8 @@ class MergeBuilder:
 
     def __repr__(self) -> str:
         return f"<castsql.MergeBuilder {self.table} on {self._on!r}: {[c.kind for c in self._clauses]}>"
+
+
+def _flip(fn: Callable[[Clause, str], str], col: str, c: Clause) -> str:
+    """``fn(c, col)``: one column's value picker, bound to the column."""
+    return fn(c, col)
