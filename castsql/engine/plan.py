@@ -124,6 +124,23 @@ class Plan:
         return replace(self, refs=tuple(refs), used_params=frozenset(used))
 
 
+def _explained_start(toks: Sequence[Token]) -> int:
+    """Where the statement after ``EXPLAIN [ANALYZE]`` or ``EXPLAIN (options)``
+    starts in the text (0 without one): that statement is analysed, so they
+    show the plan it would run."""
+    skip = 0
+    while skip < len(toks) and toks[skip].word in ("EXPLAIN", "ANALYZE"):
+        skip += 1
+    if 0 < skip < len(toks) and toks[skip].text == "(":
+        depth = 0
+        for k in range(skip, len(toks)):
+            depth += toks[k].text.count("(") - toks[k].text.count(")")
+            if depth == 0:
+                skip = k + 1
+                break
+    return toks[skip].start if 0 < skip < len(toks) else 0
+
+
 def parse(sql: str, catalog: Collection[str], con: duckdb.DuckDBPyConnection) -> Plan:
     """The plan of ``sql``: tokenized once, parsed by DuckDB once.
 
@@ -145,19 +162,7 @@ def parse(sql: str, catalog: Collection[str], con: duckdb.DuckDBPyConnection) ->
     edits += [(a.start, a.end, a.replacement) for a in audits]
     lowered, to_original = _splice(sql, edits)
 
-    # EXPLAIN [ANALYZE] and EXPLAIN (options) show the plan of the statement
-    # after them: that one is analysed, so they show the plan it would run.
-    skip = 0
-    while skip < len(toks) and toks[skip].word in ("EXPLAIN", "ANALYZE"):
-        skip += 1
-    if 0 < skip < len(toks) and toks[skip].text == "(":
-        depth = 0
-        for k in range(skip, len(toks)):
-            depth += toks[k].text.count("(") - toks[k].text.count(")")
-            if depth == 0:
-                skip = k + 1
-                break
-    offset = toks[skip].start if 0 < skip < len(toks) else 0  # no edit lies before it
+    offset = _explained_start(toks)  # no edit lies before it
     tree = serialize(con, lowered[offset:])  # DuckDB's parser: once per text
     analysis = analyze_tree(tree) if tree is not None else None
 

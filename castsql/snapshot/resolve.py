@@ -462,29 +462,7 @@ def _apply(
             if (r.pk_min, r.pk_max) not in d.key_ranges:
                 d.key_ranges += ((r.pk_min, r.pk_max),)
             continue
-        rg = r.row_group if isinstance(r, RowGroupDelete | PositionDelete) else None
-        if rg is not None:
-            rgr = _row_groups(log, f, d)
-            if not 0 <= rg < len(rgr):
-                raise FormatError(f"{at}: row group {rg} of {key} does not exist (it has {len(rgr)})")
-            start = sum(rgr[:rg])
-            if isinstance(r, RowGroupDelete):
-                d.deleted.add_range(start, start + rgr[rg])  # type: ignore[union-attr]
-            else:
-                if r.positions and r.positions.max() >= rgr[rg]:
-                    raise FormatError(
-                        f"{at}: row {r.positions.max()} is past the end of row group {rg} of {key} "
-                        f"({rgr[rg]} rows; {len(r.positions)} positions)"
-                    )
-                d.deleted |= r.positions.shift(start) if start else r.positions
-        else:
-            assert isinstance(r, PositionDelete)
-            if r.positions and r.positions.max() >= f.total_rows:
-                raise FormatError(
-                    f"{at}: row {r.positions.max()} is past the end of {key} "
-                    f"({f.total_rows} rows; {len(r.positions)} positions)"
-                )
-            d.deleted |= r.positions
+        _apply_positions(log, f, d, r, key, at)
     gone = set()
     # Only files these records touched can have become gone (a stepped
     # resolve carries the others' state over from the version before).
@@ -501,6 +479,36 @@ def _apply(
         if held is not None and len(d.deleted) >= held.total_rows:
             gone.add(key)
     return gone
+
+
+def _apply_positions(
+    log: TableLog, f: DataFile, d: FileDeletes, r: RowGroupDelete | PositionDelete, key: str, at: str
+) -> None:
+    """Add a record of deleted positions (a whole row group, rows of one, or
+    rows of the file) to ``d``; FormatError, naming ``at``, for rows the file lacks."""
+    rg = r.row_group if isinstance(r, RowGroupDelete | PositionDelete) else None
+    if rg is not None:
+        rgr = _row_groups(log, f, d)
+        if not 0 <= rg < len(rgr):
+            raise FormatError(f"{at}: row group {rg} of {key} does not exist (it has {len(rgr)})")
+        start = sum(rgr[:rg])
+        if isinstance(r, RowGroupDelete):
+            d.deleted.add_range(start, start + rgr[rg])  # type: ignore[union-attr]
+        else:
+            if r.positions and r.positions.max() >= rgr[rg]:
+                raise FormatError(
+                    f"{at}: row {r.positions.max()} is past the end of row group {rg} of {key} "
+                    f"({rgr[rg]} rows; {len(r.positions)} positions)"
+                )
+            d.deleted |= r.positions.shift(start) if start else r.positions
+    else:
+        assert isinstance(r, PositionDelete)
+        if r.positions and r.positions.max() >= f.total_rows:
+            raise FormatError(
+                f"{at}: row {r.positions.max()} is past the end of {key} "
+                f"({f.total_rows} rows; {len(r.positions)} positions)"
+            )
+        d.deleted |= r.positions
 
 
 def _row_groups(log: TableLog, f: DataFile, d: FileDeletes) -> tuple[int, ...]:

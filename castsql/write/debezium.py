@@ -167,11 +167,10 @@ def _value(v: Any, t: pa.DataType | None, logical: str | None, where: str, colum
     return v
 
 
-def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = "debezium") -> DebeziumBatch:
-    """Debezium events (a JSON-lines file, a list of events or of their JSON
-    texts, or an Arrow table of ``op``, ``before``, ``after``, ``source``,
-    ``ts_ms``) as a CDC batch; ``schema`` (the table's) types the row
-    columns it has."""
+def _changes(events: Any, where: str) -> tuple[list[tuple[Mapping, dict]], dict[str, str]]:
+    """Each event that changes a row, as (its payload, the row it leaves: the
+    ``before`` of a delete, else the ``after``), and the logical types the
+    events' schemas name; tombstone records and heartbeats skipped."""
     payloads = []
     logical: dict[str, str] = {}
     for i, e in enumerate(_events(events, where)):
@@ -192,6 +191,15 @@ def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = 
             side = "before" if op == "d" else "after"
             raise MergeError(f"{where}: event {i} (op {op!r}) has no {side!r} row")
         payloads.append((p, dict(row)))
+    return payloads, logical
+
+
+def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = "debezium") -> DebeziumBatch:
+    """Debezium events (a JSON-lines file, a list of events or of their JSON
+    texts, or an Arrow table of ``op``, ``before``, ``after``, ``source``,
+    ``ts_ms``) as a CDC batch; ``schema`` (the table's) types the row
+    columns it has."""
+    payloads, logical = _changes(events, where)
     fields, names = _sequence([p for p, _ in payloads])
     types = {f.name.lower(): f.type for f in schema} if schema is not None else {}
     rows = []
