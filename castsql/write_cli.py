@@ -45,7 +45,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from castsql.errors import CastSQLError, UsageError, one_line
+from castsql.errors import CastSQLError, one_line
 from castsql.format import Manifest, TableLog
 from castsql.format.properties import check
 from castsql.storage import open_storage
@@ -58,6 +58,10 @@ _FORMATS = ("parquet", "csv", "json")
 _MERGE_FORMATS = (*_FORMATS, "debezium")  # Debezium change events, JSON lines (castsql.write.debezium)
 _ENGINES = ("spark", "duckdb")
 _SET = re.compile(r"^\s*(`[^`]+`|\"[^\"]+\"|[A-Za-z_][\w$]*)\s*=(?!=)\s*(.*\S)\s*$", re.S)
+
+
+class UsageError(CastSQLError):
+    """A command-line argument is malformed (printed after ``castsql COMMAND: error:``)."""
 
 
 def parse_assignment(text: str) -> tuple[str, str]:
@@ -453,6 +457,9 @@ def _check_writer_args(args: Any) -> None:
         TableLog(open_storage(args.uri)).latest()  # a path that is no table fails before Spark starts
         if args.command == "compact" and not 0 < args.threshold <= 1:
             raise UsageError(f"compact: --threshold must be in (0, 1], got {args.threshold}")
+    spark_compact = args.command == "compact" and args.engine == "spark"
+    if spark_compact and (args.target_file_size is not None or args.sort_by is not None):
+        raise UsageError("compact: --target-file-size and --sort-by need --engine duckdb")
 
 
 def _check_merge_args(args: Any) -> None:

@@ -35,21 +35,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from castsql.errors import CommitConflict, FormatError, ObjectNotFound, WriteError
+from castsql.errors import DmlConflict as DmlConflict  # named here before the family held it
+from castsql.errors import RestoreRaced as RestoreRaced
 from castsql.format import evolution, fold, markers
 from castsql.format.layout import to_table_key
 from castsql.format.manifest import CdcState, ChangeData, ChangeLog, DataFile, Manifest, MetaRef, Totals
 from castsql.format.metadata import TableMetadata
 from castsql.format.properties import delete_retention
 from castsql.format.schema import Schema
-
-
-class RestoreRaced(CommitConflict):
-    """A restore's plan is stale: another version landed first (it plans again)."""
-
-
-class DmlConflict(CommitConflict):
-    """An update or merge's plan is stale: a concurrent commit touched a file it
-    deletes rows of, or may hold a key it inserts (it plans again)."""
 
 
 @dataclass(frozen=True)

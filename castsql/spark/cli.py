@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from castsql.errors import UsageError, require
+from castsql.errors import require
 from castsql.format import TableLog
 from castsql.spark.errors import job_errors
 from castsql.storage import open_storage
@@ -86,8 +86,6 @@ def _spark_command(spark: Any, args: Any, clauses: Callable[[Any, Any], Any]) ->
         return clauses(builder, args).execute()
     from castsql.spark.compactor import compact
 
-    if args.target_file_size is not None or args.sort_by is not None:
-        raise UsageError("compact: --target-file-size and --sort-by need --engine duckdb")
     return compact(spark, args.uri, threshold=args.threshold)
 
 

@@ -60,11 +60,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from castsql.errors import BadOption, CommitConflict
+from castsql.errors import CommitConflict
 from castsql.format import Schema, TableLog
 from castsql.format.manifest import added_summary, json_stat, parse_time
 from castsql.snapshot import Predicate, Snapshot, resolve
 from castsql.snapshot.prune import may_match
+from castsql.spark.errors import BadOption
 from castsql.spark.tasks import TableRef, Unit, _for_spark, live_row_groups, open_parquet
 from castsql.spark.types import spark_schema
 from castsql.spark.units import Splits

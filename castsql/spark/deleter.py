@@ -38,10 +38,10 @@ import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from castsql.errors import BadCondition, CastSQLError
+from castsql.errors import CastSQLError
 from castsql.format import TableLog
 from castsql.snapshot import Snapshot
-from castsql.spark.errors import check_types, job_errors
+from castsql.spark.errors import BadCondition, check_types, job_errors
 from castsql.spark.reader import read_snapshot
 from castsql.spark.tasks import summarize_task
 from castsql.write.records import FILE_COL, MATCH_COL, PK_COL, POS_COL, RG_COL, DeletePlan, key_range_type, plan_records

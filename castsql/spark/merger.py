@@ -56,12 +56,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from castsql.errors import BadCondition, CastSQLError, SchemaMismatch
+from castsql.errors import CastSQLError, SchemaMismatch
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord
 from castsql.format.evolution import fits
 from castsql.format.schema import type_from_name
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import Snapshot
+from castsql.spark.errors import BadCondition
 from castsql.spark.types import quote
 from castsql.storage import S3Config, open_storage
 from castsql.write import pipeline
