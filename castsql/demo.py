@@ -119,7 +119,9 @@ def build_demo(directory: str | os.PathLike[str], *, log: Callable[[str], None] 
 
 def _split(select_list: str) -> list[str]:
     """A SELECT list as separate expressions (commas inside parentheses stay)."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in select_list:
         if ch == "," and depth == 0:
             out.append("".join(cur).strip())

@@ -146,6 +146,15 @@ class PreconditionFailed(StorageError):
 # ---------------------------------------------------------------------- by the layer that raises them
 
 
+class RestoreRaced(CommitConflict):
+    """A restore's plan is stale: another version landed first (it plans again)."""
+
+
+class DmlConflict(CommitConflict):
+    """An update or merge's plan is stale: a concurrent commit touched a file it
+    deletes rows of, or may hold a key it inserts (it plans again)."""
+
+
 class QueryError(CastSQLError):
     """DuckDB refused or failed a query; the message is DuckDB's."""
 
@@ -162,26 +171,26 @@ class SQLRewriteError(CastSQLError):
     """A time-travel clause is malformed."""
 
 
-class ShellError(CastSQLError):
-    """A mistake in a shell command (unknown meta-command, bad argument); the message is the hint."""
+# The errors of the layers above (the shell's, Spark's, the command line's)
+# live in those layers, each derived from CastSQLError (docs/DESIGN.md §6).
+# Their names stay importable from here for code written before they moved:
+# looked up on first use, so this leaf imports no layer above it, and no
+# CastSQL module uses these names (tests/test_imports.py checks).
+MOVED = {
+    "ShellError": "castsql.shell.errors",
+    "UsageError": "castsql.write_cli",
+    "BadOption": "castsql.spark.errors",
+    "SparkJobFailed": "castsql.spark.errors",
+    "WrongType": "castsql.spark.errors",
+    "BadCondition": "castsql.spark.errors",
+}
 
 
-class UsageError(CastSQLError):
-    """A command-line argument is malformed."""
+def __getattr__(name: str) -> type[CastSQLError]:
+    module = MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-
-class BadOption(CastSQLError):
-    """An option of ``format("castsql")`` is unknown, missing or malformed."""
-
-
-class SparkJobFailed(CastSQLError):
-    """A Spark job of a CastSQL operation failed; nothing was committed."""
-
-
-class WrongType(CastSQLError):
-    """An expression compares or assigns a column with a value of another
-    type that Spark would convert row by row (and fail on, mid-job)."""
-
-
-class BadCondition(CastSQLError):
-    """The delete condition is not a boolean SQL expression over the table's columns."""
+    error: type[CastSQLError] = getattr(importlib.import_module(module), name)
+    return error

@@ -161,6 +161,7 @@ def write_table(
         data = table
     with open(storage.root, s3=s3) as t:
         writer = t._writer()
+        m: Manifest | None
         if mode == "overwrite" and head is not None:
             m = writer.overwrite(data, merge_schema=merge_schema, allow_duplicate_keys=allow_duplicate_keys)
         else:
@@ -326,7 +327,9 @@ class Table:
         require("polars", "polars", "Table.to_polars")
         import polars
 
-        return polars.from_arrow(self.to_arrow(columns, filter))
+        frame = polars.from_arrow(self.to_arrow(columns, filter))
+        assert isinstance(frame, polars.DataFrame)  # an Arrow table makes a frame, never a series
+        return frame
 
     def to_duckdb(self, con: duckdb.DuckDBPyConnection | None = None) -> duckdb.DuckDBPyRelation:
         """This version as a DuckDB relation that stays at this version.

@@ -41,10 +41,11 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from castsql.errors import CastSQLError, UsageError, one_line
+from castsql.errors import CastSQLError, one_line
 from castsql.format import Manifest, TableLog
 from castsql.format.properties import check
 from castsql.storage import open_storage
@@ -57,6 +58,10 @@ _FORMATS = ("parquet", "csv", "json")
 _MERGE_FORMATS = (*_FORMATS, "debezium")  # Debezium change events, JSON lines (castsql.write.debezium)
 _ENGINES = ("spark", "duckdb")
 _SET = re.compile(r"^\s*(`[^`]+`|\"[^\"]+\"|[A-Za-z_][\w$]*)\s*=(?!=)\s*(.*\S)\s*$", re.S)
+
+
+class UsageError(CastSQLError):
+    """A command-line argument is malformed (printed after ``castsql COMMAND: error:``)."""
 
 
 def parse_assignment(text: str) -> tuple[str, str]:
@@ -347,106 +352,10 @@ def _alter(args: Any) -> str:
 
 
 def _run(args: Any) -> str:
-    if args.command == "alter":  # no Spark: manifest commits
-        return _alter(args)
-    if args.command == "upgrade":
-        log = TableLog(open_storage(args.uri))
-        m = log.upgrade()
-        if m is None:
-            return f"upgrade: {log.uri} is already format version {log.latest().format_version}; nothing committed"
-        objects = len(m.file_objects) + len(m.delete_objects)
-        return f"upgrade: committed version {m.version} (format version 2; {m.file_count} file(s), {objects} object(s))"
-    if args.command == "restore":
-        from castsql.format.manifest import parse_time
-
-        log = TableLog(open_storage(args.uri))
-        version = args.version
-        if args.timestamp is not None:
-            try:
-                version = log.version_at(parse_time(args.timestamp))
-            except ValueError:
-                raise UsageError(f"restore: {args.timestamp!r} is not a timestamp") from None
-        m = log.restore(version)
-        if m is None:
-            return f"restore: version {log.latest().version} already equals version {version}; nothing committed"
-        return _summary(f"restore to version {version}", m)
-    if args.command == "export":
-        if not args.delta and not args.iceberg:
-            raise UsageError("give --delta, --iceberg or both")
-        log = TableLog(open_storage(args.uri))
-        lines = []
-        from castsql.mirror import MIRRORS, exporter
-
-        for flag, (_, name, _, _) in MIRRORS.items():
-            if not getattr(args, flag):
-                continue
-            r = exporter(flag)(log, args.version)
-            if not r.written:
-                lines.append(f"export: the {name} of {log.uri} already holds version {r.latest}; nothing written")
-                continue
-            span = f"{r.written[0]}-{r.written[-1]}" if len(r.written) > 1 else str(r.written[0])
-            deletes = f"{r.vectors} deletion vector(s)" if flag == "delta" else f"{r.delete_files} delete file(s)"
-            lines.append(
-                f"export: {name} of {log.uri} now at version {r.latest} (wrote version(s) {span}: "
-                f"{len(r.written)} version(s), {deletes}, {format_bytes(r.bytes_written)})"
-            )
-        return "\n".join(lines)
-    if args.command == "gc":
-        from castsql.write.garbage import gc
-
-        return (
-            "gc: "
-            + gc(
-                args.uri,
-                keep_versions=args.keep_versions,
-                older_than=args.older_than,
-                grace=args.grace,
-                dry_run=args.dry_run,
-            ).summary()
-        )
-    if args.command in ("append", "merge"):
-        missing = [s for s in args.sources if not os.path.exists(s)]
-        if missing:
-            raise UsageError(f"{args.command}: no such file: {missing[0]}")
-    if args.command == "append":
-        args.properties = _set_properties(args.set_property, "append")
-        check(args.properties, f"table {args.uri}: append")  # refused before any file is read
-    if args.command == "merge" and args.no_update and args.update_all:
-        raise UsageError("merge: --update-all and --no-update contradict each other")
-    if args.command == "merge" and (args.op_column or args.format == "debezium"):
-        flags = {
-            "--delete-matched-when": args.delete_matched_when,
-            "--no-update": args.no_update,
-            "--no-insert": args.no_insert,
-            "--delete-not-matched-by-source": args.delete_not_matched_by_source,
-        }
-        clash = [f for f, on in flags.items() if on]
-        if clash:
-            what = "--op-column" if args.op_column else "--format debezium"
-            raise UsageError(f"merge: {what} makes the clauses itself; it does not go with {clash[0]}")
-    if args.command == "merge" and not (args.op_column or args.format == "debezium"):
-        cdc_only = {"--partial": args.partial, "--unavailable": args.unavailable, "--app-id": args.app_id,
-                    "--batch-id": args.batch_id is not None}  # fmt: skip
-        wrong = [f for f, on in cdc_only.items() if on]
-        if wrong:
-            raise UsageError(f"merge: {wrong[0]} goes with a CDC batch (--op-column or --format debezium)")
-    if args.command == "merge" and args.sequence and not args.op_column and args.format != "debezium":
-        head = TableLog(open_storage(args.uri)).latest()
-        if head.cdc is not None:
-            raise UsageError(
-                f"merge: table {args.uri} orders CDC changes by ({', '.join(head.cdc.sequence)}); a merge with "
-                "--sequence on it is a CDC batch: give --op-column (a plain merge would ignore its delete markers)"
-            )
-    if args.command == "merge" and args.sequence and not args.op_column and args.engine == "spark":
-        raise UsageError("merge: --sequence without --op-column needs --engine duckdb")
-    if args.command == "update":
-        args.assign = dict(parse_assignment(a) for a in args.assignments)
-    if args.command in ("delete", "update") and args.where is not None and not args.where.strip():
-        raise UsageError(f"{args.command}: --where is empty (to change every row, say so: --where true)")
-    if args.command != "append":
-        TableLog(open_storage(args.uri)).latest()  # a path that is no table fails before Spark starts
-        if args.command == "compact" and not 0 < args.threshold <= 1:
-            raise UsageError(f"compact: --threshold must be in (0, 1], got {args.threshold}")
+    manifest_only = _MANIFEST_COMMANDS.get(args.command)
+    if manifest_only is not None:  # no Spark: manifest commits (or reads)
+        return manifest_only(args)
+    _check_writer_args(args)
     args.input_format = _input_format(args.sources, args.format) if args.command in ("append", "merge") else None
     cdc = args.command == "merge" and (args.op_column or args.format == "debezium")
     args.cdc = _cdc_options(args) if cdc else None
@@ -463,6 +372,139 @@ def _run(args: Any) -> str:
         what = "nothing to compact" if args.command == "compact" else "no row matched"
         return f"{args.command}: {what}; nothing committed"
     return _summary(args.command, result)
+
+
+def _upgrade(args: Any) -> str:
+    log = TableLog(open_storage(args.uri))
+    m = log.upgrade()
+    if m is None:
+        return f"upgrade: {log.uri} is already format version {log.latest().format_version}; nothing committed"
+    objects = len(m.file_objects) + len(m.delete_objects)
+    return f"upgrade: committed version {m.version} (format version 2; {m.file_count} file(s), {objects} object(s))"
+
+
+def _restore(args: Any) -> str:
+    from castsql.format.manifest import parse_time
+
+    log = TableLog(open_storage(args.uri))
+    version = args.version
+    if args.timestamp is not None:
+        try:
+            version = log.version_at(parse_time(args.timestamp))
+        except ValueError:
+            raise UsageError(f"restore: {args.timestamp!r} is not a timestamp") from None
+    m = log.restore(version)
+    if m is None:
+        return f"restore: version {log.latest().version} already equals version {version}; nothing committed"
+    return _summary(f"restore to version {version}", m)
+
+
+def _export(args: Any) -> str:
+    if not args.delta and not args.iceberg:
+        raise UsageError("give --delta, --iceberg or both")
+    log = TableLog(open_storage(args.uri))
+    lines = []
+    from castsql.mirror import MIRRORS, exporter
+
+    for flag, (_, name, _, _) in MIRRORS.items():
+        if not getattr(args, flag):
+            continue
+        r = exporter(flag)(log, args.version)
+        if not r.written:
+            lines.append(f"export: the {name} of {log.uri} already holds version {r.latest}; nothing written")
+            continue
+        span = f"{r.written[0]}-{r.written[-1]}" if len(r.written) > 1 else str(r.written[0])
+        deletes = f"{r.vectors} deletion vector(s)" if flag == "delta" else f"{r.delete_files} delete file(s)"
+        lines.append(
+            f"export: {name} of {log.uri} now at version {r.latest} (wrote version(s) {span}: "
+            f"{len(r.written)} version(s), {deletes}, {format_bytes(r.bytes_written)})"
+        )
+    return "\n".join(lines)
+
+
+def _gc(args: Any) -> str:
+    from castsql.write.garbage import gc
+
+    return (
+        "gc: "
+        + gc(
+            args.uri,
+            keep_versions=args.keep_versions,
+            older_than=args.older_than,
+            grace=args.grace,
+            dry_run=args.dry_run,
+        ).summary()
+    )
+
+
+def _check_writer_args(args: Any) -> None:
+    """Refuse what the writer commands cannot run as given, before any file
+    is read or Spark starts; parse ``--set`` and ``--set-property``."""
+    if args.command in ("append", "merge"):
+        missing = [s for s in args.sources if not os.path.exists(s)]
+        if missing:
+            raise UsageError(f"{args.command}: no such file: {missing[0]}")
+    if args.command == "append":
+        args.properties = _set_properties(args.set_property, "append")
+        check(args.properties, f"table {args.uri}: append")  # refused before any file is read
+    if args.command == "merge":
+        _check_merge_args(args)
+    if args.command == "update":
+        args.assign = dict(parse_assignment(a) for a in args.assignments)
+    if args.command in ("delete", "update") and args.where is not None and not args.where.strip():
+        raise UsageError(f"{args.command}: --where is empty (to change every row, say so: --where true)")
+    if args.command != "append":
+        TableLog(open_storage(args.uri)).latest()  # a path that is no table fails before Spark starts
+        if args.command == "compact" and not 0 < args.threshold <= 1:
+            raise UsageError(f"compact: --threshold must be in (0, 1], got {args.threshold}")
+    spark_compact = args.command == "compact" and args.engine == "spark"
+    if spark_compact and (args.target_file_size is not None or args.sort_by is not None):
+        raise UsageError("compact: --target-file-size and --sort-by need --engine duckdb")
+
+
+def _check_merge_args(args: Any) -> None:
+    """The flags of one merge go together: a CDC batch (--op-column, Debezium)
+    makes its own clauses; CDC's flags need one; --sequence on a CDC-ordered
+    table is a CDC batch."""
+    cdc = bool(args.op_column or args.format == "debezium")
+    if args.no_update and args.update_all:
+        raise UsageError("merge: --update-all and --no-update contradict each other")
+    if cdc:
+        flags = {
+            "--delete-matched-when": args.delete_matched_when,
+            "--no-update": args.no_update,
+            "--no-insert": args.no_insert,
+            "--delete-not-matched-by-source": args.delete_not_matched_by_source,
+        }
+        clash = [f for f, on in flags.items() if on]
+        if clash:
+            what = "--op-column" if args.op_column else "--format debezium"
+            raise UsageError(f"merge: {what} makes the clauses itself; it does not go with {clash[0]}")
+    else:
+        cdc_only = {"--partial": args.partial, "--unavailable": args.unavailable, "--app-id": args.app_id,
+                    "--batch-id": args.batch_id is not None}  # fmt: skip
+        wrong = [f for f, on in cdc_only.items() if on]
+        if wrong:
+            raise UsageError(f"merge: {wrong[0]} goes with a CDC batch (--op-column or --format debezium)")
+    if args.sequence and not cdc:
+        head = TableLog(open_storage(args.uri)).latest()
+        if head.cdc is not None:
+            raise UsageError(
+                f"merge: table {args.uri} orders CDC changes by ({', '.join(head.cdc.sequence)}); a merge with "
+                "--sequence on it is a CDC batch: give --op-column (a plain merge would ignore its delete markers)"
+            )
+    if args.sequence and not args.op_column and args.engine == "spark":
+        raise UsageError("merge: --sequence without --op-column needs --engine duckdb")
+
+
+# The commands that need no engine: their handlers, by name.
+_MANIFEST_COMMANDS: dict[str, Callable[[Any], str]] = {
+    "alter": _alter,
+    "upgrade": _upgrade,
+    "restore": _restore,
+    "export": _export,
+    "gc": _gc,
+}
 
 
 def _cdc_options(args: Any) -> dict[str, Any]:

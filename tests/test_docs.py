@@ -64,7 +64,9 @@ def test_every_relative_link_resolves(doc):
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
 def test_no_doc_cites_a_path_outside_the_repository(doc):
     text = doc.read_text()
-    outside = re.findall(r"(?<![\w.])(?:/work/\S*|shared/\S*|DESIGN\.md)", text)
+    # A bare DESIGN.md was the team's notes outside the repository; the
+    # project's own is docs/DESIGN.md (or a link to it).
+    outside = re.findall(r"(?<![\w.])(?:/work/\S*|shared/\S*)|(?<![\w./(\[])DESIGN\.md", text)
     assert not outside, f"{doc.relative_to(REPO)} cites {outside}"
 
 

@@ -1,4 +1,5 @@
-"""No import circles in castsql/, in any layer, and layers import only downwards.
+"""No import circles in castsql/, in any layer, and layers import only downwards:
+the layers of docs/DESIGN.md §2, read from its table, every module in one.
 
 The graph is built from the source (``ast``), not by importing it: every
 ``import`` counts, at module level or inside a function (an import moved into
@@ -17,34 +18,47 @@ already running).
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "castsql"
 
-# DESIGN.md §4: shell → engine → snapshot → format → storage; spark → format → storage.
-# The write pipeline (write) sits on the format; its two engines above it:
-# embedded (DuckDB, on the query engine's views) and spark. Mirrors (Delta
-# logs of a table's versions) read snapshots and write next to the format.
-# What follows a commit (mirrors, automatic compaction) is registered into
-# the format's after-commit point by castsql.commits, outside every layer:
-# no writer calls it itself, so spark imports neither mirrors nor embedded.
-# The UI (castsql ui) sits on top: it reads through the engine and the format;
-# nothing imports it but the castsql command (castsql.cli), which dispatches to it.
-# A module may import its own layer, any layer below it, and the leaves (errors).
-LAYERS = {
-    "castsql.ui": {"castsql.engine", "castsql.snapshot", "castsql.format", "castsql.storage"},
-    "castsql.shell": {"castsql.engine", "castsql.snapshot", "castsql.format", "castsql.storage"},
-    "castsql.embedded": {"castsql.engine", "castsql.write", "castsql.snapshot", "castsql.format", "castsql.storage"},
-    "castsql.engine": {"castsql.snapshot", "castsql.format", "castsql.storage"},
-    "castsql.write": {"castsql.snapshot", "castsql.format", "castsql.storage"},
-    "castsql.mirror": {"castsql.snapshot", "castsql.format", "castsql.storage"},
-    "castsql.snapshot": {"castsql.format", "castsql.storage"},
-    "castsql.format": {"castsql.storage"},
-    "castsql.spark": {"castsql.snapshot", "castsql.format", "castsql.storage", "castsql.write"},
-    "castsql.storage": set(),
-}
-LEAVES = {"castsql.errors"}
+DESIGN = Path(__file__).resolve().parents[1] / "docs" / "DESIGN.md"
+LAYERS_SECTION = "## 2. Layers"  # docs/DESIGN.md §2: the table of layers this test enforces
+
+
+def design_layers() -> tuple[dict[str, str], dict[str, set[str]], set[str]]:
+    """docs/DESIGN.md §2 read: module prefix -> layer, layer -> the layers it
+    may import, and the leaves anyone may import. The document is the one
+    statement of the layers; this test holds the code to it."""
+    text = DESIGN.read_text()
+    assert LAYERS_SECTION in text, f"{DESIGN}: no section {LAYERS_SECTION!r}"
+    section = text.split(LAYERS_SECTION, 1)[1].split("\n## ", 1)[0]
+    owner: dict[str, str] = {}
+    allowed: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not cells[1].startswith("`castsql"):
+            continue
+        layer, modules, _, may = cells
+        for m in re.findall(r"`([a-z_.]+)`", modules):
+            assert m not in owner, f"DESIGN.md §2 names {m} in two layers"
+            owner[m] = layer
+        allowed[layer] = set() if may in ("—", "-", "") else {w.strip() for w in may.split(",")}
+    leaves = set(re.findall(r"^Leaf: `([a-z_.]+)`", section, re.M))
+    unknown = {w for may in allowed.values() for w in may} - set(allowed)
+    assert not unknown, f"DESIGN.md §2 names layers it does not define: {sorted(unknown)}"
+    return owner, allowed, leaves
+
+
+OWNER, LAYERS, LEAVES = design_layers()
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of ``module``: the longest module prefix DESIGN.md §2 names."""
+    best = max((p for p in OWNER if module == p or module.startswith(p + ".")), key=len, default=None)
+    return None if best is None else OWNER[best]
 
 
 @dataclass(frozen=True)
@@ -213,13 +227,44 @@ def test_no_import_cycles():
 def test_layers_import_only_downwards():
     wrong = []
     for e in import_graph():
-        src = next((layer for layer in LAYERS if e.source == layer or e.source.startswith(layer + ".")), None)
-        dst = next((layer for layer in LAYERS if e.target == layer or e.target.startswith(layer + ".")), None)
+        src, dst = layer_of(e.source), layer_of(e.target)
         if src is None or dst is None or src == dst or e.target in LEAVES:
             continue
         if dst not in LAYERS[src]:
-            wrong.append(f"{e.source} (line {e.line}) imports {e.target}")
-    assert not wrong, "imports against the layers of DESIGN.md §4:\n" + "\n".join(wrong)
+            wrong.append(f"{e.source} (line {e.line}, {src}) imports {e.target} ({dst})")
+    assert not wrong, "imports against the layers of docs/DESIGN.md §2:\n" + "\n".join(wrong)
+
+
+def test_every_module_is_in_a_layer_of_the_design():
+    """A new package or top-level module gets its row in DESIGN.md §2 first."""
+    homeless = sorted(m for m in _modules() if m not in LEAVES and layer_of(m) is None)
+    assert not homeless, "modules no layer of docs/DESIGN.md §2 holds: " + ", ".join(homeless)
+
+
+def test_the_design_names_the_layers_of_the_floor_plan():
+    assert set(LAYERS) == {
+        "storage", "format", "snapshot", "write", "engine", "mirror",
+        "embedded", "spark", "shell", "ui", "wiring", "api", "cli",
+    }  # fmt: skip
+    assert LAYERS["storage"] == set()
+    assert LAYERS["format"] == {"storage"}
+    assert "castsql.errors" in LEAVES
+    assert [layer_of(m) for m in ("castsql", "castsql.table", "castsql.engine.native", "castsql.write_cli")] == [
+        "api", "api", "engine", "cli",
+    ]  # fmt: skip
+
+
+def test_no_castsql_module_takes_a_moved_error_from_castsql_errors():
+    """``castsql.errors`` names the upper layers' errors only for code written
+    before they moved (looked up lazily); CastSQL imports them from their layer."""
+    from castsql.errors import MOVED
+
+    wrong = []
+    for name, path in _modules().items():
+        for node, _ in _imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "castsql.errors":
+                wrong += [f"{name} (line {node.lineno}): {a.name}" for a in node.names if a.name in MOVED]
+    assert not wrong, "import these from their own layer (see castsql.errors.MOVED):\n" + "\n".join(wrong)
 
 
 def test_nothing_but_the_command_imports_the_ui():

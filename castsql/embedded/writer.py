@@ -55,7 +55,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyroaring import BitMap
+from pyroaring import AbstractBitMap, BitMap
 
 from castsql.embedded import keycache
 from castsql.engine.physical import Signatures, duck_type
@@ -147,7 +147,7 @@ class Writer:
             return None
         pk = head.primary_key
         check = pk is not None and not allow_duplicate_keys
-        if check:
+        if check and pk is not None:
             check_input_keys(self.table, pk, t.column(pk))  # before any file is written
         files = self.write_files(t, schema)
         return pipeline.append(
@@ -419,7 +419,7 @@ class Writer:
         recs: list[TombstoneRecord],
         pos: np.ndarray,
         keys: pa.Array,
-        deleted: BitMap,
+        deleted: AbstractBitMap,
         n: int,
     ) -> list[TombstoneRecord]:
         """One key range instead of ``recs`` when it is shorter and provably
@@ -498,7 +498,8 @@ class Writer:
         """Apply ``batch`` (Arrow, pandas or polars) as one CDC batch
         (:func:`castsql.write.pipeline.apply_cdc`)."""
         self._batch = as_arrow(batch, f"table {self.table}: cdc")
-        self._src, self._src_name = self._batch, None
+        self._src = self._batch
+        self._src_name: str | None = None
         try:
             return pipeline.apply_cdc(self, cdc, pipeline.Options(attempts, merge_schema, stream=stream))
         finally:
@@ -533,6 +534,7 @@ class Writer:
         over the source and the live target rows it can reach."""
         where = f"table {self.table}: merge"
         src, src_name = self._src, self._src_name
+        assert src_name is not None, "use_source() registers the source first"
         schema = snap.schema
         columns = schema.names
         fast = spec.keys is not None and not spec.of("not_matched_by_source")
@@ -887,7 +889,7 @@ def _lossy(values: list[tuple[str, str, str, str, str | None]]) -> list[tuple[st
     user's text) whose value is a number of another numeric type: (column,
     types, text, a SELECT item ``_castsql_lossyJ`` that is the value as text
     where the cast to the column's type would change it, else NULL)."""
-    out = []
+    out: list[tuple[str, str, str, str | None, str]] = []
     for col, want, got, value, text in values:
         if got == want or not (_NUMERIC.fullmatch(got) and _NUMERIC.fullmatch(want)):
             continue

@@ -245,7 +245,7 @@ class Audits:
 
     def _key(self, disp: str, pk: str, type_: str, value: Any) -> Any:
         try:
-            return self.con.execute(f"SELECT CAST({sql_value(value)} AS {duck_type(type_)})").fetchone()[0]
+            return self.con.execute(f"SELECT CAST({sql_value(value)} AS {duck_type(type_)})").fetchall()[0][0]
         except (duckdb.Error, TypeError):
             raise CastSQLError(f"table {disp}: {value!r} is not a value of the primary key {pk!r} ({type_})") from None
 

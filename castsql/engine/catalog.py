@@ -54,6 +54,24 @@ class Catalog:
         self.skipped: list[str] = []  # sub-directories of opened warehouses that are not readable tables
         self.generation = 0  # grows with every open: what a plan memoised by text depends on
 
+    def _warehouse_tables(self, storage: Storage, pointers: dict[str, tuple[bytes, str]]) -> dict[str, Storage]:
+        """The tables directly under the warehouse ``storage``, by name (their
+        pointers, where the probe read them, into ``pointers``); entries that
+        cannot be probed go to ``skipped``."""
+        found: dict[str, Storage] = {}
+        for child in storage.list_dirs():
+            try:
+                sub = storage.child(child)
+                if held := is_table(sub):
+                    found[child] = sub
+                    if isinstance(held, tuple):
+                        pointers[child] = held
+            except StorageUnreachable:
+                raise  # the endpoint, not this entry: every other probe would wait as long
+            except StorageError as e:
+                self.skipped.append(f"{storage.uri(child)}: {e}")
+        return found
+
     def add(self, storage: Storage, name: str | None = None) -> list[str]:
         """Add the table or every table of the warehouse at ``storage``; returns the names added.
 
@@ -68,18 +86,7 @@ class Catalog:
             if isinstance(held, tuple):
                 pointers[next(iter(found))] = held
         else:
-            found = {}
-            for child in storage.list_dirs():
-                try:
-                    sub = storage.child(child)
-                    if held := is_table(sub):
-                        found[child] = sub
-                        if isinstance(held, tuple):
-                            pointers[child] = held
-                except StorageUnreachable:
-                    raise  # the endpoint, not this entry: every other probe would wait as long
-                except StorageError as e:
-                    self.skipped.append(f"{storage.uri(child)}: {e}")
+            found = self._warehouse_tables(storage, pointers)
             if not found and _empty(storage):
                 # A warehouse with no table yet: opened, with nothing to query.
                 self.uris.append(storage.root)

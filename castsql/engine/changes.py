@@ -38,7 +38,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
-from pyroaring import BitMap
+from pyroaring import AbstractBitMap, BitMap
 
 from castsql.engine import names, native
 from castsql.engine.arrow_tables import temp_table
@@ -140,7 +140,7 @@ class ChangeRows:
         ``_commit_timestamp``; what it reads (an events table, the extension's
         sets) is kept under ``name`` until :meth:`drop`. A caller that wraps it
         in its own view spares DuckDB binding a second one (~1.5 ms a query)."""
-        uses: dict[str, list[tuple[BitMap, int, int, datetime]]] = {}
+        uses: dict[str, list[tuple[AbstractBitMap, int, int, datetime]]] = {}
         files: dict[str, ResolvedFile] = {}
         for s in steps:
             for kind, rows in ((INSERTED, s.inserted), (DELETED, s.deleted)):
@@ -185,14 +185,15 @@ class ChangeRows:
         name: str,
         schema: Schema,
         files: list[ResolvedFile],
-        uses: dict[str, list[tuple[BitMap, int, int, datetime]]],
+        uses: dict[str, list[tuple[AbstractBitMap, int, int, datetime]]],
         keys: KeyFilter | None,
     ) -> tuple[list[str], list[str]]:
         """One scan per physical schema of the files read (nearly) whole, and
         one per file of which few positions are wanted; returns the scans and
         the file order their file ids follow."""
         by_uri = {f.uri: f for f in files}
-        scans, order = [], []
+        scans: list[str] = []
+        order: list[str] = []
         where = f" WHERE {keys.sql()}" if keys is not None else ""
         sieve = self.views.bitmaps is not None and native.scans(self.con)
         for group in self.views.signatures.groups_of(files):
@@ -225,7 +226,9 @@ class ChangeRows:
                 order += [f.uri for f, _ in sieved]
         return scans, order
 
-    def _sieve(self, name: str, proj: str, first: int, files: list[tuple[ResolvedFile, BitMap]], where: str) -> str:
+    def _sieve(
+        self, name: str, proj: str, first: int, files: list[tuple[ResolvedFile, AbstractBitMap]], where: str
+    ) -> str:
         """One scan of ``files`` that decodes only the wanted positions of each:
         the others are bound as deleted in CastSQL's extension, so DuckDB's
         reader drops them before decoding a column and the join with the events
@@ -247,11 +250,12 @@ class ChangeRows:
 
     def _narrow(
         self, name: str, schema: Schema, files: list[ResolvedFile], uses: dict, keys: KeyFilter
-    ) -> dict[str, list[tuple[BitMap, int, int, datetime]]]:
+    ) -> dict[str, list[tuple[AbstractBitMap, int, int, datetime]]]:
         """``uses`` cut to the positions whose key is in ``keys``' range: one
         scan of the key column, which row-group statistics prune (a row's
         history reads the row groups that may hold its key, not the changes)."""
-        scans, order = [], []
+        scans: list[str] = []
+        order: list[str] = []
         for group in self.views.signatures.groups_of(files):
             proj = self._projection(name, schema, group)
             scans.append(
@@ -280,7 +284,7 @@ class ChangeRows:
         except SchemaMismatch as e:
             raise SchemaMismatch(f"{names.table_of(name)}: {e}") from None
 
-    def _tags(self, name: str, tags: list[tuple[BitMap, int, int, datetime]]) -> str:
+    def _tags(self, name: str, tags: list[tuple[AbstractBitMap, int, int, datetime]]) -> str:
         """The step values of files read whole, by file id, as ``e(fid, k, v,
         ts)``: a list in the text for a few files (a temp table costs ~3 ms a
         query), a temp table for many (DuckDB binds a VALUES list's thousands
@@ -344,5 +348,5 @@ class ChangeRows:
             self.views.bitmaps.forget(set_id)
 
 
-def _union(bitmaps: list[BitMap]) -> BitMap:
+def _union(bitmaps: list[AbstractBitMap]) -> AbstractBitMap:
     return bitmaps[0] if len(bitmaps) == 1 else BitMap.union(*bitmaps)

@@ -59,7 +59,7 @@ def hide_credentials(con: duckdb.DuckDBPyConnection) -> None:
     )
     if not any(found.values()):
         return
-    have = con.execute(f"SELECT count(*) FROM duckdb_secrets() WHERE name = {_sql_str(SECRET_NAME)}").fetchone()[0]
+    have = con.execute(f"SELECT count(*) FROM duckdb_secrets() WHERE name = {_sql_str(SECRET_NAME)}").fetchall()[0][0]
     if not have:
         configure_s3(con, S3Config.from_env())
     for name, value in found.items():
@@ -101,7 +101,10 @@ def new_connection(*, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     behind its back (an auto-loaded httpfs would copy AWS_* variables into
     readable settings; other extensions run code past CastSQL's checks). It
     has CastSQL's own extension where that was built (:mod:`castsql.engine.native`)."""
-    config: dict[str, object] = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+    }
     ext = native.extension()
     if ext is not None:
         # CastSQL's own extension carries no DuckDB signature. User SQL cannot

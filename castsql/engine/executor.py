@@ -57,7 +57,7 @@ class Executor:
         roots = [log.storage.root for log in self.catalog.logs.values()]
         home = None
         if self.own_connection:
-            home = self.con.execute("SELECT current_setting('home_directory')").fetchone()[0] or None
+            home = self.con.execute("SELECT current_setting('home_directory')").fetchall()[0][0] or None
         uris = self.catalog.uris
         return policy.Scope(
             tables=self.catalog.tables, protected=[*roots, *uris, self.workdir], readable=uris, home=home

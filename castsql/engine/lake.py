@@ -49,7 +49,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyroaring import BitMap
+from pyroaring import AbstractBitMap
 
 from castsql.engine import names, native
 from castsql.engine.duck import load_extension
@@ -102,7 +102,9 @@ class Lake:
         """Whether a version with ``lineage_key`` (table, physical schema) has a DuckLake table here."""
         return bool(self._lineages.get(lineage_key))
 
-    def scan(self, lineage_key: Any, name: str, columns: Signature, version: int, files: dict[str, BitMap]) -> str:
+    def scan(
+        self, lineage_key: Any, name: str, columns: Signature, version: int, files: dict[str, AbstractBitMap]
+    ) -> str:
         """A table expression over ``files`` (URI -> deleted positions, none empty)
         as they are at ``version`` of one CastSQL table: ``<table> AT (VERSION => n)``.
 
@@ -142,10 +144,10 @@ class Lake:
         self.con.execute(f"CREATE TABLE {qualified} ({cols})")
         tid = self.con.execute(
             f"SELECT table_id FROM {_META}.ducklake_table WHERE table_name = {_q(table)} AND end_snapshot IS NULL"
-        ).fetchone()[0]
+        ).fetchall()[0][0]
         return _Lineage(table, qualified, tid)
 
-    def _advance(self, lin: _Lineage, version: int, files: dict[str, BitMap]) -> None:
+    def _advance(self, lin: _Lineage, version: int, files: dict[str, AbstractBitMap]) -> None:
         """Make ``version`` a snapshot of ``lin``: add the files it lacks, swap the
         delete files of those whose deletes changed."""
         con = self.con
@@ -170,7 +172,7 @@ class Lake:
         snap, schema_v, next_cat, next_file = con.execute(
             f"SELECT snapshot_id, schema_version, next_catalog_id, next_file_id FROM {_META}.ducklake_snapshot "
             "ORDER BY snapshot_id DESC LIMIT 1"
-        ).fetchone()
+        ).fetchall()[0]
         if not changed:
             lin.snapshots[version] = snap
             lin.head = version
@@ -181,6 +183,7 @@ class Lake:
             digest = _digest(bm)
             path, count, size, footer = self._delete_file(uri, bm, digest)
             if lf.delete_id is not None:
+                assert lf.digest is not None  # a delete file registered is registered with its digest
                 ended.append(lf.delete_id)
                 lin.retired.append(((uri, lf.digest), lf.since, version))
             rows.append((next_file + i, lin.table_id, snap + 1, lf.data_file_id, path, count, size, footer))
@@ -248,7 +251,7 @@ class Lake:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)
 
-    def _delete_file(self, uri: str, bm: BitMap, digest: bytes) -> tuple[str, int, int, int]:
+    def _delete_file(self, uri: str, bm: AbstractBitMap, digest: bytes) -> tuple[str, int, int, int]:
         """A Parquet positional delete file (``file_path, pos``) for ``uri``'s
         deleted positions: written once, shared by every version and table
         whose deletes of that file are the same (counted in ``_refs``, removed
@@ -297,7 +300,7 @@ def _values(values: Sequence[Any]) -> str:
     return ", ".join(sql_value(v) for v in values)
 
 
-def _changed(lin: _Lineage, files: dict[str, BitMap]) -> list[tuple[str, BitMap]]:
+def _changed(lin: _Lineage, files: dict[str, AbstractBitMap]) -> list[tuple[str, AbstractBitMap]]:
     """The files of ``files`` that ``lin`` lacks or holds with other deletes.
     Files whose deletes did not change keep the very bitmap object of the
     version before (the resolver shares them): no digest needed for those."""
@@ -309,7 +312,7 @@ def _changed(lin: _Lineage, files: dict[str, BitMap]) -> list[tuple[str, BitMap]
     return out
 
 
-def _digest(bm: BitMap) -> bytes:
+def _digest(bm: AbstractBitMap) -> bytes:
     return hashlib.blake2b(bm.serialize(), digest_size=16).digest()
 
 
@@ -318,7 +321,7 @@ class _LakeFile:
     data_file_id: int
     digest: bytes | None = None  # of the deleted positions its current delete file holds
     delete_id: int | None = None
-    bitmap: BitMap | None = None  # those positions, as the version that registered them had them
+    bitmap: AbstractBitMap | None = None  # those positions, as the version that registered them had them
     since: int = -1  # the version that registered its delete file
 
 

@@ -132,7 +132,7 @@ class StorageFileSystem(AbstractFileSystem):
     def _immutable(self, path: str) -> bool:
         return not path.endswith(_MOVING) and any(path.startswith(t) for t in self._tables)
 
-    def _strip_protocol(self, path: str) -> str:  # type: ignore[override]
+    def _strip_protocol(self, path: str) -> str:
         return canonical_uri(path if "://" in path else f"{self.scheme}://{path}").split("://", 1)[1]
 
     def storage_of(self, path: str) -> tuple[Storage, str]:

@@ -117,11 +117,28 @@ class Plan:
             return self
         refs, used = [], set()
         for r in self.refs:
-            if r.param is not None:
-                r = replace(r, version=_version_param(params, r.param, r.table))
-                used.add(r.param)
+            if (param := r.param) is not None:
+                r = replace(r, version=_version_param(params, param, r.table))
+                used.add(param)
             refs.append(r)
         return replace(self, refs=tuple(refs), used_params=frozenset(used))
+
+
+def _explained_start(toks: Sequence[Token]) -> int:
+    """Where the statement after ``EXPLAIN [ANALYZE]`` or ``EXPLAIN (options)``
+    starts in the text (0 without one): that statement is analysed, so they
+    show the plan it would run."""
+    skip = 0
+    while skip < len(toks) and toks[skip].word in ("EXPLAIN", "ANALYZE"):
+        skip += 1
+    if 0 < skip < len(toks) and toks[skip].text == "(":
+        depth = 0
+        for k in range(skip, len(toks)):
+            depth += toks[k].text.count("(") - toks[k].text.count(")")
+            if depth == 0:
+                skip = k + 1
+                break
+    return toks[skip].start if 0 < skip < len(toks) else 0
 
 
 def parse(sql: str, catalog: Collection[str], con: duckdb.DuckDBPyConnection) -> Plan:
@@ -145,19 +162,7 @@ def parse(sql: str, catalog: Collection[str], con: duckdb.DuckDBPyConnection) ->
     edits += [(a.start, a.end, a.replacement) for a in audits]
     lowered, to_original = _splice(sql, edits)
 
-    # EXPLAIN [ANALYZE] and EXPLAIN (options) show the plan of the statement
-    # after them: that one is analysed, so they show the plan it would run.
-    skip = 0
-    while skip < len(toks) and toks[skip].word in ("EXPLAIN", "ANALYZE"):
-        skip += 1
-    if 0 < skip < len(toks) and toks[skip].text == "(":
-        depth = 0
-        for k in range(skip, len(toks)):
-            depth += toks[k].text.count("(") - toks[k].text.count(")")
-            if depth == 0:
-                skip = k + 1
-                break
-    offset = toks[skip].start if 0 < skip < len(toks) else 0  # no edit lies before it
+    offset = _explained_start(toks)  # no edit lies before it
     tree = serialize(con, lowered[offset:])  # DuckDB's parser: once per text
     analysis = analyze_tree(tree) if tree is not None else None
 
@@ -327,7 +332,8 @@ def _audit_calls(sql: str, toks: Sequence[Token]) -> list[AuditCall]:
         name = _table_arg(toks[2])
         label = names.internal("history", owner=name)
         return [AuditCall("history", name, (), toks[0].start, toks[2].end, label, f"SELECT * FROM {ident(label)}")]
-    out, i = [], 0
+    out: list[AuditCall] = []
+    i = 0
     while i < len(toks):
         t = toks[i]
         if t.word in _AUDITS and i + 1 < len(toks) and toks[i + 1].text == "(":

@@ -115,31 +115,7 @@ class Planner:
             else:
                 edits.append((call.start, call.end, call.replacement))
         # view (lower) -> (view, snapshot, table as spelled); per reference, its view's key
-        wanted: dict[str, tuple[str, Snapshot, str]] = {}
-        keys: list[str] = []
-        for ref in plan.refs:
-            if ref.travels:
-                version = ref.version
-                if version is None:
-                    version = self.catalog.resolve_time(ref.table, ref.timestamp or "")
-                name, snap = self.version_snapshot(ref.table, version)
-                wanted[name.lower()] = (name, snap, self.catalog.name(ref.table))
-                keys.append(name.lower())
-            else:
-                keys.append(ref.table)
-        for key in plan.reads:
-            disp = self.catalog.name(key)
-            log = self.catalog.logs[key]
-            head = log.known_head() if self.speculate and plan.kinds == ("SELECT",) else None
-            if log.uri in self.found:
-                wanted[key] = (disp, resolve(log, self.found[log.uri]), disp)
-            elif head is not None:
-                # Read the head the session knows while the look for a newer
-                # one runs beside the query (see Executor.sql).
-                self.checks.append((log, head.version, in_background(log.latest)))
-                wanted[key] = (disp, resolve(log, head.version), disp)
-            else:
-                wanted[key] = (disp, resolve(log), disp)
+        wanted, keys = self._wanted(plan)
         if plan.count_star is not None:
             # SELECT count(*) FROM t: the version's metadata knows (rows minus
             # deletes), on any table size, without opening a file.
@@ -169,6 +145,38 @@ class Planner:
                 self.ensure_view(name, snap, table)
         return splice(plan.sql, edits) if edits else plan.sql
 
+    def _wanted(self, plan: Plan) -> tuple[dict[str, tuple[str, Snapshot, str]], list[str]]:
+        """The snapshot each view of ``plan`` shows (view name -> its name,
+        snapshot, the table as the user names it), and each reference's key
+        into it: a version named with ``AS OF`` resolved as asked, the latest
+        as the session knows it (see :meth:`Executor.sql`'s speculation) or read now."""
+        wanted: dict[str, tuple[str, Snapshot, str]] = {}
+        keys: list[str] = []
+        for ref in plan.refs:
+            if ref.travels:
+                version = ref.version
+                if version is None:
+                    version = self.catalog.resolve_time(ref.table, ref.timestamp or "")
+                name, snap = self.version_snapshot(ref.table, version)
+                wanted[name.lower()] = (name, snap, self.catalog.name(ref.table))
+                keys.append(name.lower())
+            else:
+                keys.append(ref.table)
+        for key in plan.reads:
+            disp = self.catalog.name(key)
+            log = self.catalog.logs[key]
+            head = log.known_head() if self.speculate and plan.kinds == ("SELECT",) else None
+            if log.uri in self.found:
+                wanted[key] = (disp, resolve(log, self.found[log.uri]), disp)
+            elif head is not None:
+                # Read the head the session knows while the look for a newer
+                # one runs beside the query (see Executor.sql).
+                self.checks.append((log, head.version, in_background(log.latest)))
+                wanted[key] = (disp, resolve(log, head.version), disp)
+            else:
+                wanted[key] = (disp, resolve(log), disp)
+        return wanted, keys
+
     def _pruned_view(self, entry: tuple[str, Snapshot, str], conditions: Sequence) -> str | None:
         view, snap, table = entry
         if not conditions or snap.file_count <= 1:
@@ -184,7 +192,7 @@ class Planner:
         for col, op, value, vtype in conditions:
             c = columns.get(col)
             v = None if c is None else duck_value(self.con, value, vtype, c.type)
-            if v is not None:
+            if c is not None and v is not None:
                 preds.append(Predicate(c.name, op, v))
         return preds
 

@@ -217,7 +217,7 @@ def _select(node: dict, out: list[TableRef], bases: dict[int, TableRef]) -> None
     where = node.get("where_clause")
     if not tables or not where:
         return
-    refs = []
+    refs: list[TableRef | None] = []
     for t in tables:
         if t.get("schema_name") or t.get("catalog_name") or t.get("at_clause") or t.get("sample"):
             refs.append(None)
@@ -227,7 +227,7 @@ def _select(node: dict, out: list[TableRef], bases: dict[int, TableRef]) -> None
         if ref is None:
             continue
         out.append(ref)
-    by_qualifier = {}
+    by_qualifier: dict[str, list[TableRef]] = {}
     for t, ref in zip(tables, refs, strict=True):
         if ref is not None:
             by_qualifier.setdefault((t.get("alias") or t["table_name"]).lower(), []).append(ref)
@@ -328,7 +328,7 @@ def duck_value(con: duckdb.DuckDBPyConnection, value: Any, vtype: str, column_ty
     if local is not None:
         return local
     try:
-        return con.execute(f"SELECT CAST({sql_str(value)} AS {target})").fetchone()[0]
+        return con.execute(f"SELECT CAST({sql_str(value)} AS {target})").fetchall()[0][0]
     except duckdb.Error:
         return None  # DuckDB will say what is wrong with the literal when the query runs
 

@@ -178,7 +178,7 @@ class Session:
             # (castsql.engine.threads). Not on GCS and Azure: there each thread
             # opens its own handle of the fsspec filesystem, and a one-file
             # scan's requests grow with them (docs/OBJECT_STORES.md).
-            cores = int(self.con.execute("SELECT current_setting('threads')").fetchone()[0])
+            cores = int(self.con.execute("SELECT current_setting('threads')").fetchall()[0][0])
             self.views.threads = RemoteThreads(self.con, cores, REMOTE_THREADS)
             self._threads_set = True
 

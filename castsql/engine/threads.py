@@ -80,7 +80,7 @@ class RemoteThreads:
         want = self.most if self._new > self.cores else self.cores
         self._new = 0
         if want != self.now and not self.released:
-            if int(self.con.execute("SELECT current_setting('threads')").fetchone()[0]) != self.now:
+            if int(self.con.execute("SELECT current_setting('threads')").fetchall()[0][0]) != self.now:
                 self.released = True
                 return
             self.con.execute(f"SET threads = {want}")

@@ -26,12 +26,12 @@ import array
 import itertools
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
 import pyarrow as pa
-from pyroaring import BitMap
+from pyroaring import AbstractBitMap, BitMap
 
 from castsql.engine import names, native
 from castsql.engine.arrow_tables import temp_table
@@ -57,7 +57,7 @@ def _uint32(values: np.ndarray | array.array) -> pa.Array:
     return native.buffer_array(pa.uint32(), values)
 
 
-def _bitmap_array(bm: BitMap) -> pa.Array:
+def _bitmap_array(bm: AbstractBitMap) -> pa.Array:
     return _uint32(bm.to_array()).cast(pa.int64())
 
 
@@ -68,8 +68,8 @@ class Views:
         self.con = con
         self.workdir = workdir
         self._lake: Lake | None = None
-        self._range_cache: OrderedDict[tuple[str, tuple], BitMap] = OrderedDict()  # at most _RANGE_CACHE
-        self._reach_cache: OrderedDict[tuple, BitMap | None] = OrderedDict()  # at most _RANGE_CACHE
+        self._range_cache: OrderedDict[tuple[str, tuple], AbstractBitMap] = OrderedDict()  # at most _RANGE_CACHE
+        self._reach_cache: OrderedDict[tuple, AbstractBitMap | None] = OrderedDict()  # at most _RANGE_CACHE
         self.signatures = Signatures(con)
         self._seq = itertools.count()
         self._lake_at: dict[str, tuple[object, int]] = {}  # view -> (DuckLake lineage, version) it reads
@@ -103,7 +103,7 @@ class Views:
             self._lake = Lake(self.con, f"{self.workdir}/lake")
         return self._lake
 
-    def deleted(self, snap: Snapshot, f: ResolvedFile) -> BitMap:
+    def deleted(self, snap: Snapshot, f: ResolvedFile) -> AbstractBitMap:
         """Every deleted position of ``f``, key ranges included."""
         if not f.key_ranges:
             return f.deleted
@@ -184,7 +184,7 @@ class Views:
         self._drop_tables(self._new_tables)  # left by a create that failed before its view existed
         self._new_tables = []
         provisional = False
-        lake_at = None
+        lake_at: tuple[object, int] | None = None
         if positions:
             body = self._positional_body(name, snap, files)
         elif not files:
@@ -193,7 +193,7 @@ class Views:
             # A whole version (not a file set pruned from one) is a snapshot of the
             # table's DuckLake lineage: the next version reuses what this one built.
             whole = lake and not predicates and len(files) == snap.file_count and snap.is_resolved
-            branches = []
+            branches: list[str] = []
             for group, members in self._groups(files):
                 proj = self._projection(snap, group, members[0])
                 clean = [f for f in members if not f.has_deletes]
@@ -241,8 +241,8 @@ class Views:
         before = self._lake_at.pop(name, None)
         if lake_at is not None:
             self._lake_at[name] = lake_at
-        for lineage in {at[0] for at in (before, lake_at) if at is not None}:
-            self._trim(lineage)
+        for pinned in {pin[0] for pin in (before, lake_at) if pin is not None}:
+            self._trim(pinned)
         return provisional
 
     def _trim(self, lineage: object) -> None:
@@ -273,7 +273,9 @@ class Views:
         beside a large base), they join that one scan (no bitmap bound to
         them), as a union of two scans cost such a table's aggregate a fifth
         more than one."""
-        branches, scattered = [], []
+        branches: list[str] = []
+        # (file, its deleted positions as an array where counted, the bitmap)
+        scattered: list[tuple[ResolvedFile, Any, AbstractBitMap]] = []
         seq = next(self._seq)
         deads = []
         for f in files:
@@ -287,7 +289,7 @@ class Views:
         # which must project file_row_number: runs (whole row groups) too.
         in_reader = live and native.scans(self.con)
         for f, dead in deads:
-            if (in_reader and dead) or (live and self.bitmaps.holds(f.uri, dead)):
+            if (in_reader and dead) or (live and self.bitmaps is not None and self.bitmaps.holds(f.uri, dead)):
                 scattered.append((f, None, dead))  # scattered when bound before: no runs to count
                 continue
             arr = np.frombuffer(dead.to_array(), dtype=np.uint32)
@@ -339,7 +341,7 @@ class Views:
         inside DuckDB's Parquet reader (``"castsql/parquet"``)."""
         return native.scans(self.con) and self._fits_native(files)
 
-    def _live_filter(self, proj: str, files: list[tuple[ResolvedFile, BitMap | None]]) -> str:
+    def _live_filter(self, proj: str, files: list[tuple[ResolvedFile, AbstractBitMap | None]]) -> str:
         """One scan of ``files`` that skips their deleted positions, held as
         bitmaps by CastSQL's extension: inside DuckDB's Parquet reader, which
         then decodes only the live rows (``"castsql/parquet"``), or, without
@@ -361,7 +363,7 @@ class Views:
         self._new_tables.append(name)
         return quoted
 
-    def _reachable(self, uri: str, group: Group, snap: Snapshot, within: Sequence) -> BitMap | None:
+    def _reachable(self, uri: str, group: Group, snap: Snapshot, within: Sequence) -> AbstractBitMap | None:
         """``_row_groups``, remembered: data files never change, and the first
         query after a commit usually asks what the one before it asked."""
         types = tuple((p.column, types_of(snap).get(p.column)) for p in within)
@@ -375,7 +377,7 @@ class Views:
             self._reach_cache.popitem(last=False)
         return keep
 
-    def _row_groups(self, uri: str, group: Group, snap: Snapshot, within: Sequence) -> BitMap | None:
+    def _row_groups(self, uri: str, group: Group, snap: Snapshot, within: Sequence) -> AbstractBitMap | None:
         """The positions of the row groups of ``uri`` whose footer statistics may
         match every predicate of ``within`` (conservative: a statistic that is
         missing or of another type keeps the row group); None: all of them."""

@@ -150,8 +150,8 @@ def build(values: Sequence[Any], type: pa.DataType) -> pa.Array:
         if ints and (min(ints) < lo or max(ints) > hi):
             raise OverflowError(f"an integer out of the range of {type}")
         with np.errstate(over="ignore"):  # a float past float32's range is inf, as pa.array makes it
-            data = np.array([v if v is not None else 0 for v in values], dtype=_dtype(type))
-        return pa.Array.from_buffers(type, n, [mask, pa.py_buffer(data)])
+            numbers = np.array([v if v is not None else 0 for v in values], dtype=_dtype(type))
+        return pa.Array.from_buffers(type, n, [mask, pa.py_buffer(numbers)])
     if pa.types.is_list(type) and pa.types.is_integer(type.value_type):
         if not all(isinstance(v, list | tuple) for v in present):
             raise TypeError("not all lists")

@@ -35,21 +35,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from castsql.errors import CommitConflict, FormatError, ObjectNotFound, WriteError
+from castsql.errors import DmlConflict as DmlConflict  # named here before the family held it
+from castsql.errors import RestoreRaced as RestoreRaced
 from castsql.format import evolution, fold, markers
 from castsql.format.layout import to_table_key
 from castsql.format.manifest import CdcState, ChangeData, ChangeLog, DataFile, Manifest, MetaRef, Totals
 from castsql.format.metadata import TableMetadata
 from castsql.format.properties import delete_retention
 from castsql.format.schema import Schema
-
-
-class RestoreRaced(CommitConflict):
-    """A restore's plan is stale: another version landed first (it plans again)."""
-
-
-class DmlConflict(CommitConflict):
-    """An update or merge's plan is stale: a concurrent commit touched a file it
-    deletes rows of, or may hold a key it inserts (it plans again)."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +133,8 @@ class Change:
             streams = {**streams, str(query): max(batch, streams.get(str(query), -1))}
         properties = base.properties
         if self.properties:
-            properties = {**properties, **self.properties}
-            properties = {k: v for k, v in properties.items() if v is not None}
+            merged = {**properties, **self.properties}
+            properties = {k: v for k, v in merged.items() if v is not None}
         return base.evolve(
             cdc=self._next_cdc(base, meta, properties, schema, where),
             properties=properties,
@@ -158,7 +151,7 @@ class Change:
                 self.add_tombstones,
                 self.remove_tombstones,
                 **self._change_data(base, since, root),
-                markers=markers.bounds(self.add_markers, self.cdc_order[0]) if self.add_markers is not None else None,
+                markers=self._marker_bounds(),
             ),
             operation=self.operation,
             summary={**self.summary, **evolution.describe(base.schema, schema)},
@@ -207,6 +200,12 @@ class Change:
             prune=self.operation == "COMPACT",
         )
         return replace(state, markers=objects, inline=inline)
+
+    def _marker_bounds(self) -> Any:
+        if self.add_markers is None:
+            return None
+        assert self.cdc_order is not None, "markers are written only to a CDC-ordered table"
+        return markers.bounds(self.add_markers, self.cdc_order[0])
 
     def _change_data(self, base: Manifest, since: list[ChangeLog] | None, root: str) -> dict[str, Any]:
         """The change-data file and keys (ChangeLog fields), if the file still

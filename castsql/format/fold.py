@@ -121,8 +121,8 @@ def next_files(
     kept = [f for f in inline if f.path not in remove]
     removed = [f for f in inline if f.path in remove]
     left = remove - {f.path for f in removed}
-    objects = list(base.file_objects)
-    for i, ref in enumerate(objects):
+    objects: list[MetaRef | None] = list(base.file_objects)
+    for i, ref in enumerate(base.file_objects):
         if not left or not any(may_hold(ref, k) for k in left):
             continue
         part = meta.part(ref, base)
@@ -134,22 +134,22 @@ def next_files(
         removed += part.entries_where(hit)
         left -= set(gone.column("path").to_pylist())
         rest = conform_files(table.filter(pc.invert(hit)), schema)
-        objects[i] = write(rest, ref.level) if rest.num_rows else None  # type: ignore[call-overload]
+        objects[i] = write(rest, ref.level) if rest.num_rows else None
     if left:
         raise CommitConflict(f"{where}: data file {sorted(left)[0]} was removed by a concurrent commit")
-    objects = [r for r in objects if r is not None]
+    live = [r for r in objects if r is not None]
     kept += list(add)
     if len(kept) > FILES_INLINE_MAX:
         for chunk in _chunks(files_to_arrow(kept, schema)):
-            objects.append(write(chunk, level_for(chunk.num_rows, FILES_INLINE_MAX)))
+            live.append(write(chunk, level_for(chunk.num_rows, FILES_INLINE_MAX)))
         kept = []
-    objects = _merge_tiers(
-        objects,
+    live = _merge_tiers(
+        live,
         FILES_INLINE_MAX,
         lambda ref: conform_files(meta.part(ref, base).table, schema),
         write,
     )
-    return objects, kept, removed
+    return live, kept, removed
 
 
 def next_deletes(
@@ -167,31 +167,31 @@ def next_deletes(
     kept = [t for t in inline if t not in remove]
     left = remove - set(inline)  # not found yet
     in_objects = pa.array(sorted(left), pa.string())
-    objects = list(base.delete_objects)
+    objects: list[MetaRef | None] = list(base.delete_objects)
     if left:
         # One tombstone's records may be spread over several objects (a fold
         # cuts chunks): every object is checked, not only until each is found once.
-        for i, ref in enumerate(objects):
+        for i, ref in enumerate(base.delete_objects):
             table = meta.deletes_table(ref)
             hit = pc.is_in(table.column("tombstone"), in_objects)
             if not pc.any(hit).as_py():
                 continue
             left -= set(table.filter(hit).column("tombstone").to_pylist())
             rest = table.filter(pc.invert(hit))
-            objects[i] = write_deletes_object(st, rest, level=ref.level) if rest.num_rows else None  # type: ignore[call-overload]
+            objects[i] = write_deletes_object(st, rest, level=ref.level) if rest.num_rows else None
     if left:
         raise CommitConflict(f"{where}: tombstone {sorted(left)[0]} was removed by a concurrent commit")
-    objects = [r for r in objects if r is not None]
+    live = [r for r in objects if r is not None]
     kept += list(add)
     if len(kept) > DELETES_INLINE_MAX:
         records = deletes_to_arrow([(t, r) for t in kept for r in meta.tombstones(t)])
         for chunk in _chunks(records):
-            objects.append(write_deletes_object(st, chunk, level=level_for(chunk.num_rows, DELETES_INLINE_MAX)))
+            live.append(write_deletes_object(st, chunk, level=level_for(chunk.num_rows, DELETES_INLINE_MAX)))
         kept = []
-    objects = _merge_tiers(
-        objects,
+    live = _merge_tiers(
+        live,
         DELETES_INLINE_MAX,
         meta.deletes_table,
         lambda table, level: write_deletes_object(st, table, level=level),
     )
-    return objects, kept
+    return live, kept

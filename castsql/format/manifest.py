@@ -553,20 +553,15 @@ class Manifest:
         return json.dumps(self.to_json(), separators=(",", ":"), allow_nan=False).encode()
 
 
-def parse_manifest(data: bytes, where: str, *, expected_version: int | None = None) -> Manifest:
-    """Parse and validate a manifest; ``where`` names it in errors.
-
-    ``expected_version`` is the version its key names: a manifest holding
-    another version is refused before anything else is checked.
-    """
-    obj = _manifest_object(data, where)
+def _format_and_version(obj: dict, where: str, expected_version: int | None) -> tuple[int, int]:
+    """The manifest's format version (one this CastSQL reads) and version (the
+    one its key names, where given), once the fields its format needs are there."""
     fv = obj.get("format_version", 1)
     if not isinstance(fv, int) or isinstance(fv, bool) or fv < 1:
         raise FormatError(f"{where}: format_version must be a positive integer, got {fv!r}")
     if fv > FORMAT_VERSION:
         raise FormatError(f"{where}: format_version {fv} is newer than this CastSQL reads ({FORMAT_VERSION})")
-    v2 = fv == 2
-    for k in ("version", "schema", "created_at", *(("files", "deletes") if v2 else ("data_files", "tombstones"))):
+    for k in ("version", "schema", "created_at", *(("files", "deletes") if fv == 2 else ("data_files", "tombstones"))):
         if k not in obj:
             raise FormatError(f"{where}: manifest has no {k!r} field")
     version = obj["version"]
@@ -574,33 +569,29 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         raise FormatError(f"{where}: 'version' must be an integer from 0 to 2^63-1, got {str(version)[:40]!r}")
     if expected_version is not None and version != expected_version:
         raise FormatError(f"{where}: holds version {version}, but its key names version {expected_version}")
-    previous, created_at = _lineage(obj, version, where)
-    schema = Schema.from_json(obj["schema"], where)
-    file_objects: tuple[MetaRef, ...] = ()
-    delete_objects: tuple[MetaRef, ...] = ()
-    totals = change = None
-    if v2:
-        files_part, deletes_part = obj["files"], obj["deletes"]
-        for name, part in (("files", files_part), ("deletes", deletes_part)):
-            if not isinstance(part, dict) or not isinstance(part.get("objects"), list):
-                raise FormatError(f"{where}: {name!r} must be an object with 'objects' and 'inline' lists")
-            if not isinstance(part.get("inline"), list):
-                raise FormatError(f"{where}: {name!r} must be an object with 'objects' and 'inline' lists")
-        file_objects = tuple(
-            MetaRef.from_json(r, "files", f"{where}: files.objects[{i}]") for i, r in enumerate(files_part["objects"])
-        )
-        delete_objects = tuple(
-            MetaRef.from_json(r, "deletes", f"{where}: deletes.objects[{i}]")
-            for i, r in enumerate(deletes_part["objects"])
-        )
-        raw_files, tombs = files_part["inline"], deletes_part["inline"]
-        totals = Totals.from_json(obj.get("totals", {}), where)
-        change = ChangeLog.from_json(obj.get("change", {}), where)
-    else:
-        raw_files, tombs = obj["data_files"], obj["tombstones"]
-        if not isinstance(raw_files, list):
-            raise FormatError(f"{where}: 'data_files' must be a list")
-    files = tuple(DataFile.from_json(f, f"{where}: data file {i}") for i, f in enumerate(raw_files))
+    return fv, version
+
+
+def _v2_parts(obj: dict, where: str) -> tuple[tuple[MetaRef, ...], tuple[MetaRef, ...], Any, Any]:
+    """A version 2 manifest's files and deletes: the objects it references and
+    the inline files and tombstones (checked by the caller)."""
+    files_part, deletes_part = obj["files"], obj["deletes"]
+    for name, part in (("files", files_part), ("deletes", deletes_part)):
+        if not isinstance(part, dict) or not isinstance(part.get("objects"), list):
+            raise FormatError(f"{where}: {name!r} must be an object with 'objects' and 'inline' lists")
+        if not isinstance(part.get("inline"), list):
+            raise FormatError(f"{where}: {name!r} must be an object with 'objects' and 'inline' lists")
+    file_objects = tuple(
+        MetaRef.from_json(r, "files", f"{where}: files.objects[{i}]") for i, r in enumerate(files_part["objects"])
+    )
+    delete_objects = tuple(
+        MetaRef.from_json(r, "deletes", f"{where}: deletes.objects[{i}]") for i, r in enumerate(deletes_part["objects"])
+    )
+    return file_objects, delete_objects, files_part["inline"], deletes_part["inline"]
+
+
+def _check_listed_once(where: str, files: tuple[DataFile, ...], tombs: Any) -> None:
+    """No data file listed twice; the tombstones a list of paths, each once."""
     seen: set[str] = set()
     for f in files:
         if f.path in seen:
@@ -611,19 +602,11 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
     if len(set(tombs)) != len(tombs):
         twice = next(t for i, t in enumerate(tombs) if t in tombs[:i])
         raise FormatError(f"{where}: tombstone {twice} is listed twice")
-    _check_statistics(where, version, schema, files, file_objects, change)
-    if totals is not None:
-        found = (
-            len(files) + sum(r.entries for r in file_objects),
-            sum(f.total_rows for f in files) + sum(r.rows for r in file_objects),
-            sum(f.size_bytes for f in files) + sum(r.bytes for r in file_objects),
-        )
-        _check_totals(where, version, totals, found)
-    for kind, paths in (("data file", (f.path for f in files)), ("tombstone", tombs)):
-        for p in paths:
-            if not is_normal_key(p) and (problem := key_problem(p)) is not None:
-                raise FormatError(f"{where}: {kind} {p!r} is not a plain object key: it {problem}")
-    pk = _primary_key(obj, schema, where)
+
+
+def _annotations(obj: dict, where: str) -> tuple[dict, dict, dict]:
+    """The manifest's summary, streams and properties, checked; its operation,
+    commit id and writer strings where present."""
     summary = obj.get("summary") or {}
     if not isinstance(summary, dict):
         raise FormatError(f"{where}: 'summary' must be an object")
@@ -640,6 +623,47 @@ def parse_manifest(data: bytes, where: str, *, expected_version: int | None = No
         isinstance(k, str) and isinstance(v, str) for k, v in properties.items()
     ):
         raise FormatError(f"{where}: 'properties' must map names to strings")
+    return summary, streams, properties
+
+
+def parse_manifest(data: bytes, where: str, *, expected_version: int | None = None) -> Manifest:
+    """Parse and validate a manifest; ``where`` names it in errors.
+
+    ``expected_version`` is the version its key names: a manifest holding
+    another version is refused before anything else is checked.
+    """
+    obj = _manifest_object(data, where)
+    fv, version = _format_and_version(obj, where, expected_version)
+    v2 = fv == 2
+    previous, created_at = _lineage(obj, version, where)
+    schema = Schema.from_json(obj["schema"], where)
+    file_objects: tuple[MetaRef, ...] = ()
+    delete_objects: tuple[MetaRef, ...] = ()
+    totals = change = None
+    if v2:
+        file_objects, delete_objects, raw_files, tombs = _v2_parts(obj, where)
+        totals = Totals.from_json(obj.get("totals", {}), where)
+        change = ChangeLog.from_json(obj.get("change", {}), where)
+    else:
+        raw_files, tombs = obj["data_files"], obj["tombstones"]
+        if not isinstance(raw_files, list):
+            raise FormatError(f"{where}: 'data_files' must be a list")
+    files = tuple(DataFile.from_json(f, f"{where}: data file {i}") for i, f in enumerate(raw_files))
+    _check_listed_once(where, files, tombs)
+    _check_statistics(where, version, schema, files, file_objects, change)
+    if totals is not None:
+        found = (
+            len(files) + sum(r.entries for r in file_objects),
+            sum(f.total_rows for f in files) + sum(r.rows for r in file_objects),
+            sum(f.size_bytes for f in files) + sum(r.bytes for r in file_objects),
+        )
+        _check_totals(where, version, totals, found)
+    for kind, paths in (("data file", (f.path for f in files)), ("tombstone", tombs)):
+        for p in paths:
+            if not is_normal_key(p) and (problem := key_problem(p)) is not None:
+                raise FormatError(f"{where}: {kind} {p!r} is not a plain object key: it {problem}")
+    pk = _primary_key(obj, schema, where)
+    summary, streams, properties = _annotations(obj, where)
     cdc = obj.get("cdc")
     if cdc is not None and not v2:
         raise FormatError(f"{where}: 'cdc' needs format_version 2")

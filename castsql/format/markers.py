@@ -196,7 +196,7 @@ def _unexpired(t: pa.Table, cutoff: datetime | None) -> pa.Table:
 def inlinable(state: CdcState, schema: Schema) -> bool:
     """Whether the key and sequence columns' values are exact as JSON statistics (integers, text, times)."""
     for name in (*state.key, *state.sequence):
-        t = type_from_name(schema.column(name).type)
+        t = type_from_name(schema.column_named(name).type)
         # Not floats: JSON has no infinity.
         if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_boolean(t)
                 or pa.types.is_date(t) or pa.types.is_timestamp(t)):  # fmt: skip
@@ -221,7 +221,7 @@ def to_inline(t: pa.Table, state: CdcState) -> tuple[dict[str, Any], ...]:
 def from_inline(state: CdcState, schema: Schema, where: str) -> pa.Table:
     """The manifest's inline markers as rows of a markers object, in the table's types now."""
     names = (*state.key, *state.sequence)
-    types = {c: type_from_name(schema.column(c).type) for c in names}
+    types = {c: type_from_name(schema.column_named(c).type) for c in names}
     values: dict[str, list[Any]] = {c: [] for c in names}
     at = []
     for m in state.inline:
@@ -229,7 +229,7 @@ def from_inline(state: CdcState, schema: Schema, where: str) -> pa.Table:
             typed = typed_stat(v, types[c])
             if typed is None:
                 raise FormatError(
-                    f"{where}: cdc.inline: {v!r} is not a value of column {c!r} ({schema.column(c).type})"
+                    f"{where}: cdc.inline: {v!r} is not a value of column {c!r} ({schema.column_named(c).type})"
                 )
             values[c].append(typed)
         try:

@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import pyarrow as pa
 
@@ -373,9 +374,8 @@ class TableMetadata:
             # Every query asks this of a table it read before, and most of the
             # time nothing was committed since: the pointer and the manifest
             # past the last head are read together, one round trip, not two.
-            (pv, etag), probe = overlapped(
-                lambda f: f(), [self._read_pointer, lambda: self._probe(seen[0].version + 1)]
-            )
+            done: list[Any] = overlapped(lambda f: f(), [self._read_pointer, lambda: self._probe(seen[0].version + 1)])
+            (pv, etag), probe = done
             if pv is not None and pv == seen[1]:
                 if probe is None:
                     self._seen = (seen[0], pv, etag)

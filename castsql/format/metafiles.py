@@ -401,6 +401,18 @@ def check_entries(table: pa.Table, what: str) -> None:
             except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
                 continue
             refuse(bad, f"column {fld.name!r} has a min above its max")
+    _check_extra(table, paths, what)
+
+
+_EXTRA_DEPTH = 64
+_ZERO = scalar(0, pa.int64())
+_MAX_COUNT = 1 << 48  # rows in one row group: far past any real file, and 2^15 of them cannot overflow an int64
+_MAX_GROUPS = 1 << 15
+
+
+def _check_extra(table: pa.Table, paths: Any, what: str) -> None:
+    """Every ``extra`` of a files object is a JSON object, nested at most
+    ``_EXTRA_DEPTH`` deep."""
     extra = table.column("extra") if "extra" in table.column_names else None
     if extra is not None and extra.null_count < len(extra):
         # Parsed again when entries are built, maybe deeper in the stack: a
@@ -416,12 +428,6 @@ def check_entries(table: pa.Table, what: str) -> None:
                 raise FormatError(f"{what}: data file {path}: 'extra' is not a JSON object")
             if i in deep_rows and json_depth(value) > _EXTRA_DEPTH:
                 raise FormatError(f"{what}: data file {path}: 'extra' is nested more than {_EXTRA_DEPTH} deep")
-
-
-_EXTRA_DEPTH = 64
-_ZERO = scalar(0, pa.int64())
-_MAX_COUNT = 1 << 48  # rows in one row group: far past any real file, and 2^15 of them cannot overflow an int64
-_MAX_GROUPS = 1 << 15
 
 
 def json_depth(value: Any) -> int:

@@ -42,7 +42,7 @@ Example::
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -101,7 +101,7 @@ def _positive(v: str) -> int:
     return n
 
 
-_KNOWN = {
+_KNOWN: dict[str, Callable[[str], object]] = {
     AUTO_COMPACT: _bool,
     MIN_FILES: _positive,
     MAX_FILE_SIZE: _positive,
@@ -159,12 +159,13 @@ def check(props: Mapping[str, str | None], where: str) -> dict[str, str | None]:
                 try:
                     parse(v)
                 except ValueError:
-                    what = {
+                    takes: dict[Callable[[str], object], str] = {
                         _bool: "true or false",
                         _positive: "a positive integer",
                         _iceberg_version: "2 or 3",
                         _duration: "a duration of at most 100 years ('30 days', '12 hours'), or 'forever'",
-                    }.get(parse, "a string")
+                    }
+                    what = takes.get(parse, "a string")
                     raise CastSQLError(f"{where}: property {k!r} takes {what}, not {v!r}") from None
         out[k] = v
     return out

@@ -176,6 +176,14 @@ class Schema:
                 return c
         return None
 
+    def column_named(self, name: str) -> Column:
+        """The column ``name``, where the caller knows the schema holds it
+        (``KeyError`` otherwise: a bug, not bad input)."""
+        c = self.column(name)
+        if c is None:
+            raise KeyError(name)
+        return c
+
     def to_arrow(self) -> pa.Schema:
         return pa.schema([pa.field(c.name, type_from_name(c.type)) for c in self.columns])
 

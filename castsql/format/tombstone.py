@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 from pyroaring import BitMap
@@ -60,7 +60,7 @@ class PositionDelete:
 TombstoneRecord = RowGroupDelete | KeyRangeDelete | PositionDelete
 
 
-def _nonneg_int(v: Any) -> bool:
+def _nonneg_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
@@ -91,7 +91,7 @@ def parse_record(obj: Any, where: str) -> TombstoneRecord:
     rg = obj.get("row_group")
     if "row_group" in obj and not _nonneg_int(rg):
         raise FormatError(f"{where}: 'row_group' must be a non-negative integer, got {rg!r}")
-    if keys == {"row_group"}:
+    if keys == {"row_group"} and _nonneg_int(rg):  # checked above: narrows rg's type
         return RowGroupDelete(f, rg)
     if keys == {"pk_min", "pk_max"}:
         lo, hi = obj["pk_min"], obj["pk_max"]

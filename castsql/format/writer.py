@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,7 +36,7 @@ from castsql.storage import Storage
 DEFAULT_ROW_GROUP_SIZE = 122_880  # DuckDB's own row group size
 DEFAULT_TARGET_FILE_BYTES = 256 * 1024 * 1024
 
-ArrowData = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
+ArrowData: TypeAlias = pa.Table | pa.RecordBatch | pa.RecordBatchReader | Iterable[pa.RecordBatch]
 
 
 def _batches(data: ArrowData) -> Iterator[pa.RecordBatch]:

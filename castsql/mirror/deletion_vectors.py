@@ -42,7 +42,7 @@ def z85_encode(data: bytes) -> str:
     """ZeroMQ's Z85 (Delta's base85 for UUIDs and inline vectors); ``data``'s length a multiple of 4."""
     if len(data) % 4:
         raise ValueError(f"z85 needs a multiple of 4 bytes, got {len(data)}")
-    out = []
+    out: list[str] = []
     for i in range(0, len(data), 4):
         v = int.from_bytes(data[i : i + 4], "big")
         chunk = []

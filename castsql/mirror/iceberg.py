@@ -131,7 +131,7 @@ def _pyiceberg() -> Any:
     try:
         import pyiceberg.manifest as manifest
     except ImportError:
-        raise MissingExtra("the Iceberg mirror needs PyIceberg: pip install 'castsql[iceberg]'") from None
+        raise MissingExtra("the Iceberg mirror", "iceberg", "pyiceberg") from None
     return manifest
 
 
@@ -266,7 +266,7 @@ def _read_avro(files: _Files, path: str, schema: Any, types: dict[int, Any]) -> 
     drops a deletion vector's place and the row ids)."""
     from pyiceberg.avro.file import AvroFile
 
-    with AvroFile(files.io.new_input(path), schema, read_types=types) as reader:
+    with AvroFile[Any](files.io.new_input(path), schema, read_types=types) as reader:
         return list(reader)
 
 
@@ -317,6 +317,8 @@ def _read_state(storage: Storage, version: int, files: _Files) -> _State:
                                first_row_id, df[at["referenced_data_file"]], df[at["content_offset"]],
                                df[at["content_size_in_bytes"]])  # fmt: skip
             if deletes:
+                if entry.referenced is None:
+                    raise MirrorError(f"{mf.manifest_path}: a deletion vector names no data file")
                 key = to_table_key(entry.referenced, storage.root, what="data file")
                 st.vectors[key] = entry.existing()
             else:
@@ -774,7 +776,8 @@ def _merge_small(
     if len(manifests) <= MANIFESTS_MERGED_AT:
         return
     by_size = sorted(manifests, key=lambda mf: len(members[mf.path]))
-    take, count = [], 0
+    take: list[Any] = []
+    count = 0
     for mf in by_size:
         n = len(members[mf.path])
         if count + n > MANIFEST_MERGE_ENTRIES and len(take) >= 2:

@@ -27,7 +27,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 # The same as castsql.shell.render.MODES (a test keeps them equal): the shell's
@@ -154,7 +154,9 @@ def _run(args: argparse.Namespace, interactive: bool, stdout_tty: bool) -> int:
         # As DuckDB's CLI: -init and -cmd first; then -c, -s and -f, each stopping
         # at its first error; else standard input, which goes on after an error
         # (exit status 1 at the end) unless -bail.
-        steps = [([args.init], shell.run_file)] if args.init is not None else []
+        steps: list[tuple[list[str], Callable[[str], bool]]] = (
+            [([args.init], shell.run_file)] if args.init is not None else []
+        )
         steps.append((args.first or [], lambda c: shell.run_lines(c.splitlines(keepends=True), "-cmd")))
         if not interactive:
             steps.append((args.commands or [], lambda c: shell.run_lines(c.splitlines(keepends=True), "-c")))

@@ -322,8 +322,7 @@ class SQLCompleter(Completer):
     # ------------------------------------------------------------ meta-commands
 
     def _meta(self, text: str) -> Iterator[Completion]:
-        from castsql.shell.render import MODES
-        from castsql.shell.special import COMMANDS, lookup
+        from castsql.shell.special import lookup
         from castsql.shell.special.registry import all_names
 
         if " " not in text:
@@ -344,7 +343,14 @@ class SQLCompleter(Completer):
         pos = len(done)
         if pos >= len(cmd.args):
             return
-        kind = cmd.args[pos]
+        yield from self._meta_argument(cmd.args[pos], partial, done)
+
+    def _meta_argument(self, kind: str, partial: str, done: list[str]) -> Iterator[Completion]:
+        """Completions of a meta-command's argument of ``kind`` (its registry's
+        argument kinds), ``done`` the arguments before it."""
+        from castsql.shell.render import MODES
+        from castsql.shell.special import COMMANDS
+
         if kind == "table":
             for t in self._match(self.catalog.tables(), partial):
                 yield Completion(t, -len(partial), display_meta="table")

@@ -6,9 +6,13 @@ never import the shell's core back.
 
 from __future__ import annotations
 
-from castsql.errors import ShellError as ShellError  # the shell's own, named here by its modules
+from castsql.errors import CastSQLError
 
 MAX_READ_DEPTH = 16  # .read inside .read: enough for real scripts, stops a file that reads itself
+
+
+class ShellError(CastSQLError):
+    """A mistake in a shell command (unknown meta-command, bad argument); the message is the hint."""
 
 
 class Reported(Exception):

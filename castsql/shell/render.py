@@ -238,11 +238,7 @@ def format_value(v: Any, null: str = "NULL") -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
+        return _format_float(v)
     if isinstance(v, decimal.Decimal):
         return format(v, "f")
     if isinstance(v, dt.datetime):
@@ -260,6 +256,15 @@ def format_value(v: Any, null: str = "NULL") -> str:
     if hasattr(v, "months") and hasattr(v, "nanoseconds"):
         return _format_interval(v)
     return str(v)
+
+
+def _format_float(v: float) -> str:
+    """A float as DuckDB spells it: ``nan``, ``inf``, ``-inf``, else Python's shortest repr."""
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return repr(v)
 
 
 def _nested(v: Any, null: str) -> str:

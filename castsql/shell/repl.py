@@ -60,7 +60,7 @@ def history_path() -> str:
 class _TolerantFileHistory(FileHistory):
     """A FileHistory that keeps working (in memory) when the file cannot be read or written."""
 
-    def load_history_strings(self):  # type: ignore[override]
+    def load_history_strings(self):
         try:
             yield from super().load_history_strings()
         except OSError:
@@ -132,7 +132,7 @@ def key_bindings() -> KeyBindings:
     return kb
 
 
-def _continuation(width: int, line_number: int, is_soft_wrap: bool) -> FormattedText:
+def _continuation(width: int, line_number: int, is_soft_wrap: int) -> FormattedText:
     return FormattedText([("class:continuation", CONTINUATION.rjust(width))])
 
 

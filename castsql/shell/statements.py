@@ -58,54 +58,49 @@ def scan(text: str) -> Scan:
     last_code = -1
     i, n = 0, len(text)
     while i < n:
-        ch = text[i]
         if state == CODE:
-            if ch == "'":
-                state = SQUOTE
-            elif ch == '"':
-                state = DQUOTE
-            elif ch == "-" and text.startswith("--", i):
-                state = LINE_COMMENT
-                i += 2
-                continue
-            elif ch == "/" and text.startswith("/*", i):
-                state = BLOCK_COMMENT
-                i += 2
-                continue
-            elif ch == "$" and (m := _DOLLAR_RE.match(text, i)) and not _ident_char_before(text, i):
-                state, tag = DOLLAR, m.group(0)
-                last_code = m.end()
-                i = m.end()
-                continue
-            elif ch == ";":
-                semis.append(i)
-            if not ch.isspace():
-                last_code = i + 1
-        elif state in (SQUOTE, DQUOTE):
-            quote = "'" if state == SQUOTE else '"'
-            if ch == quote:
-                if text.startswith(quote * 2, i):  # doubled quote: an escaped quote, stay inside
-                    i += 2
-                    continue
-                state = CODE
-            last_code = i + 1
-        elif state == LINE_COMMENT:
-            if ch == "\n":
-                state = CODE
-        elif state == BLOCK_COMMENT:
-            if ch == "*" and text.startswith("*/", i):
-                state = CODE
-                i += 2
-                continue
-        elif state == DOLLAR:
-            if ch == "$" and text.startswith(tag, i):
-                state = CODE
-                i += len(tag)
-                last_code = i
-                continue
-            last_code = i + 1
-        i += 1
+            state, tag, i, last_code = _code_step(text, i, tag, semis, last_code)
+        else:
+            state, i, last_code = _quoted_step(text, i, state, tag, last_code)
     return Scan(semis, state, last_code)
+
+
+def _code_step(text: str, i: int, tag: str, semis: list[int], last_code: int) -> tuple[int, str, int, int]:
+    """One step of :func:`scan` in code at ``i``: the next state, dollar tag,
+    position and end of the last code character; a ``;`` goes to ``semis``."""
+    ch = text[i]
+    if ch == "-" and text.startswith("--", i):
+        return LINE_COMMENT, tag, i + 2, last_code
+    if ch == "/" and text.startswith("/*", i):
+        return BLOCK_COMMENT, tag, i + 2, last_code
+    if ch == "$" and (m := _DOLLAR_RE.match(text, i)) and not _ident_char_before(text, i):
+        return DOLLAR, m.group(0), m.end(), m.end()
+    if ch == ";":
+        semis.append(i)
+    state = SQUOTE if ch == "'" else DQUOTE if ch == '"' else CODE
+    return state, tag, i + 1, last_code if ch.isspace() else i + 1
+
+
+def _quoted_step(text: str, i: int, state: int, tag: str, last_code: int) -> tuple[int, int, int]:
+    """One step of :func:`scan` inside a string, quoted name, comment or dollar
+    quote (``tag``): the next state, position and end of the last code character."""
+    ch = text[i]
+    if state in (SQUOTE, DQUOTE):
+        quote = "'" if state == SQUOTE else '"'
+        if ch != quote:
+            return state, i + 1, i + 1
+        if text.startswith(quote * 2, i):  # doubled quote: an escaped quote, stay inside
+            return state, i + 2, last_code
+        return CODE, i + 1, i + 1
+    if state == LINE_COMMENT:
+        return (CODE if ch == "\n" else state), i + 1, last_code
+    if state == BLOCK_COMMENT:
+        if ch == "*" and text.startswith("*/", i):
+            return CODE, i + 2, last_code
+        return state, i + 1, last_code
+    if ch == "$" and text.startswith(tag, i):  # DOLLAR: the closing tag
+        return CODE, i + len(tag), i + len(tag)
+    return state, i + 1, i + 1
 
 
 def _ident_char_before(text: str, i: int) -> bool:

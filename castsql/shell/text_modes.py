@@ -184,8 +184,8 @@ def _list(names: Sequence[str], kinds: Sequence[str], opts: TextOptions, default
     if _one_byte(sep):
         cells = tuple(f"#{i}" if k in _PLAIN_TYPES else _text(i, k) for i, k in enumerate(kinds, 1))
         return TextPlan(head, cells, _csv_options(sep, opts.null))
-    cells = [f"coalesce({_text(i, k)}, {sql_str(opts.null)})" for i, k in enumerate(kinds, 1)]
-    return TextPlan(head, (f" || {sql_str(sep)} || ".join(cells),))
+    texts = [f"coalesce({_text(i, k)}, {sql_str(opts.null)})" for i, k in enumerate(kinds, 1)]
+    return TextPlan(head, (f" || {sql_str(sep)} || ".join(texts),))
 
 
 # ---------------------------------------------------------------- json
@@ -257,14 +257,14 @@ def _json(names: Sequence[str], kinds: Sequence[str], types: Sequence[str], arra
             f"#{i} AS {ident(n)}" if _json_spelling(k, t) != "string" else f"CAST(#{i} AS VARCHAR) AS {ident(n)}"
             for i, (n, k, t) in enumerate(zip(names, kinds, types, strict=True), 1)
         ]
-        return TextPlan(head, tuple(cols), "FORMAT json", join_rows=array, json=True, **ends)  # type: ignore[arg-type]
+        return TextPlan(head, tuple(cols), "FORMAT json", join_rows=array, json=True, **ends)
     # Names the writer cannot carry (duplicates, empty): the objects made in SQL.
     parts = [
         f"{sql_str(('{' if i == 1 else ',') + json_string(n) + ':')} || {_json_value(i, k, t)}"
         for i, (n, k, t) in enumerate(zip(names, kinds, types, strict=True), 1)
     ]
     row = " || ".join(parts) + " || '}'"
-    return TextPlan(head, (row,), join_rows=array, **ends)  # type: ignore[arg-type]
+    return TextPlan(head, (row,), join_rows=array, **ends)
 
 
 # ---------------------------------------------------------------- markdown

@@ -29,12 +29,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pyroaring import BitMap
+from pyroaring import AbstractBitMap, BitMap
 
 from castsql.snapshot.resolve import ResolvedFile, Snapshot
 
 # Every deleted position of a file in a snapshot, key ranges included.
-Dead = Callable[[Snapshot, ResolvedFile], BitMap]
+Dead = Callable[[Snapshot, ResolvedFile], AbstractBitMap]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ class FileRows:
     """Positions of one data file."""
 
     file: ResolvedFile
-    positions: BitMap
+    positions: AbstractBitMap
 
 
 @dataclass(slots=True)

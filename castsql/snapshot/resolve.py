@@ -446,13 +446,15 @@ def _apply(
         if key not in info:
             info[key] = state.entry(key)
         f = info[key]
-        d = deletes.get(key)
         if key not in touched:
-            d = FileDeletes(
-                BitMap(d.deleted) if d else BitMap(), d.key_ranges if d else (), d.row_group_rows if d else None
+            was = deletes.get(key)
+            deletes[key] = FileDeletes(
+                BitMap(was.deleted) if was else BitMap(),
+                was.key_ranges if was else (),
+                was.row_group_rows if was else None,
             )
-            deletes[key] = d
             touched.add(key)
+        d = deletes[key]
         if isinstance(r, KeyRangeDelete):
             if m.primary_key is None:
                 raise FormatError(f"{at}: key-range tombstone on a table with no primary key")
@@ -460,38 +462,53 @@ def _apply(
             if (r.pk_min, r.pk_max) not in d.key_ranges:
                 d.key_ranges += ((r.pk_min, r.pk_max),)
             continue
-        if isinstance(r, RowGroupDelete) or (isinstance(r, PositionDelete) and r.row_group is not None):
-            rgr = _row_groups(log, f, d)
-            if not 0 <= r.row_group < len(rgr):
-                raise FormatError(f"{at}: row group {r.row_group} of {key} does not exist (it has {len(rgr)})")
-            start = sum(rgr[: r.row_group])
-            if isinstance(r, RowGroupDelete):
-                d.deleted.add_range(start, start + rgr[r.row_group])  # type: ignore[union-attr]
-            else:
-                if r.positions and r.positions.max() >= rgr[r.row_group]:
-                    raise FormatError(
-                        f"{at}: row {r.positions.max()} is past the end of row group {r.row_group} of {key} "
-                        f"({rgr[r.row_group]} rows; {len(r.positions)} positions)"
-                    )
-                d.deleted |= r.positions.shift(start) if start else r.positions  # type: ignore[operator]
-        else:
-            assert isinstance(r, PositionDelete)
-            if r.positions and r.positions.max() >= f.total_rows:
-                raise FormatError(
-                    f"{at}: row {r.positions.max()} is past the end of {key} "
-                    f"({f.total_rows} rows; {len(r.positions)} positions)"
-                )
-            d.deleted |= r.positions  # type: ignore[operator]
+        _apply_positions(log, f, d, r, key, at)
     gone = set()
     # Only files these records touched can have become gone (a stepped
     # resolve carries the others' state over from the version before).
     for key in touched:
-        d, f = deletes[key], info.get(key)
-        if key in touched and d.deleted and d.row_group_rows is None and f is not None and f.row_group_rows is None:
-            _row_groups(log, f, d)
-        if f is not None and len(d.deleted) >= f.total_rows:
+        d, held = deletes[key], info.get(key)
+        if (
+            key in touched
+            and d.deleted
+            and d.row_group_rows is None
+            and held is not None
+            and held.row_group_rows is None
+        ):
+            _row_groups(log, held, d)
+        if held is not None and len(d.deleted) >= held.total_rows:
             gone.add(key)
     return gone
+
+
+def _apply_positions(
+    log: TableLog, f: DataFile, d: FileDeletes, r: RowGroupDelete | PositionDelete, key: str, at: str
+) -> None:
+    """Add a record of deleted positions (a whole row group, rows of one, or
+    rows of the file) to ``d``; FormatError, naming ``at``, for rows the file lacks."""
+    rg = r.row_group if isinstance(r, RowGroupDelete | PositionDelete) else None
+    if rg is not None:
+        rgr = _row_groups(log, f, d)
+        if not 0 <= rg < len(rgr):
+            raise FormatError(f"{at}: row group {rg} of {key} does not exist (it has {len(rgr)})")
+        start = sum(rgr[:rg])
+        if isinstance(r, RowGroupDelete):
+            d.deleted.add_range(start, start + rgr[rg])  # type: ignore[union-attr]
+        else:
+            if r.positions and r.positions.max() >= rgr[rg]:
+                raise FormatError(
+                    f"{at}: row {r.positions.max()} is past the end of row group {rg} of {key} "
+                    f"({rgr[rg]} rows; {len(r.positions)} positions)"
+                )
+            d.deleted |= r.positions.shift(start) if start else r.positions
+    else:
+        assert isinstance(r, PositionDelete)
+        if r.positions and r.positions.max() >= f.total_rows:
+            raise FormatError(
+                f"{at}: row {r.positions.max()} is past the end of {key} "
+                f"({f.total_rows} rows; {len(r.positions)} positions)"
+            )
+        d.deleted |= r.positions
 
 
 def _row_groups(log: TableLog, f: DataFile, d: FileDeletes) -> tuple[int, ...]:

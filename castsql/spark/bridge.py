@@ -58,8 +58,10 @@ from castsql.spark.datasource import (
 from castsql.spark.jvm.loader import load_jar
 from castsql.spark.types import spark_schema
 from castsql.storage import open_storage
+from castsql.storage.local import LocalStorage
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
@@ -84,7 +86,8 @@ def install(spark: SparkSession) -> bool:
         return False
     sc = spark.sparkContext
     ensure_callback_server_started(sc._gateway)
-    sc._jvm.castsql.spark.jvm.CastSQLProvider.install(Handler())
+    jvm: Any = sc._jvm  # py4j: untyped, and set once the session runs
+    jvm.castsql.spark.jvm.CastSQLProvider.install(Handler())
     return True
 
 
@@ -99,21 +102,28 @@ def _fallback(why: str) -> None:
 
 
 def _session(jsession: Any) -> SparkSession:
-    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None and active._jsparkSession.equals(jsession):
         return active
-    return SparkSession(SparkContext._active_spark_context, jsession)
+    return SparkSession(_active_context(), jsession)
+
+
+def _active_context() -> SparkContext:
+    """The running SparkContext: the JVM half calls in only while one runs."""
+    from pyspark import SparkContext
+
+    sc = SparkContext._active_spark_context
+    assert sc is not None, "no SparkContext is running"
+    return sc
 
 
 def _answer(fn: Callable[[], Any]) -> Any:
     """``fn()``, or the JVM exception the Java half is to throw."""
     from py4j.protocol import Py4JJavaError
-    from pyspark import SparkContext
 
-    jvm = SparkContext._active_spark_context._jvm
+    jvm: Any = _active_context()._jvm  # py4j: untyped
     try:
         return fn()
     except Py4JJavaError as e:
@@ -177,14 +187,14 @@ def _frame(jsession: Any, jdata: Any) -> DataFrame:
 
 
 def _open(spark: SparkSession, options: dict[str, str]) -> Any:
-    from pyspark import SparkContext
 
     _check_known(options)
     storage = open_storage(_path(options), s3=s3_config(options))
     when = _get(options, "timestampAsOf")
     at = None if when is None else _in_zone(when, spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC")
     snap = resolve_read(TableLog(storage), _int_option(options, "versionAsOf"), at, storage.root)
-    pinned = SparkContext._active_spark_context._jvm.java.util.HashMap()
+    jvm: Any = _active_context()._jvm  # py4j: untyped
+    pinned = jvm.java.util.HashMap()
     for k, v in options.items():
         if k.lower() not in _PINNED_OUT:
             pinned.put(k, v)
@@ -348,6 +358,7 @@ def _write_files(df: DataFrame, plan: WritePlan, options: dict[str, str]) -> lis
     spark = df.sparkSession
     schema = plan.ref.schema
     if _get(options, "targetFileBytes") is None and why_not(storage, schema, spark) is None:
+        assert isinstance(storage, LocalStorage)  # why_not() refuses every other store
         files = write_native(spark, storage, df, schema, plan.row_group_size)
         return [json.dumps(f.to_json()) for f in files]
     fn = functools.partial(_attempt, plan)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from castsql.errors import UsageError, require
+from castsql.errors import require
 from castsql.format import TableLog
 from castsql.spark.errors import job_errors
 from castsql.storage import open_storage
@@ -86,8 +86,6 @@ def _spark_command(spark: Any, args: Any, clauses: Callable[[Any, Any], Any]) ->
         return clauses(builder, args).execute()
     from castsql.spark.compactor import compact
 
-    if args.target_file_size is not None or args.sort_by is not None:
-        raise UsageError("compact: --target-file-size and --sort-by need --engine duckdb")
     return compact(spark, args.uri, threshold=args.threshold)
 
 
@@ -223,7 +221,7 @@ def _refuse_bad_text(df: Any, parsed: list[tuple[str, Any, Any]], fmt: str | Non
         path = _local_path(row["_file"])
         line = _line_of(path, c, value, fmt)
         at = f"{path}" + (f" line {line}" if line is not None else "")
-        why = "" if row[f"_bad{i}"] else f" ({_LOSS[_kind(f.type)]})"
+        why = "" if row[f"_bad{i}"] else f" ({_LOSS[_kind(f.type) or '']})"
         raise SchemaMismatch(
             f"{at}: column {f.name!r}: {value!r} (string in the file) is not a {f.type} value{why}, the table's type; "
             "nothing was written"

@@ -60,11 +60,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from castsql.errors import BadOption, CommitConflict
+from castsql.errors import CommitConflict
 from castsql.format import Schema, TableLog
 from castsql.format.manifest import added_summary, json_stat, parse_time
 from castsql.snapshot import Predicate, Snapshot, resolve
 from castsql.snapshot.prune import may_match
+from castsql.spark.errors import BadOption
 from castsql.spark.tasks import TableRef, Unit, _for_spark, live_row_groups, open_parquet
 from castsql.spark.types import spark_schema
 from castsql.spark.units import Splits
@@ -221,6 +222,7 @@ _OPS = {
     LessThan: "<",
     LessThanOrEqual: "<=",
 }
+_Compared = EqualTo | EqualNullSafe | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual
 
 
 def _column(schema: Schema, attribute: tuple[str, ...]) -> Any:
@@ -262,6 +264,8 @@ def predicates(schema: Schema, filters: Sequence[Filter]) -> list[Predicate]:
     whatever cannot be used safely is left to Spark alone)."""
     out: list[Predicate] = []
     for f in filters:
+        if not isinstance(f, _Compared | In):
+            continue  # Not, IsNull, string matches: nothing min/max statistics can prune by
         col = _column(schema, f.attribute)
         if col is None:
             continue
@@ -734,7 +738,7 @@ class CastSQLDataSource(DataSource):
             self.schema()
         storage = open_storage(_path(self.options), s3=s3_config(self.options))
         log = TableLog(storage)
-        table_schema = Schema.from_json(self._schema_json, storage.root)  # type: ignore[arg-type]
+        table_schema = Schema.from_json(self._schema_json, storage.root)
         names = [c.name for c in table_schema.columns]
         wanted = [f.name for f in schema.fields]
         columns = [n for n in names if n in wanted] if set(wanted) <= set(names) else names

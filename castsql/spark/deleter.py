@@ -38,10 +38,10 @@ import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from castsql.errors import BadCondition, CastSQLError
+from castsql.errors import CastSQLError
 from castsql.format import TableLog
 from castsql.snapshot import Snapshot
-from castsql.spark.errors import check_types, job_errors
+from castsql.spark.errors import BadCondition, check_types, job_errors
 from castsql.spark.reader import read_snapshot
 from castsql.spark.tasks import summarize_task
 from castsql.write.records import FILE_COL, MATCH_COL, PK_COL, POS_COL, RG_COL, DeletePlan, key_range_type, plan_records
@@ -77,7 +77,7 @@ def plan_delete(spark: SparkSession, log: TableLog, snap: Snapshot, where: str) 
     check_types(probe, log.uri, "condition", where)  # "kind = 5" on a string column: refused before the job
     cols = [F.col(FILE_COL), F.col(RG_COL), F.col(POS_COL), F.coalesce(cond, F.lit(False)).alias(MATCH_COL)]
     pk_ok = pk is not None and key_range_type(snap.schema.to_arrow().field(pk).type)
-    if pk_ok:
+    if pk_ok and pk is not None:
         cols.append(F.col(pk).alias(PK_COL))
     with job_errors(f"{log.uri}: delete"):
         rows = df.select(*cols).mapInArrow(summarize_task, "summary string").collect()  # the one action

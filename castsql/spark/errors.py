@@ -13,10 +13,28 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from castsql.errors import SparkJobFailed, WrongType
+from castsql.errors import CastSQLError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+
+class SparkJobFailed(CastSQLError):
+    """A Spark job of a CastSQL operation failed; nothing was committed."""
+
+
+class WrongType(CastSQLError):
+    """An expression compares or assigns a column with a value of another
+    type that Spark would convert row by row (and fail on, mid-job)."""
+
+
+class BadOption(CastSQLError):
+    """An option of ``format("castsql")`` is unknown, missing or malformed."""
+
+
+class BadCondition(CastSQLError):
+    """The delete condition is not a boolean SQL expression over the table's columns."""
+
 
 _CASTSQL_LINE = re.compile(r"^castsql\.[\w.]+\.(\w+): (.*)$", re.M)
 _ANY_ERROR_LINE = re.compile(r"^(\w+(?:Error|Exception)): (.*)$", re.M)
@@ -89,7 +107,7 @@ def implicit_casts(df: DataFrame) -> list[tuple[str, str, str]]:
     ``kind = 5`` over a string ``kind`` casts every value to BIGINT and fails
     mid-job on the first ``'view'``. Literals converted to the column's type
     (``id = '5'``, ``ts < '2025-01-01'``) are fine and not listed."""
-    jvm = df.sparkSession._jvm
+    jvm: Any = df.sparkSession._jvm  # py4j: untyped, and set once the session runs
     user_cast = jvm.org.apache.spark.sql.catalyst.expressions.Cast.USER_SPECIFIED_CAST()
     found: list[tuple[str, str, str]] = []
 

@@ -56,12 +56,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap
 
-from castsql.errors import BadCondition, CastSQLError, SchemaMismatch
+from castsql.errors import CastSQLError, SchemaMismatch
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord
 from castsql.format.evolution import fits
 from castsql.format.schema import type_from_name
 from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import Snapshot
+from castsql.spark.errors import BadCondition
 from castsql.spark.types import quote
 from castsql.storage import S3Config, open_storage
 from castsql.write import pipeline
@@ -862,7 +863,7 @@ class _SparkFound:
 
         from castsql.spark.errors import job_errors
 
-        assert self.out is not None and self.spec is not None
+        assert self.out is not None and self.spec is not None and self.target_view is not None
         spark, keys = self.engine.spark, list(self.spec.keys or ())
         bad = self.out.where(F.col(ACTION_COL).isin(ACTION_UPDATE, ACTION_DELETE) & (F.col(MATCHES_COL) > 1))
         ident = bad.select(FILE_COL, POS_COL).distinct()
@@ -883,6 +884,7 @@ class _SparkFound:
         if self.out is not None:  # counted by the merge's job
             examples = [self.stats[f"lossy{j}"] for j in range(len(self.lossy))]
         else:  # one job: a value its column cannot hold unchanged refuses the update
+            assert self.new is not None  # an update's rows, set where no merge output is
             with job_errors(f"{self.engine.table}: update"):
                 [row] = self.new.agg(*[F.min(c).alias(f"v{j}") for j, (*_, c) in enumerate(self.lossy)]).collect()
             examples = list(row)
@@ -898,9 +900,10 @@ class _SparkFound:
 
         from castsql.spark.errors import job_errors
 
-        want = type_from_name(self.snap.schema.column(pk).type)
+        want = type_from_name(self.snap.schema.column_named(pk).type)
         with job_errors(f"{self.engine.table}: {self._what}"):  # one collect
             if self.out is None:
+                assert self.keyed is not None  # an update's keyed rows
                 t = self.keyed.toArrow()
                 return t.column(0).cast(want).combine_chunks(), t.column(1).combine_chunks(), np.zeros(t.num_rows, bool)
             t = self.out.select(quote(pk), ACTION_COL, OLD_KEY_COL).toArrow()  # every row changes something
@@ -911,6 +914,7 @@ class _SparkFound:
 
     def tombstones(self) -> tuple[list[TombstoneRecord], int]:
         if self.out is None:
+            assert self.plan is not None  # an update plans its tombstones first
             return list(self.plan.records), self.plan.rows
         from pyspark.sql import functions as F
 
@@ -928,6 +932,7 @@ class _SparkFound:
     def write(self) -> list[DataFile]:
         e = self.engine
         if self.out is None:
+            assert self.cast is not None and self.plan is not None  # an update's rows and plan
             files = _write_rows(e.log, self.snap, self.cast, "update", e.rgs, e.tfb)
             written = sum(f.total_rows for f in files)
             if written != self.plan.rows:

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyroaring import BitMap
+from pyroaring import AbstractBitMap
 
 from castsql.format import Schema
 from castsql.format.schema import type_from_name
@@ -108,14 +108,8 @@ def why_not(storage: Storage, snap: Snapshot, names: list[str], spark: SparkSess
     for n, t in want.items():
         if pa.types.is_unsigned_integer(t):
             return f"column {n!r} is {t}: Spark has no unsigned types"
-    if any(f.key_ranges for f in snap.files):
-        t = want[snap.primary_key]  # type: ignore[index]
-        if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)):
-            return f"key ranges on a {t} key"
-        for f in snap.files:
-            for bound in (b for r in f.key_ranges for b in r):
-                if not _exact_bound(bound, t):
-                    return f"data file {f.key}: key range bound {bound!r} is not a {t} value"
+    if (why := _key_ranges_why_not(snap, want)) is not None:
+        return why
     if len(snap.files) > FILES_MAX:
         return f"the version has {len(snap.files):,} data files (at most {FILES_MAX:,} have their footers checked)"
     for f in snap.files:
@@ -126,6 +120,21 @@ def why_not(storage: Storage, snap: Snapshot, names: list[str], spark: SparkSess
         for why in pool.map(lambda f: _file_why_not(f, want), snap.files):
             if why:
                 return why
+    return None
+
+
+def _key_ranges_why_not(snap: Snapshot, want: dict[str, pa.DataType]) -> str | None:
+    """Why the version's key-range tombstones cannot be tested in Spark's
+    reader (a key type Spark compares differently, a bound not of the key's type)."""
+    if not any(f.key_ranges for f in snap.files):
+        return None
+    t = want[snap.primary_key]  # type: ignore[index]
+    if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_date(t) or pa.types.is_timestamp(t)):
+        return f"key ranges on a {t} key"
+    for f in snap.files:
+        for bound in (b for r in f.key_ranges for b in r):
+            if not _exact_bound(bound, t):
+                return f"data file {f.key}: key range bound {bound!r} is not a {t} value"
     return None
 
 
@@ -176,7 +185,7 @@ def _read_columns(snap: Snapshot, names: list[str]) -> list[str]:
     return list(names)
 
 
-def _bitset(deleted: BitMap, rows: int) -> np.ndarray:
+def _bitset(deleted: AbstractBitMap, rows: int) -> np.ndarray:
     """The positions of a bitmap as 64-bit words: bit i of word j is row 64*j + i."""
     bits = np.zeros(-(-rows // 64) * 64, dtype=bool)
     bits[np.frombuffer(deleted.to_array(), dtype=np.uint32)] = True
@@ -220,7 +229,7 @@ def _jvm_deleted(spark: SparkSession, dirty: list[ResolvedFile], size: Column, p
             words = _bitset(f.deleted, f.total_rows)
             parts += [np.array([f.entry.size_bytes, len(words)], np.int64), words]
     blob = np.concatenate(parts).astype("<i8").tobytes()
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm  # py4j: untyped, and set once the session runs
     return Column(jvm.castsql.spark.jvm.Deleted.column(spark._jsparkSession, bytearray(blob), size._jc, pos._jc))
 
 

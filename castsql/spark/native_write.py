@@ -103,11 +103,11 @@ def _session_settings(spark: SparkSession) -> Iterator[None]:
                 _SETTINGS_HELD[key] = (count - 1, old)
             else:
                 del _SETTINGS_HELD[key]
-                for k, v in (old or {}).items():
-                    if v is None:
+                for k, was in (old or {}).items():
+                    if was is None:
                         spark.conf.unset(k)
                     else:
-                        spark.conf.set(k, v)
+                        spark.conf.set(k, was)
 
 
 _SETTINGS_LOCK = threading.Lock()

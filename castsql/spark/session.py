@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -136,7 +136,8 @@ def register(spark: SparkSession) -> SparkSession:
     if not manager.dataSourceExists(CastSQLDataSource.name()):
         # Spark refuses a name the *active* session has already (another session of
         # this SparkContext, newSession()), though each session looks its own up.
-        jss = spark.sparkContext._jvm.org.apache.spark.sql.SparkSession
+        jvm: Any = spark.sparkContext._jvm  # py4j: untyped, and set once the session runs
+        jss = jvm.org.apache.spark.sql.SparkSession
         active = jss.getActiveSession()
         jss.setActiveSession(spark._jsparkSession)
         try:

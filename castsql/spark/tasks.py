@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyroaring import BitMap
+from pyroaring import AbstractBitMap, BitMap
 
 from castsql.errors import SchemaMismatch
 from castsql.format import Schema, write_data_files
@@ -61,7 +61,7 @@ class Unit:
     key: str
     size: int
     row_groups: list[tuple[int, int, int]]  # (index, first file position, rows)
-    deleted: BitMap = field(default_factory=BitMap)
+    deleted: AbstractBitMap = field(default_factory=BitMap)
     ranges: list[tuple[Any, Any]] = field(default_factory=list)
     tag: str | None = None  # carried through for callers (compaction's source file)
 
@@ -146,7 +146,7 @@ def live_row_groups(
     pf = open_parquet(storage, unit.key, unit.size)
     pk = ref.primary_key
     read_cols = columns
-    if unit.ranges and columns is not None and pk not in columns:
+    if unit.ranges and columns is not None and pk is not None and pk not in columns:
         read_cols = [*columns, pk]
     schema = ref.schema
     wanted = read_cols if read_cols is not None else schema.names

@@ -59,9 +59,9 @@ class Splits:
     def of(cls, spark: SparkSession) -> Splits:
         """The rule of a session: its leaf-node parallelism (Spark's
         ``spark.sql.files.minPartitionNum`` when set) and its file-split settings."""
-        conf = spark._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
+        conf = spark._jsparkSession.sessionState().conf()
         minimum = conf.filesMinPartitionNum()
-        slots = int(minimum.get()) if minimum.isDefined() else int(spark._jsparkSession.leafNodeDefaultParallelism())  # type: ignore[attr-defined]
+        slots = int(minimum.get()) if minimum.isDefined() else int(spark._jsparkSession.leafNodeDefaultParallelism())
         return cls(max(1, slots), int(conf.filesMaxPartitionBytes()), int(conf.filesOpenCostInBytes()))
 
     @classmethod

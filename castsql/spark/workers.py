@@ -31,7 +31,7 @@ def prepare_workers(spark: SparkSession) -> None:
     """
     sc = spark.sparkContext
     chosen = os.environ.get("PYSPARK_PYTHON") or sc.getConf().get("spark.pyspark.python", None)
-    if sc.master.startswith("local") and not chosen and sc.pythonExec != sys.executable:
+    if (sc.master or "").startswith("local") and not chosen and sc.pythonExec != sys.executable:
         sc.pythonExec = sys.executable
     root = str(Path(__file__).resolve().parents[2])
     paths = [p for p in sc.environment.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -112,24 +112,7 @@ def append(
     if current is None:
         TableLog.check_create(storage, schema, primary_key=primary_key, properties=properties)  # before the job
     else:
-        where = f"table {storage.root}: append"
-        if primary_key is not None and primary_key != current.primary_key:
-            raise SchemaMismatch(
-                f"{storage.root}: the table's primary key is {current.primary_key!r}, not {primary_key!r}"
-            )
-        check_unchanged(current.properties, properties, storage.root)
-        data = schema.to_arrow()
-        target = current.schema
-        if merge_schema:  # new columns added, allowed widenings made, in this version (FORMAT.md §3.4)
-            target = merged(current.schema, data, where, current.primary_key)
-            new_schema = target if target != current.schema else None
-        # The one type rule, on the driver: nothing is written for data that does not fit.
-        # Table columns the DataFrame lacks are written as NULL, a missing primary key refused (FORMAT.md §3.4).
-        missing = check_names(target, data.names, where, fill=True, primary_key=current.primary_key)
-        for f in target.to_arrow():
-            if f.name not in missing and not fits(data.field(f.name).type, f.type):
-                raise refusal(where, f.name, data.field(f.name).type, f.type)
-        schema = target  # the files take the table's column order and types
+        schema, new_schema = _fit_table(storage.root, schema, current, primary_key, properties, merge_schema)
     with job_errors(f"{storage.root}: append"):
         if target_file_bytes is None and why_not_native(storage, schema, spark) is None:
             files = write_native(spark, storage, df, schema, row_group_size)  # type: ignore[arg-type]
@@ -165,6 +148,36 @@ def append(
     except (DuplicateKey, CommitConflict):
         discard_files(log, files)  # never committed: nobody can reference them
         raise
+
+
+def _fit_table(
+    root: str,
+    schema: Schema,
+    current: Manifest,
+    primary_key: str | None,
+    properties: dict[str, str] | None,
+    merge_schema: bool,
+) -> tuple[Schema, Schema | None]:
+    """The schema the files of an append to the table ``current`` take (the
+    table's column order and types), and the new table schema where
+    ``merge_schema`` changes it; refused before the job when the data does
+    not fit (the one type rule, on the driver: nothing is written)."""
+    where = f"table {root}: append"
+    if primary_key is not None and primary_key != current.primary_key:
+        raise SchemaMismatch(f"{root}: the table's primary key is {current.primary_key!r}, not {primary_key!r}")
+    check_unchanged(current.properties, properties, root)
+    data = schema.to_arrow()
+    target = current.schema
+    new_schema = None
+    if merge_schema:  # new columns added, allowed widenings made, in this version (FORMAT.md §3.4)
+        target = merged(current.schema, data, where, current.primary_key)
+        new_schema = target if target != current.schema else None
+    # Table columns the DataFrame lacks are written as NULL, a missing primary key refused (FORMAT.md §3.4).
+    missing = check_names(target, data.names, where, fill=True, primary_key=current.primary_key)
+    for f in target.to_arrow():
+        if f.name not in missing and not fits(data.field(f.name).type, f.type):
+            raise refusal(where, f.name, data.field(f.name).type, f.type)
+    return target, new_schema
 
 
 def commit_unique(

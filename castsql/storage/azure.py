@@ -24,11 +24,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from castsql.storage.base import StorageError, check_bucket_name, split_bucket_uri
 from castsql.storage.config import env_number
 from castsql.storage.obstore_base import ObstoreStorage, retry_config
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig
 
 _SCHEMES = ("az://", "azure://", "abfss://", "abfs://")
 # Azure's rule for container names, and its special containers ($root, $web, $logs).
@@ -98,7 +101,7 @@ class AzureConfig:
 
     @classmethod
     def from_env(cls) -> AzureConfig:
-        waits = dict(
+        waits: dict[str, Any] = dict(
             connect_timeout=env_number("CASTSQL_AZURE_CONNECT_TIMEOUT", 10.0),
             read_timeout=env_number("CASTSQL_AZURE_READ_TIMEOUT", 30.0),
             max_attempts=int(env_number("CASTSQL_AZURE_MAX_ATTEMPTS", 3)),
@@ -129,7 +132,7 @@ class AzureConfig:
 def _make_store(container: str, config: AzureConfig) -> Any:
     from obstore.store import AzureStore
 
-    options: dict[str, Any] = {
+    options: ClientConfig = {
         "connect_timeout": timedelta(seconds=config.connect_timeout),
         "timeout": timedelta(seconds=config.read_timeout),
     }

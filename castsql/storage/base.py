@@ -21,6 +21,7 @@ Example::
 from __future__ import annotations
 
 import abc
+import builtins
 import concurrent.futures
 import os
 import re
@@ -219,7 +220,7 @@ class Storage(abc.ABC):
         """Every object whose key starts with ``prefix`` (recursive)."""
 
     @abc.abstractmethod
-    def list_dirs(self, prefix: str = "") -> list[str]:
+    def list_dirs(self, prefix: str = "") -> builtins.list[str]:
         """Names of the immediate "sub-directories" below ``prefix`` (for warehouses)."""
 
     @abc.abstractmethod
@@ -253,7 +254,7 @@ class Storage(abc.ABC):
                 pass
             raise
 
-    def uris(self, keys: Iterable[str]) -> list[str]:
+    def uris(self, keys: Iterable[str]) -> builtins.list[str]:
         """``uri()`` of many normalised keys (as ``to_table_key`` returns them)."""
         return [self.uri(k) for k in keys]
 

@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import threading
@@ -284,7 +285,7 @@ class GCSStorage(ObjectStore):
                 mtime = datetime.fromisoformat(obj["updated"].replace("Z", "+00:00")).timestamp()
                 yield ObjectInfo(key=full[len(base) :], size=int(obj["size"]), mtime=mtime)
 
-    def list_dirs(self, prefix: str = "") -> list[str]:
+    def list_dirs(self, prefix: str = "") -> builtins.list[str]:
         prefix = prefix.strip("/")
         base = "/".join(p for p in (self.prefix, prefix) if p)
         out: list[str] = []

@@ -9,6 +9,7 @@ machine. ETags are the MD5 of the content, as on S3.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import fcntl
 import hashlib
@@ -75,10 +76,10 @@ class LocalStorage(Storage):
                     return Path(f"{self.root}/{key}")  # nothing past a missing component
             else:
                 return Path(path)
-        path = (self._root / key).resolve()
-        if path != self._root and self._root not in path.parents:
+        resolved = (self._root / key).resolve()
+        if resolved != self._root and self._root not in resolved.parents:
             raise StorageError(f"{key!r}: key escapes the storage root {self.root}")
-        return path
+        return resolved
 
     def uri(self, key: str) -> str:
         # Lexical, no file-system calls: resolving a version names every data
@@ -155,15 +156,15 @@ class LocalStorage(Storage):
             return listing
         except OSError as e:
             raise self._failed(d, "list", e) from None
-        for e in entries:
-            if not listing.leads_in or e.is_symlink():
-                real = os.path.realpath(e.path)
+        for entry in entries:
+            if not listing.leads_in or entry.is_symlink():
+                real = os.path.realpath(entry.path)
                 if listing.leads_in and self._inside(real):
-                    listing.inside.add(e.name)
+                    listing.inside.add(entry.name)
                 else:
-                    listing.outside[e.name] = real
+                    listing.outside[entry.name] = real
             else:
-                listing.inside.add(e.name)
+                listing.inside.add(entry.name)
         self._listings[d] = listing
         return listing
 
@@ -322,7 +323,7 @@ class LocalStorage(Storage):
                     continue  # deleted while we walked
                 yield ObjectInfo(key=key, size=st.st_size, mtime=st.st_mtime)
 
-    def list_dirs(self, prefix: str = "") -> list[str]:
+    def list_dirs(self, prefix: str = "") -> builtins.list[str]:
         try:
             start = self._path(prefix) if prefix.strip("/") else self._root
             if not start.is_dir():

@@ -9,11 +9,12 @@ every fresh process, importing obstore ~5 ms, with the same requests.
 
 from __future__ import annotations
 
+import builtins
 import concurrent.futures
 import re
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from castsql.errors import one_line
 from castsql.storage.base import (
@@ -27,11 +28,14 @@ from castsql.storage.base import (
     waits_cancelled,
 )
 
+if TYPE_CHECKING:
+    from obstore.store import RetryConfig
+
 # What an obstore error says when the request got no answer.
 _NO_ANSWER = ("timed out", "error sending request", "Connection refused", "dns error", "connection closed")
 
 
-def retry_config(max_attempts: int, connect_timeout: float, read_timeout: float) -> dict[str, Any]:
+def retry_config(max_attempts: int, connect_timeout: float, read_timeout: float) -> RetryConfig:
     """obstore's retries for ``max_attempts`` tries in all (the first one
     included, as ``AWS_MAX_ATTEMPTS`` counts), with backoff."""
     return {
@@ -191,7 +195,7 @@ class ObstoreStorage(ObjectStore):
                     continue
                 yield ObjectInfo(key=full[len(base) :], size=int(obj["size"]), mtime=obj["last_modified"].timestamp())
 
-    def list_dirs(self, prefix: str = "") -> list[str]:
+    def list_dirs(self, prefix: str = "") -> builtins.list[str]:
         import obstore
 
         prefix = prefix.strip("/")

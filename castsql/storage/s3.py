@@ -24,11 +24,14 @@ Example::
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from castsql.storage.base import StorageError, split_bucket_uri
 from castsql.storage.config import S3Config
 from castsql.storage.obstore_base import ObstoreStorage, retry_config
+
+if TYPE_CHECKING:
+    from obstore.store import ClientConfig
 
 _SCHEMES = ("s3://", "s3a://")
 # Any S3 bucket name, legacy ones (uppercase, underscores, up to 255) included.
@@ -47,7 +50,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
 def _make_store(bucket: str, config: S3Config) -> Any:
     from obstore.store import S3Store
 
-    options: dict[str, Any] = {
+    options: ClientConfig = {
         "connect_timeout": timedelta(seconds=config.connect_timeout),
         "timeout": timedelta(seconds=config.read_timeout),
     }

@@ -221,7 +221,7 @@ class Cdc:
                     "(partial=True keeps the stored value of columns a change leaves out)"
                 )
         kinds = {c: schema.field(c).type for c in cols}
-        types = {c: target.column(c).type for c in cols}
+        types = {c: target.column_named(c).type for c in cols}
         return Cdc(
             key, op, seq, self.delete_values, self.upsert_values, self.partial, self.unavailable, cols, kinds, types
         )
@@ -443,6 +443,7 @@ def prepare(cdc: Cdc, batch: pa.Table, markers: pa.Table | None = None) -> pa.Ta
         if not cdc._placeholder(c):
             continue
         col = s.column(c)
+        assert cdc.unavailable is not None  # a placeholder column: the batch names one
         ph = pa.scalar(cdc.unavailable.encode() if pa.types.is_binary(col.type) else cdc.unavailable, col.type)
         real = pc.fill_null(pc.not_equal(col, ph), True).to_numpy(zero_copy_only=False)
         seen = np.maximum.accumulate(np.where(real, idx, -1))
@@ -514,7 +515,7 @@ def batch_of(where: str, app_id: Any, batch_id: Any) -> tuple[str, int] | None:
         raise MergeError(f"{where}: give app_id and batch_id together (a batch's name), or neither")
     if not isinstance(app_id, str) or not app_id.strip():
         raise MergeError(f"{where}: app_id must be a non-empty text, got {app_id!r}")
-    if isinstance(batch_id, bool) or not isinstance(batch_id, numbers.Integral) or not 0 <= batch_id < 2**63:
+    if isinstance(batch_id, bool) or not isinstance(batch_id, numbers.Integral) or not 0 <= int(batch_id) < 2**63:
         raise MergeError(f"{where}: batch_id must be an integer >= 0, got {batch_id!r} (and below 2**63)")
     return app_id, int(batch_id)
 

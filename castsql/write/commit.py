@@ -120,7 +120,7 @@ def commit_overwrite(
     replaces. A data file or tombstone committed meanwhile would survive it,
     so that conflicts and the removal is planned again (up to ``attempts``
     times); nothing is committed when every attempt loses."""
-    from castsql.format.change import DmlConflict
+    from castsql.errors import DmlConflict
 
     last: Exception | None = None
     for _ in range(attempts):

@@ -167,11 +167,10 @@ def _value(v: Any, t: pa.DataType | None, logical: str | None, where: str, colum
     return v
 
 
-def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = "debezium") -> DebeziumBatch:
-    """Debezium events (a JSON-lines file, a list of events or of their JSON
-    texts, or an Arrow table of ``op``, ``before``, ``after``, ``source``,
-    ``ts_ms``) as a CDC batch; ``schema`` (the table's) types the row
-    columns it has."""
+def _changes(events: Any, where: str) -> tuple[list[tuple[Mapping, dict]], dict[str, str]]:
+    """Each event that changes a row, as (its payload, the row it leaves: the
+    ``before`` of a delete, else the ``after``), and the logical types the
+    events' schemas name; tombstone records and heartbeats skipped."""
     payloads = []
     logical: dict[str, str] = {}
     for i, e in enumerate(_events(events, where)):
@@ -184,13 +183,23 @@ def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = 
         if op not in OPS:
             why = {"t": " — a truncate cannot be applied key by key", "m": " — a message event changes no row"}
             raise MergeError(
-                f"{where}: event {i} has op {op!r}; CastSQL applies c, u, r (upserts) and d (deletes)" + why.get(op, "")
+                f"{where}: event {i} has op {op!r}; CastSQL applies c, u, r (upserts) and d (deletes)"
+                + why.get(str(op), "")
             )
         row = p.get("before") if op == "d" else p.get("after")
         if not isinstance(row, Mapping):
             side = "before" if op == "d" else "after"
             raise MergeError(f"{where}: event {i} (op {op!r}) has no {side!r} row")
         payloads.append((p, dict(row)))
+    return payloads, logical
+
+
+def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = "debezium") -> DebeziumBatch:
+    """Debezium events (a JSON-lines file, a list of events or of their JSON
+    texts, or an Arrow table of ``op``, ``before``, ``after``, ``source``,
+    ``ts_ms``) as a CDC batch; ``schema`` (the table's) types the row
+    columns it has."""
+    payloads, logical = _changes(events, where)
     fields, names = _sequence([p for p, _ in payloads])
     types = {f.name.lower(): f.type for f in schema} if schema is not None else {}
     rows = []
@@ -219,11 +228,11 @@ def read_debezium(events: Any, schema: pa.Schema | None = None, *, where: str = 
         table = pa.Table.from_pylist([{c: r.get(c) for c in columns} for r in rows])
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
         raise MergeError(f"{where}: the events' values do not make a table ({e})") from None
-    for i, f in enumerate(fields_out):
-        if f is None or table.column(i).type == f.type:
+    for i, wanted in enumerate(fields_out):
+        if wanted is None or table.column(i).type == wanted.type:
             continue
         try:
-            table = table.set_column(i, f, table.column(i).cast(f.type))
+            table = table.set_column(i, wanted, table.column(i).cast(wanted.type))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue  # left as read: the merge's type rule names the column and both types
     return DebeziumBatch(table, names)

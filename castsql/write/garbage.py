@@ -209,12 +209,7 @@ def gc(
         >>> gc("s3://bucket/events", older_than=timedelta(days=30)).removed_versions   # doctest: +SKIP
         [0, 1, 2]
     """
-    if keep_versions is not None and keep_versions < 1:
-        raise CastSQLError(f"keep_versions must be at least 1 (the latest version is always kept), got {keep_versions}")
-    if older_than is not None and older_than < timedelta(0):
-        raise CastSQLError(f"older_than must not be negative, got {older_than}")
-    if grace < timedelta(0):
-        raise CastSQLError(f"grace must not be negative, got {grace}")
+    _check_rules(keep_versions, older_than, grace)
     now = (now or datetime.now(UTC)).astimezone(UTC)
     storage = uri if isinstance(uri, Storage) else open_storage(uri, s3=s3)
     log = TableLog(storage)
@@ -236,15 +231,7 @@ def gc(
     listed = sorted(v for v in manifests if v <= head.version)
     # Versions committed after the listing exist too (the chain has no holes past it).
     versions = listed + list(range((listed[-1] + 1) if listed else head.version, head.version + 1))
-    if keep_versions is None and older_than is None:
-        keep = set(versions)
-    else:
-        keep = {head.version}
-        if keep_versions is not None:
-            keep |= set(versions[-keep_versions:])
-        if older_than is not None:
-            cutoff = now - older_than
-            keep |= {v for v in versions if log.manifest(v).created_at > cutoff}
+    keep = _kept_by_rules(log, versions, head.version, keep_versions, older_than, now)
     if pointer is not None:
         keep |= {v for v in versions if v >= pointer}
     # A manifest younger than the grace period stays, whatever the version
@@ -270,22 +257,7 @@ def gc(
     report = GCReport(storage.root, head.version, sorted(keep), dry_run=dry_run, grace=grace)
     report.removed_versions = dropped
     report.bytes_freed = sum(manifests[v].size for v in dropped if v in manifests)
-    for key, info in sorted(objects.items()):
-        if key in kept_refs:
-            continue
-        if key in dropped_refs:
-            if key.startswith(DATA_DIR + "/"):
-                report.removed_data_files.append(key)
-            elif key.startswith((META_DIR + "/", CDC_DIR + "/")):
-                report.removed_metadata.append(key)
-            else:
-                report.removed_tombstones.append(key)
-        elif info.mtime < old:
-            report.removed_orphans.append(key)
-        else:
-            held += 1
-            continue
-        report.bytes_freed += info.size
+    held += _judge_objects(report, objects, kept_refs, dropped_refs, old)
     oldest = min(keep)
     for info in indexes:
         # A key index serves only its block's versions (FORMAT.md §3.6).
@@ -303,11 +275,73 @@ def gc(
 
     # 4. Delete: manifests oldest first, then what only they referenced, then the rest.
     if not dry_run:
-        for key in report.removed_keys:
-            storage.delete(key)
-        # Complete what writers may have left out (FORMAT.md §3.6): every whole kept block has its key index.
-        have = {keyindex.index_version(i.key) for i in indexes}
-        for end in range(keyindex.BLOCK, head.version + 1, keyindex.BLOCK):
-            if end not in have and end - keyindex.BLOCK >= oldest:
-                keyindex.write_index(log, end)
+        _delete(log, report, indexes, head.version, oldest)
     return report
+
+
+def _check_rules(keep_versions: int | None, older_than: timedelta | None, grace: timedelta) -> None:
+    if keep_versions is not None and keep_versions < 1:
+        raise CastSQLError(f"keep_versions must be at least 1 (the latest version is always kept), got {keep_versions}")
+    if older_than is not None and older_than < timedelta(0):
+        raise CastSQLError(f"older_than must not be negative, got {older_than}")
+    if grace < timedelta(0):
+        raise CastSQLError(f"grace must not be negative, got {grace}")
+
+
+def _kept_by_rules(
+    log: TableLog,
+    versions: list[int],
+    head: int,
+    keep_versions: int | None,
+    older_than: timedelta | None,
+    now: datetime,
+) -> set[int]:
+    """The versions ``keep_versions`` and ``older_than`` keep (all without
+    either); the latest always."""
+    if keep_versions is None and older_than is None:
+        return set(versions)
+    keep = {head}
+    if keep_versions is not None:
+        keep |= set(versions[-keep_versions:])
+    if older_than is not None:
+        cutoff = now - older_than
+        keep |= {v for v in versions if log.manifest(v).created_at > cutoff}
+    return keep
+
+
+def _judge_objects(
+    report: GCReport, objects: dict[str, ObjectInfo], kept_refs: set[str], dropped_refs: set[str], old: float
+) -> int:
+    """Put each listed object no kept version references on the report's
+    lists: what only dropped versions referenced, and orphans older than the
+    grace period. Returns how many the grace period holds."""
+    held = 0
+    for key, info in sorted(objects.items()):
+        if key in kept_refs:
+            continue
+        if key in dropped_refs:
+            if key.startswith(DATA_DIR + "/"):
+                report.removed_data_files.append(key)
+            elif key.startswith((META_DIR + "/", CDC_DIR + "/")):
+                report.removed_metadata.append(key)
+            else:
+                report.removed_tombstones.append(key)
+        elif info.mtime < old:
+            report.removed_orphans.append(key)
+        else:
+            held += 1
+            continue
+        report.bytes_freed += info.size
+    return held
+
+
+def _delete(log: TableLog, report: GCReport, indexes: list[ObjectInfo], head: int, oldest: int) -> None:
+    """Remove what ``report`` lists, in its order, then write the key
+    indexes writers may have left out (FORMAT.md §3.6): every whole kept
+    block has its key index."""
+    for key in report.removed_keys:
+        log.storage.delete(key)
+    have = {keyindex.index_version(i.key) for i in indexes}
+    for end in range(keyindex.BLOCK, head + 1, keyindex.BLOCK):
+        if end not in have and end - keyindex.BLOCK >= oldest:
+            keyindex.write_index(log, end)

@@ -29,7 +29,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -162,6 +162,7 @@ def existing_keys(
 
     found: list = []
     workers = min(8, len(files))
+    parts: Iterator[list[Any]]
     if workers <= 1:
         parts = map(one, files)
     else:
@@ -203,6 +204,29 @@ def _file_hits(
     for i in range(md.num_row_groups):
         starts.append(start)
         start += md.row_group(i).num_rows
+    hits: list = []
+    for i in _row_groups_to_read(md, ci, f, starts, probe, lo, hi, integer):
+        col = pf.read_row_group(i, columns=[pk]).column(0).combine_chunks()
+        if col.type != want:
+            col = col.cast(want)
+        col = normalized(col)
+        if integer:
+            pos = _integer_hits(col, probe)
+        else:
+            pos = np.flatnonzero(pc.fill_null(pc.is_in(col, value_set=probe), False).to_numpy(zero_copy_only=False))
+        if len(pos) == 0:
+            continue
+        pos = np.sort(pos)
+        got = col.take(pa.array(pos))
+        hits += got.filter(pa.array(_live(f, starts[i], pos, got, want))).to_pylist()
+    return hits
+
+
+def _row_groups_to_read(
+    md: Any, ci: int, f: ResolvedFile, starts: list[int], probe: Any, lo: Any, hi: Any, integer: bool
+) -> list[int]:
+    """The row groups of ``f`` that may hold an input key: not wholly deleted,
+    and with statistics (where the column has them) around one."""
     rgs = []
     for i in range(md.num_row_groups):
         n = md.row_group(i).num_rows
@@ -221,49 +245,45 @@ def _file_hits(
             except TypeError:  # statistics of another physical kind: read the row group
                 pass
         rgs.append(i)
-    hits: list = []
-    for i in rgs:
-        col = pf.read_row_group(i, columns=[pk]).column(0).combine_chunks()
-        if col.type != want:
-            col = col.cast(want)
-        col = normalized(col)
-        if integer:
-            k = col.to_numpy(zero_copy_only=False) if col.null_count == 0 else None
-            if k is None:
-                k = pc.fill_null(col, probe[0] if len(probe) else 0).to_numpy(zero_copy_only=False)
-                valid = col.is_valid().to_numpy(zero_copy_only=False)
-            else:
-                valid = None
-            # The input keys within this row group's range, searched in its keys.
-            sub = probe[int(np.searchsorted(probe, k.min(), "left")) : int(np.searchsorted(probe, k.max(), "right"))]
-            if len(sub) == 0:
-                continue
-            if len(k) > 1 and bool(np.all(k[1:] > k[:-1])):  # strictly increasing (the usual file)
-                j = np.searchsorted(k, sub)
-                j[j >= len(k)] = len(k) - 1
-                pos = j[k[j] == sub]
-            else:
-                j = np.searchsorted(sub, k)
-                j[j >= len(sub)] = len(sub) - 1
-                pos = np.flatnonzero(sub[j] == k)
-            if valid is not None:
-                pos = pos[valid[pos]]
-        else:
-            pos = np.flatnonzero(pc.fill_null(pc.is_in(col, value_set=probe), False).to_numpy(zero_copy_only=False))
-        if len(pos) == 0:
-            continue
-        pos = np.sort(pos)
-        got = col.take(pa.array(pos))
-        keep = np.ones(len(pos), dtype=bool)
-        if f.deleted:
-            base = starts[i]
-            keep &= np.array([base + int(p) not in f.deleted for p in pos], dtype=bool)
-        for ra, rb in f.key_ranges:
-            ka, kb = _bound(ra, want), _bound(rb, want)
-            inside = pc.and_(pc.greater_equal(got, ka), pc.less_equal(got, kb))
-            keep &= ~pc.fill_null(inside, False).to_numpy(zero_copy_only=False)
-        hits += got.filter(pa.array(keep)).to_pylist()
-    return hits
+    return rgs
+
+
+def _integer_hits(col: pa.Array, probe: Any) -> np.ndarray:
+    """The positions in ``col`` (integer keys) of the sorted input keys ``probe``."""
+    k = col.to_numpy(zero_copy_only=False) if col.null_count == 0 else None
+    if k is None:
+        k = pc.fill_null(col, probe[0] if len(probe) else 0).to_numpy(zero_copy_only=False)
+        valid = col.is_valid().to_numpy(zero_copy_only=False)
+    else:
+        valid = None
+    # The input keys within this row group's range, searched in its keys.
+    sub = probe[int(np.searchsorted(probe, k.min(), "left")) : int(np.searchsorted(probe, k.max(), "right"))]
+    if len(sub) == 0:
+        return np.empty(0, dtype=np.int64)
+    if len(k) > 1 and bool(np.all(k[1:] > k[:-1])):  # strictly increasing (the usual file)
+        j = np.searchsorted(k, sub)
+        j[j >= len(k)] = len(k) - 1
+        pos = j[k[j] == sub]
+    else:
+        j = np.searchsorted(sub, k)
+        j[j >= len(sub)] = len(sub) - 1
+        pos = np.flatnonzero(sub[j] == k)
+    if valid is not None:
+        pos = pos[valid[pos]]
+    return pos
+
+
+def _live(f: ResolvedFile, base: int, pos: np.ndarray, got: pa.Array, want: pa.DataType) -> np.ndarray:
+    """Which of the rows at ``pos`` (of the row group starting at file
+    position ``base``; keys ``got``) no tombstone deletes."""
+    keep = np.ones(len(pos), dtype=bool)
+    if f.deleted:
+        keep &= np.array([base + int(p) not in f.deleted for p in pos], dtype=bool)
+    for ra, rb in f.key_ranges:
+        ka, kb = _bound(ra, want), _bound(rb, want)
+        inside = pc.and_(pc.greater_equal(got, ka), pc.less_equal(got, kb))
+        keep &= ~pc.fill_null(inside, False).to_numpy(zero_copy_only=False)
+    return keep
 
 
 def _bound(v: Any, t: pa.DataType) -> pa.Scalar:

@@ -37,6 +37,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from castsql.errors import MergeError, WriteError
@@ -198,47 +199,59 @@ def validate(spec: MergeSpec, table: str, columns: Sequence[str], source_columns
         raise MergeError(f"{where}: no clause; add when_matched_update_all() / when_not_matched_insert_all() …")
     if spec.source_alias.lower() == spec.target_alias.lower():
         raise MergeError(f"{where}: the source and the target need different aliases, both are {spec.source_alias!r}")
-    cols = {c.lower(): c for c in columns}
     src = {c.lower(): c for c in source_columns} if source_columns is not None else None
-    for c in source_columns or ():
-        if castsql_own(c):  # the merge's own columns (FORMAT.md §3.1): one would hide one
-            raise MergeError(f"{where}: the source's column {c!r} has a reserved name (_castsql_…); rename it")
+    for s in source_columns or ():
+        if castsql_own(s):  # the merge's own columns (FORMAT.md §3.1): one would hide one
+            raise MergeError(f"{where}: the source's column {s!r} has a reserved name (_castsql_…); rename it")
+    _check_on(spec, where, columns, src)
+    for c in spec.clauses:
+        _check_clause(c, spec, where, columns, src)
+
+
+def _check_on(spec: MergeSpec, where: str, columns: Sequence[str], src: dict[str, str] | None) -> None:
+    """The ``on`` predicate is text, or key columns both the table and the source hold."""
+    cols = {c.lower() for c in columns}
     if isinstance(spec.on, str):
         if not spec.on.strip():
             raise MergeError(f"{where}: the 'on' predicate is empty")
-    else:
-        if not spec.on:
-            raise MergeError(f"{where}: 'on' names no key column")
-        for k in spec.on:
-            if k.lower() not in cols:
-                raise MergeError(f"{where}: key column {k!r} is not a column of the table ({', '.join(columns)})")
-            if src is not None and k.lower() not in src:
-                raise MergeError(f"{where}: key column {k!r} is missing from the source ({', '.join(source_columns)})")
-    for c in spec.clauses:
-        if c.set is None:
-            if c.matched == "not_matched_by_source" and c.action == ACTION_UPDATE:
-                raise MergeError(f"{where}: when_not_matched_by_source_update needs set= (there is no source row)")
-            if c.action in (ACTION_UPDATE, ACTION_INSERT) and src is not None:
-                missing = [col for col in columns if col.lower() not in src]
-                if missing:
-                    raise MergeError(
-                        f"{where}: {c.kind}_all needs every table column in the source; "
-                        f"column {missing[0]!r} is missing from it"
-                    )
-            continue
-        if c.action == ACTION_DELETE:
-            continue
-        if not c.set:
-            raise MergeError(f"{where}: {c.kind} sets no column")
-        for name, expr in c.set.items():
-            if name.lower() not in cols:
-                raise MergeError(f"{where}: column {name!r} in set is not a column of the table ({', '.join(columns)})")
-            if not isinstance(expr, str) or not expr.strip():
-                raise MergeError(f"{where}: column {name!r}: the expression must be SQL text, got {expr!r}")
-        if spec.keys and c.action == ACTION_UPDATE:
-            for k in spec.keys:
-                if any(n.lower() == k.lower() for n in c.set):
-                    raise MergeError(f"{where}: key column {k!r} cannot be updated (it decides which rows match)")
+        return
+    if not spec.on:
+        raise MergeError(f"{where}: 'on' names no key column")
+    for k in spec.on:
+        if k.lower() not in cols:
+            raise MergeError(f"{where}: key column {k!r} is not a column of the table ({', '.join(columns)})")
+        if src is not None and k.lower() not in src:
+            raise MergeError(f"{where}: key column {k!r} is missing from the source ({', '.join(src.values())})")
+
+
+def _check_clause(c: Clause, spec: MergeSpec, where: str, columns: Sequence[str], src: dict[str, str] | None) -> None:
+    """One clause runs as asked: an ``_all`` clause finds every column in the
+    source, a ``set`` names table columns with SQL text and leaves the keys alone."""
+    if c.set is None:
+        if c.matched == "not_matched_by_source" and c.action == ACTION_UPDATE:
+            raise MergeError(f"{where}: when_not_matched_by_source_update needs set= (there is no source row)")
+        if c.action in (ACTION_UPDATE, ACTION_INSERT) and src is not None:
+            missing = [col for col in columns if col.lower() not in src]
+            if missing:
+                raise MergeError(
+                    f"{where}: {c.kind}_all needs every table column in the source; "
+                    f"column {missing[0]!r} is missing from it"
+                )
+        return
+    if c.action == ACTION_DELETE:
+        return
+    if not c.set:
+        raise MergeError(f"{where}: {c.kind} sets no column")
+    cols = {col.lower() for col in columns}
+    for name, expr in c.set.items():
+        if name.lower() not in cols:
+            raise MergeError(f"{where}: column {name!r} in set is not a column of the table ({', '.join(columns)})")
+        if not isinstance(expr, str) or not expr.strip():
+            raise MergeError(f"{where}: column {name!r}: the expression must be SQL text, got {expr!r}")
+    if spec.keys and c.action == ACTION_UPDATE:
+        for k in spec.keys:
+            if any(n.lower() == k.lower() for n in c.set):
+                raise MergeError(f"{where}: key column {k!r} cannot be updated (it decides which rows match)")
 
 
 def inserts_unmatched(spec: MergeSpec, pk: str) -> bool:
@@ -377,7 +390,7 @@ def actions_sql(
     ]
     if old_key is not None:
         out.append(f"{t}.{q(old_key)} AS {q(OLD_KEY_COL)}")
-    out += [f"{by_group(lambda c, col=col: value(c, col))} AS {q(col)}" for col in columns]
+    out += [f"{by_group(partial(_flip, value, col))} AS {q(col)}" for col in columns]
     inner = (
         f"SELECT {', '.join(out)} "
         f"FROM (SELECT *, TRUE AS {q(_TP)} FROM {target}) AS {t} "
@@ -485,3 +498,8 @@ class MergeBuilder:
 
     def __repr__(self) -> str:
         return f"<castsql.MergeBuilder {self.table} on {self._on!r}: {[c.kind for c in self._clauses]}>"
+
+
+def _flip(fn: Callable[[Clause, str], str], col: str, c: Clause) -> str:
+    """``fn(c, col)``: one column's value picker, bound to the column."""
+    return fn(c, col)

@@ -135,7 +135,11 @@ class Engine(Protocol):
     """How one engine scans, evaluates expressions and writes files for the pipeline."""
 
     table: str  # the table as messages name it
-    log: TableLog
+
+    @property
+    def log(self) -> TableLog:
+        """The table's log, which the pipeline commits through."""
+        ...
 
     def check_texts(self, texts: Sequence[str], op: str) -> None:
         """Refuse user SQL text the engine must not run (raise WriteError)."""
@@ -548,7 +552,7 @@ def _commit_merge(
             "deleted_rows": n_gone,
             "source_rows": metrics.num_source_rows,
             **({"stream_query": stream[0], "stream_batch": stream[1]} if stream is not None else {}),
-            **({"delete_markers": markers.num_rows} if keep else {}),
+            **({"delete_markers": markers.num_rows} if keep and markers is not None else {}),
         },
         insert_key_span=span,
         schema=snap.schema if new_schema is not None else None,
@@ -580,7 +584,7 @@ def _merge_keys(engine: Engine, snap: Snapshot, spec: MergeSpec, found: Found, a
     table, c = engine.table, found.counts
     pk = snap.primary_key
     if pk is not None and not allow:
-        floating = pa.types.is_floating(type_from_name(snap.schema.column(pk).type))  # NaN: counted as a value
+        floating = pa.types.is_floating(type_from_name(snap.schema.column_named(pk).type))  # NaN: counted as a value
         unmatched = inserts_unmatched(spec, pk)
         if moves_keys(spec, pk) or not unmatched or floating:
             added, replaced, inserted = found.keys(pk)

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyroaring import BitMap
+from pyroaring import AbstractBitMap, BitMap
 
 from castsql.format.manifest import json_stat
 from castsql.format.schema import json_ordered
@@ -192,7 +192,7 @@ def plan_records(
 
 
 def position_units(
-    key: str, positions: np.ndarray, row_group_rows: Sequence[int], deleted: BitMap | None
+    key: str, positions: np.ndarray, row_group_rows: Sequence[int], deleted: AbstractBitMap | None
 ) -> list[Unit]:
     """Units for the matched file ``positions`` of one file without reading it:
     live rows per row group are its rows minus its deleted positions (so a

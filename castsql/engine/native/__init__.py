@@ -31,7 +31,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
-from pyroaring import BitMap
+from pyroaring import AbstractBitMap
 
 NAME = "castsql_live"
 HERE = Path(__file__).resolve().parent
@@ -121,6 +121,7 @@ class Bitmaps:
 
     Example::
 
+        >>> from pyroaring import BitMap
         >>> from castsql.engine.duck import new_connection
         >>> con = new_connection()
         >>> bm = Bitmaps(con)
@@ -133,7 +134,7 @@ class Bitmaps:
     def __init__(self, con: duckdb.DuckDBPyConnection, idle: int = 64 << 20) -> None:
         self.con = con
         self.idle = idle
-        self._by_uri: dict[str, list[tuple[BitMap, int]]] = {}
+        self._by_uri: dict[str, list[tuple[AbstractBitMap, int]]] = {}
         self._refs: dict[int, int] = {}
         self._uri: dict[int, str] = {}
         self._size: dict[int, int] = {}
@@ -145,19 +146,19 @@ class Bitmaps:
         """Sets held: one per scan of a view that exists."""
         return len(self._sets)
 
-    def holds(self, uri: str, dead: BitMap) -> bool:
+    def holds(self, uri: str, dead: AbstractBitMap) -> bool:
         """Whether a bitmap of ``uri`` is registered for this very ``dead`` object."""
         return any(bm is dead for bm, _ in self._by_uri.get(uri, ()))
 
-    def bind(self, files: Sequence[tuple[str, int, BitMap | None]]) -> int:
+    def bind(self, files: Sequence[tuple[str, int, AbstractBitMap | None]]) -> int:
         """A new set over ``files`` (URI, rows, deleted positions; in the order of
         the scan's file list); returns its number, for ``"castsql/live"``.
         ``None`` for a file's positions binds nothing at its index: the scan
         (``"castsql/parquet"``, not ``"castsql/live"``) reads all its rows."""
         set_id, ids, new = new_set(), [], []
         at = [i for i, (_, _, dead) in enumerate(files) if dead is not None]
-        files = [files[i] for i in at]
-        for uri, rows, dead in files:
+        bound = [(uri, rows, dead) for uri, rows, dead in files if dead is not None]
+        for uri, rows, dead in bound:
             known = self._by_uri.get(uri, ())
             bid = next((b for bm, b in known if bm is dead), None)
             if bid is None:
@@ -179,7 +180,7 @@ class Bitmaps:
             for bid, *_ in new:
                 self.con.execute(f'SELECT "castsql/drop"({bid})')
             raise
-        for (uri, rows, dead), bid in zip(files, ids, strict=True):
+        for (uri, rows, dead), bid in zip(bound, ids, strict=True):
             if bid not in self._refs:
                 self._by_uri.setdefault(uri, []).append((dead, bid))
                 self._uri[bid], self._size[bid], self._refs[bid] = uri, bitmap_bytes(rows, len(dead)), 0
@@ -188,7 +189,7 @@ class Bitmaps:
         self._sets[set_id] = ids
         return set_id
 
-    def _register(self, new: list[tuple[int, int, BitMap, tuple[BitMap, int] | None]]) -> None:
+    def _register(self, new: list[tuple[int, int, AbstractBitMap, tuple[AbstractBitMap, int] | None]]) -> None:
         fresh = [(b, rows, dead) for b, rows, dead, base in new if base is None]
         cloned = [(b, base, dead - base[0]) for b, _, dead, base in new if base is not None]
         if fresh:
@@ -277,7 +278,7 @@ class Bitmaps:
             self._drop(bid)
 
 
-def _len(entry: tuple[BitMap, int]) -> int:
+def _len(entry: tuple[AbstractBitMap, int]) -> int:
     return len(entry[0])
 
 

@@ -42,7 +42,7 @@ CAPI_VERSION = "v1.2.0"  # the stable C API castsql_live.cpp is written against
 
 
 def _platform() -> str:
-    return duckdb.connect().execute("SELECT * FROM pragma_platform()").fetchone()[0]
+    return duckdb.connect().execute("SELECT * FROM pragma_platform()").fetchall()[0][0]
 
 
 def _compiler() -> str | None:
@@ -82,7 +82,9 @@ def headers(version: str) -> Path:
                 head, sep, rel = m.name.partition("/external/duckdb/src/include/")
                 if sep and "/" not in head and m.isfile() and ".." not in Path(rel).parts:
                     (part / rel).parent.mkdir(parents=True, exist_ok=True)
-                    (part / rel).write_bytes(tar.extractfile(m).read())
+                    member = tar.extractfile(m)
+                    assert member is not None  # m.isfile()
+                    (part / rel).write_bytes(member.read())
         missing = [h for h in HEADERS if not (part / h).exists()]
         if missing:
             raise RuntimeError(f"{sdist['filename']} holds no {', '.join(missing)}")

@@ -5,7 +5,7 @@ tasks: :class:`castsql.spark.jvm.Deleted`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from castsql.spark.jvm import PROVIDER
 from castsql.spark.jvm.build import locate
@@ -22,7 +22,7 @@ def load_jar(spark: SparkSession) -> tuple[Path | None, str]:
     jar, why = locate()
     if jar is None:
         return None, why
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm  # py4j: untyped, and set once the session runs
     loader = jvm.Thread.currentThread().getContextClassLoader()
     # PySpark's JVM threads share spark-submit's MutableURLClassLoader: a jar
     # added to it is seen by every thread (a SQL ``ADD JAR`` only by one).
@@ -52,6 +52,6 @@ def ship_jar(spark: SparkSession) -> bool:
     if jar is None:
         return False
     jsc = spark.sparkContext._jsc.sc()
-    if f"/{jar.name}\n" not in jsc.listJars().mkString("\n") + "\n":  # type: ignore[union-attr]
+    if f"/{jar.name}\n" not in jsc.listJars().mkString("\n") + "\n":
         jsc.addJar(str(jar))
     return True
