@@ -415,7 +415,7 @@ class Warehouse:
 
 
 def _point(log: TableLog, r: VersionRecord | Manifest) -> Point:
-    totals = r.totals if r.totals is not None else log.totals(r)  # type: ignore[arg-type]
+    totals = r.totals if r.totals is not None else log.totals(r)
     change = r.change
     added = change.added_files if change is not None else ()
     return Point(

@@ -64,7 +64,8 @@ class Server(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
+        host, port = self.server_address[0], self.server_address[1]
+        host = host.decode() if isinstance(host, bytes) else host
         return f"http://{host}:{port}/?token={self.token}"
 
 
@@ -181,8 +182,12 @@ class Handler(BaseHTTPRequestHandler):
         at = {p.version: p for p in points}
         listed = [(at[v], w.commit_meta(name, v)) for v in shown if v in at]
         reshaped = frozenset(v for v, _ in w.schema_changes(name))
-        span = {"before": before, "older": older, "total": len(kept), "earliest": kept[0], "reshaped": reshaped}
-        self._html(pages.table(name, points, listed, self._heads(), **span))
+        self._html(
+            pages.table(
+                name, points, listed, self._heads(),
+                before=before, older=older, total=len(kept), earliest=kept[0], reshaped=reshaped,
+            )
+        )  # fmt: skip
 
     def diff_page(self, q: dict[str, str], table: str) -> None:
         w = self.server.warehouse
@@ -214,7 +219,8 @@ class Handler(BaseHTTPRequestHandler):
         listed = []
         for t in w.tables():
             try:
-                s, _ = w.schema(t, heads[t]) if heads.get(t) is not None else (None, None)
+                head = heads.get(t)
+                s, _ = w.schema(t, head) if head is not None else (None, None)
                 kept = w.kept(t)[-500:][::-1]  # the AS OF picker: the newest kept versions
             except CastSQLError:
                 s, kept = None, []
@@ -325,21 +331,19 @@ def _jsonable(v: Any) -> Any:
 
 
 _NAME = r"([^/]+)"
-ROUTES: list[tuple[re.Pattern[str], Callable[..., None]]] = [
-    (re.compile(p), h)
-    for p, h in [
-        (r"/", Handler.warehouse_page),
-        (rf"/tables/{_NAME}", Handler.table_page),
-        (rf"/tables/{_NAME}/diff", Handler.diff_page),
-        (rf"/tables/{_NAME}/rows/(.+)", Handler.rows_page),
-        (rf"/tables/{_NAME}/schema", Handler.schema_page),
-        (r"/sql", Handler.sql_page),
-        (r"/static/([A-Za-z0-9_.-]+)", Handler.static),
-        (r"/favicon\.ico", Handler.favicon),
-        (r"/api/heads", Handler.api_heads),
-        (rf"/api/tables/{_NAME}/history", Handler.api_history),
-        (rf"/api/tables/{_NAME}/timeline", Handler.api_timeline),
-        (r"/api/sql", Handler.api_sql),
-        (r"/export", Handler.export),
-    ]
+_PATHS: list[tuple[str, Callable[..., None]]] = [
+    (r"/", Handler.warehouse_page),
+    (rf"/tables/{_NAME}", Handler.table_page),
+    (rf"/tables/{_NAME}/diff", Handler.diff_page),
+    (rf"/tables/{_NAME}/rows/(.+)", Handler.rows_page),
+    (rf"/tables/{_NAME}/schema", Handler.schema_page),
+    (r"/sql", Handler.sql_page),
+    (r"/static/([A-Za-z0-9_.-]+)", Handler.static),
+    (r"/favicon\.ico", Handler.favicon),
+    (r"/api/heads", Handler.api_heads),
+    (rf"/api/tables/{_NAME}/history", Handler.api_history),
+    (rf"/api/tables/{_NAME}/timeline", Handler.api_timeline),
+    (r"/api/sql", Handler.api_sql),
+    (r"/export", Handler.export),
 ]
+ROUTES: list[tuple[re.Pattern[str], Callable[..., None]]] = [(re.compile(p), h) for p, h in _PATHS]
