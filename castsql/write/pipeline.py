@@ -124,6 +124,13 @@ class Found(Protocol):
         (after :meth:`tombstones`): what the change-data file holds."""
         ...
 
+    def held_rows(self) -> pa.Table | None:
+        """Rows the engine read whole while finding (every column of the
+        snapshot's schema, ``_castsql_file``, ``_castsql_pos``), which the
+        change-data file takes its rows from instead of reading them again;
+        None when it holds none."""
+        ...
+
     def write(self) -> list[DataFile]:
         """Write the updated and inserted rows as data files (not committed)."""
         ...
@@ -265,7 +272,7 @@ def _change_data(engine: Engine, snap: Snapshot, found: Found, files: Sequence[D
     (FORMAT.md §3.5); None without it."""
     if not change_data_feed(snap.manifest.properties):
         return None
-    return write_preimages(engine.log.storage, snap, found.deleted_positions(), files)
+    return write_preimages(engine.log.storage, snap, found.deleted_positions(), files, held=found.held_rows())
 
 
 def _planned(log: TableLog, i: int) -> Snapshot:

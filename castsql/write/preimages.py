@@ -54,19 +54,33 @@ _WORKERS = 8  # files read at once (object stores: their round trips overlap)
 
 
 def write_preimages(
-    storage: Storage, snap: Snapshot, gone: Mapping[str, BitMap], added: Sequence[DataFile] = ()
+    storage: Storage,
+    snap: Snapshot,
+    gone: Mapping[str, BitMap],
+    added: Sequence[DataFile] = (),
+    held: pa.Table | None = None,
 ) -> ChangeData | None:
     """Write the rows at ``gone``'s positions (table key → file positions) of
     ``snap``'s files, in ``snap``'s schema plus ``_castsql_file`` and
     ``_castsql_pos``, as one Parquet file under ``data/`` (not committed);
     with the primary keys of those rows and of the ``added`` files' rows
-    when at most KEYS_MAX. None when no row is deleted."""
+    when at most KEYS_MAX. None when no row is deleted.
+
+    ``held``: rows of ``snap`` the engine already read (every column of
+    ``snap``'s schema, ``_castsql_file`` and ``_castsql_pos``; a merge's
+    matched rows). When it holds every deleted row they are taken from it;
+    otherwise they are read from the data files."""
     keys = sorted(k for k, bm in gone.items() if bm)
     if not keys:
         return None
-    files = snap.resolved(keys)
     schema = snap.schema
     where = f"table {storage.root}: change data"
+    taken = _taken(held, gone, keys, schema.names) if held is not None else None
+    if taken is not None:
+        table = conform(taken.select(schema.names), schema, where, fill_missing=True)
+        table = table.append_column(FILE_COL, taken.column(FILE_COL)).append_column(POS_COL, taken.column(POS_COL))
+        return _write(storage, snap, table, added)
+    files = snap.resolved(keys)
 
     def rows(f: ResolvedFile) -> pa.Table:
         t = _rows_at(storage, f, gone[f.key], schema.names)
@@ -79,7 +93,32 @@ def write_preimages(
     else:
         with ThreadPoolExecutor(min(_WORKERS, len(files))) as pool:
             parts = list(pool.map(rows, files))
-    table = pa.concat_tables(parts)
+    return _write(storage, snap, pa.concat_tables(parts), added)
+
+
+def _taken(held: pa.Table, gone: Mapping[str, BitMap], keys: list[str], names: list[str]) -> pa.Table | None:
+    """The rows of ``held`` at ``gone``'s positions, ordered by file (``keys``)
+    then position, as they are read from the files; None unless ``held`` has
+    every column of ``names`` and every one of those rows exactly once."""
+    if any(n not in held.column_names for n in (*names, FILE_COL, POS_COL)):
+        return None
+    files = held.column(FILE_COL).to_numpy(zero_copy_only=False)
+    pos = held.column(POS_COL).to_numpy(zero_copy_only=False).astype(np.int64)
+    picks = []
+    for key in keys:
+        want = np.asarray(gone[key].to_array(), dtype=np.int64)
+        at = np.flatnonzero(files == key)
+        at = at[np.isin(pos[at], want)]
+        at = at[np.argsort(pos[at], kind="stable")]
+        if len(at) != len(want) or (len(at) and np.any(np.diff(pos[at]) == 0)):
+            return None  # a row missing or held twice: read them all from the files
+        picks.append(at)
+    t = held.take(pa.array(np.concatenate(picks)))
+    return t.select([*names, FILE_COL, POS_COL]).replace_schema_metadata(None)
+
+
+def _write(storage: Storage, snap: Snapshot, table: pa.Table, added: Sequence[DataFile]) -> ChangeData:
+    """Write the change-data file ``table`` and its entry (statistics of the table's columns only)."""
     entry = write_file(storage, table)
     own = (FILE_COL, POS_COL)  # statistics of the table's columns only: nobody prunes by these
     entry = replace(
