@@ -53,7 +53,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine.changes import KIND, TIME, VERSION, ChangeRows, KeyFilter, Step, may_hold
+from castsql.engine.changes import CHANGE, KIND, TIME, VERSION, ChangeRows, KeyFilter, Step, may_hold
 from castsql.engine.physical import duck_type
 from castsql.engine.quoting import ident, sql_value
 from castsql.engine.views import Views
@@ -411,7 +411,7 @@ class Audits:
                 continue
             if step is not None and wanted is not None:
                 step = step.only(wanted)
-            if step is not None and (step.inserted or step.deleted):
+            if step is not None and step.any:
                 out.append(step)
         return out
 
@@ -522,6 +522,9 @@ def _recorded(log: TableLog, before: VersionRecord | Manifest, m: VersionRecord 
         return False, None
     assert isinstance(m, VersionRecord)
     c = m.change
+    if c.change_file is not None:  # every row it changed, typed: its new files need not be read
+        typed = [_whole(log, c.change_file, "change file")] if c.change_file.total_rows else []
+        return True, (Step(m.version, m.created_at, [], [], c.keys, typed) if typed else None)
     inserted = [_whole(log, e, "data file") for e in c.added_files if e.total_rows]
     p = c.preimages
     deleted = [_whole(log, p, "change-data file")] if p and p.total_rows else []
@@ -570,7 +573,11 @@ def _named(disp: str, steps: list[Step], msg: str) -> str | None:
     """DuckDB's one-line ``msg`` with the version whose change holds the file
     it names (DuckDB names only the path); None when it names none of theirs."""
     for s in steps:
-        for kind, rows in (("a file it added", s.inserted), ("the rows it deleted", s.deleted)):
+        for kind, rows in (
+            ("a file it added", s.inserted),
+            ("the rows it deleted", s.deleted),
+            ("its change file", s.typed),
+        ):
             uri = next((r.file.uri for r in rows if r.file.uri in msg), None)
             if uri is not None:
                 return f"table {disp}: version {s.version}: {uri} ({kind}) cannot be read: {msg}"
@@ -588,7 +595,9 @@ def _typed(schema: Schema, pk: str | None, rows: str, steps: list[Step]) -> str:
     but only it lets a query that never reads the types skip reading the
     columns: past ``_PAIR_BY_JOIN`` files, the window."""
     cols = ", ".join(f"r.{ident(c)}" for c in schema.names)
-    plain = f"CASE WHEN r.{KIND} = 0 THEN 'insert' ELSE 'delete' END"
+    # A change file's rows carry their type (the writer paired them by the
+    # same rule): only the other rows are paired here.
+    plain = f"COALESCE(r.{CHANGE}, CASE WHEN r.{KIND} = 0 THEN 'insert' ELSE 'delete' END)"
     if pk is None or not any(s.inserted and s.deleted for s in steps):  # no version can pair a key
         order = f"r.{VERSION}, {f'r.{ident(pk)}, ' if pk else ''}r.{KIND} DESC"
         return f"SELECT {cols}, {plain} AS {CHANGE_TYPE}, r.{VERSION}, r.{TIME} FROM ({rows}) r ORDER BY {order}"
@@ -600,15 +609,16 @@ def _typed(schema: Schema, pk: str | None, rows: str, steps: list[Step]) -> str:
         cols = ", ".join(ident(c) for c in schema.names)
         order = f"{VERSION}, {ident(pk)}, {KIND} DESC"
         return (
-            f"SELECT {cols}, {_change_type(pk, VERSION)} AS {CHANGE_TYPE}, {VERSION}, {TIME} FROM ({rows}) "
-            f"ORDER BY {order}"
+            f"SELECT {cols}, COALESCE({CHANGE}, {_change_type(pk, VERSION)}) AS {CHANGE_TYPE}, {VERSION}, {TIME} "
+            f"FROM ({rows}) ORDER BY {order}"
         )
     k = ident(pk)
     return (
         f"WITH r AS MATERIALIZED ({rows}), "
         f"u AS (SELECT {VERSION}, {k} FROM r WHERE {k} IS NOT NULL GROUP BY ALL HAVING min({KIND}) <> max({KIND})) "
-        f"SELECT {cols}, CASE WHEN u.{k} IS NOT NULL THEN CASE WHEN r.{KIND} = 0 THEN 'update_postimage' "
-        f"ELSE 'update_preimage' END ELSE {plain} END AS {CHANGE_TYPE}, r.{VERSION}, r.{TIME} "
+        f"SELECT {cols}, CASE WHEN r.{CHANGE} IS NOT NULL THEN r.{CHANGE} WHEN u.{k} IS NOT NULL THEN "
+        f"CASE WHEN r.{KIND} = 0 THEN 'update_postimage' ELSE 'update_preimage' END ELSE {plain} END "
+        f"AS {CHANGE_TYPE}, r.{VERSION}, r.{TIME} "
         f"FROM r LEFT JOIN u ON r.{VERSION} = u.{VERSION} AND r.{k} = u.{k} ORDER BY r.{VERSION}, r.{k}, r.{KIND} DESC"
     )
 

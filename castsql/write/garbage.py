@@ -154,6 +154,8 @@ def _references(log: TableLog, m: Manifest) -> set[str]:
         refs |= {r.path for r in m.cdc.markers}
     if m.change is not None and m.change.preimages is not None:  # its change-data file (FORMAT.md §3.5)
         refs.add(to_table_key(m.change.preimages.path, root, what="change-data file"))
+    if m.change is not None and m.change.change_file is not None:  # its change file (FORMAT.md §3.5)
+        refs.add(to_table_key(m.change.change_file.path, root, what="change file"))
     return refs
 
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyroaring import BitMap
 
@@ -45,6 +46,8 @@ from castsql.format.writer import conform, write_file
 from castsql.storage.ranged import open_ranged
 from castsql.write.keys import open_data_file
 from castsql.write.records import FILE_COL, POS_COL, key_range_type
+
+CHANGE_TYPE_COL = "_change_type"  # a change file's Delta change type of each row (FORMAT.md §3.5)
 
 if TYPE_CHECKING:
     from castsql.snapshot import ResolvedFile, Snapshot
@@ -73,13 +76,67 @@ def write_preimages(
     keys = sorted(k for k, bm in gone.items() if bm)
     if not keys:
         return None
+    table = _deleted_rows(storage, snap, gone, keys, held, f"table {storage.root}: change data")
+    return _write(storage, snap, table, added)
+
+
+def write_change_file(
+    storage: Storage,
+    snap: Snapshot,
+    gone: Mapping[str, BitMap],
+    added: Sequence[DataFile] = (),
+    held: pa.Table | None = None,
+) -> ChangeData | None:
+    """Write the change file of a version that deletes the rows at ``gone``'s
+    positions of ``snap``'s files and adds the ``added`` data files (FORMAT.md
+    §3.5): every one of those rows, in ``snap``'s schema, with
+    ``_change_type`` (``delete`` and ``insert``; on a keyed table a non-NULL
+    key both deleted and inserted is ``update_preimage`` and
+    ``update_postimage``, the rule audits pair updates by), ``_castsql_file``
+    and ``_castsql_pos`` (the row's data file and position: where it was,
+    where it is). ``held`` as :func:`write_preimages`. None when no row is
+    deleted (the version's new files are then its whole change)."""
+    keys = sorted(k for k, bm in gone.items() if bm)
+    if not keys:
+        return None
     schema = snap.schema
-    where = f"table {storage.root}: change data"
+    where = f"table {storage.root}: change file"
+    old = _deleted_rows(storage, snap, gone, keys, held, where)
+    parts = [old]
+    for f in added:
+        t = pq.ParquetFile(open_ranged(storage, f.path, f.size_bytes)).read()
+        t = conform(t.select([n for n in schema.names if n in t.column_names]), schema, where, fill_missing=True)
+        t = t.append_column(FILE_COL, pa.array([f.path] * t.num_rows, pa.string()))
+        parts.append(t.append_column(POS_COL, pa.array(np.arange(t.num_rows, dtype=np.int64))))
+    new = pa.concat_tables(parts[1:]).cast(old.schema) if len(parts) > 1 else old.schema.empty_table()
+    pk = snap.primary_key
+    gone_type = pa.array(["delete"] * old.num_rows, pa.string())
+    new_type = pa.array(["insert"] * new.num_rows, pa.string())
+    if pk is not None and old.num_rows and new.num_rows:
+        # A key both deleted and inserted (not NULL) is an update, as audits pair them.
+        both = pc.is_in(old.column(pk), value_set=new.column(pk).combine_chunks().drop_null())
+        gone_type = pc.if_else(pc.fill_null(both, False), "update_preimage", gone_type)
+        both = pc.is_in(new.column(pk), value_set=old.column(pk).combine_chunks().drop_null())
+        new_type = pc.if_else(pc.fill_null(both, False), "update_postimage", new_type)
+    types = pa.chunked_array([*_chunks(gone_type), *_chunks(new_type)], pa.string())
+    table = pa.concat_tables([old, new]).append_column(CHANGE_TYPE_COL, types)
+    cd = _write(storage, snap, table, (), keys_of=table)
+    return replace(cd, typed=True)
+
+
+def _chunks(a: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return a.chunks if isinstance(a, pa.ChunkedArray) else [a]
+
+
+def _deleted_rows(
+    storage: Storage, snap: Snapshot, gone: Mapping[str, BitMap], keys: list[str], held: pa.Table | None, where: str
+) -> pa.Table:
+    """The rows at ``gone``'s positions, in ``snap``'s schema plus ``_castsql_file`` and ``_castsql_pos``."""
+    schema = snap.schema
     taken = _taken(held, gone, keys, schema.names) if held is not None else None
     if taken is not None:
         table = conform(taken.select(schema.names), schema, where, fill_missing=True)
-        table = table.append_column(FILE_COL, taken.column(FILE_COL)).append_column(POS_COL, taken.column(POS_COL))
-        return _write(storage, snap, table, added)
+        return table.append_column(FILE_COL, taken.column(FILE_COL)).append_column(POS_COL, taken.column(POS_COL))
     files = snap.resolved(keys)
 
     def rows(f: ResolvedFile) -> pa.Table:
@@ -89,11 +146,9 @@ def write_preimages(
         return t.append_column(POS_COL, pa.array(np.asarray(gone[f.key].to_array(), dtype=np.int64)))
 
     if len(files) == 1:
-        parts = [rows(files[0])]
-    else:
-        with ThreadPoolExecutor(min(_WORKERS, len(files))) as pool:
-            parts = list(pool.map(rows, files))
-    return _write(storage, snap, pa.concat_tables(parts), added)
+        return rows(files[0])
+    with ThreadPoolExecutor(min(_WORKERS, len(files))) as pool:
+        return pa.concat_tables(list(pool.map(rows, files)))
 
 
 def _taken(held: pa.Table, gone: Mapping[str, BitMap], keys: list[str], names: list[str]) -> pa.Table | None:
@@ -117,16 +172,20 @@ def _taken(held: pa.Table, gone: Mapping[str, BitMap], keys: list[str], names: l
     return t.select([*names, FILE_COL, POS_COL]).replace_schema_metadata(None)
 
 
-def _write(storage: Storage, snap: Snapshot, table: pa.Table, added: Sequence[DataFile]) -> ChangeData:
-    """Write the change-data file ``table`` and its entry (statistics of the table's columns only)."""
+def _write(
+    storage: Storage, snap: Snapshot, table: pa.Table, added: Sequence[DataFile], keys_of: pa.Table | None = None
+) -> ChangeData:
+    """Write the change-data file ``table`` and its entry (statistics of the
+    table's columns only), with the keys of ``keys_of`` (default: ``table``)
+    and of the ``added`` files' rows."""
     entry = write_file(storage, table)
-    own = (FILE_COL, POS_COL)  # statistics of the table's columns only: nobody prunes by these
+    own = (FILE_COL, POS_COL, CHANGE_TYPE_COL)  # statistics of the table's columns only: nobody prunes by these
     entry = replace(
         entry,
         min={k: v for k, v in entry.min.items() if k not in own},
         max={k: v for k, v in entry.max.items() if k not in own},
     )
-    return ChangeData(entry, _keys(storage, snap, table, added))
+    return ChangeData(entry, _keys(storage, snap, table if keys_of is None else keys_of, added))
 
 
 def _keys(storage: Storage, snap: Snapshot, old: pa.Table, added: Sequence[DataFile]) -> tuple[Any, ...] | None:
