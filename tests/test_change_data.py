@@ -453,3 +453,65 @@ def test_a_manifest_with_both_records_is_refused(tmp_path):
     entry = {"path": "data/x.parquet", "size_bytes": 1, "row_group_count": 1, "total_rows": 1}
     with pytest.raises(FormatError, match="both 'preimages' and 'change_file'"):
         ChangeLog.from_json({"preimages": entry, "change_file": entry}, "v3")
+
+
+def _blocks_of(root) -> set[tuple[int, int]]:
+    from castsql.format.changeblocks import BLOCKS_DIR, block_version
+
+    st = open_storage(str(root))
+    return {block_version(i.key) for i in st.list(BLOCKS_DIR + "/")}
+
+
+def test_change_blocks_say_what_each_version_says(tmp_path):
+    """Every 8th and 64th version's writer puts the change files of the
+    versions ending there into one block (FORMAT.md §3.8) when each of them
+    is known from its manifest; an audit over any range reads what the same
+    history audited from content reads, blocks or not, and a block removed
+    from storage changes nothing but the speed."""
+    fed, _ = start(str(tmp_path / "fed"), None, CDF)
+    plain, _ = start(str(tmp_path / "plain"), None, None)
+    rng = random.Random(5)
+    with fed, plain:
+        for v in range(2, 75):
+            ids = [*rng.sample(range(300), 6), 1000 + v]
+            for t in (fed, plain):
+                if v == 20:  # an append: no change file, so no block of 17..24 (audited version by version)
+                    t.append(rows([2000 + v]))
+                elif v == 30:
+                    t.compact()  # changes no row: blocks hold it
+                elif v == 41:
+                    wide = rows(ids).append_column("note", pa.array(["n"] * len(ids)))
+                    t.merge(wide, on="id", merge_schema=True).when_matched_update_all().execute()
+                elif v == 50:
+                    t.delete(f"id = {ids[0]}")
+                else:
+                    s = rows(ids, score=float(v))
+                    m = t.merge(s, on="id").when_matched_update(set={"score": "source.score"})
+                    m.when_not_matched_insert(values={c: f"source.{c}" for c in SCHEMA.names}).execute()
+        last = fed.version
+        assert last == plain.version == 74
+        have = _blocks_of(tmp_path / "fed")
+        assert (64, 64) not in have  # version 20 is in it
+        assert {(8, 16), (8, 32), (8, 40), (8, 48), (8, 56), (8, 64), (8, 72)} <= have  # 1..8: an append
+        assert (8, 8) not in have and (8, 24) not in have and not _blocks_of(tmp_path / "plain")
+        for a, b in [(1, last), (2, 2), (9, 16), (10, 30), (33, 72), (35, 74), (60, 70), (17, 24), (0, 9)]:
+            assert changes(fed, a, b) == changes(plain, a, b), (a, b)
+        (tmp_path / "fed" / "audit" / "changes" / "8" / "v00000040.parquet").unlink()
+        with castsql.open(str(tmp_path / "fed")) as again:  # a session that has not seen it
+            assert changes(again, 33, 48) == changes(plain, 33, 48)
+
+
+def test_a_64_version_block_and_gc(tmp_path):
+    fed, _ = start(str(tmp_path / "fed"), None, CDF)
+    plain, _ = start(str(tmp_path / "plain"), None, None)
+    with fed, plain:
+        for v in range(2, 131):
+            for t in (fed, plain):
+                t.update(set={"score": f"{v}"}, where=f"id = {v % 300}")
+        have = _blocks_of(tmp_path / "fed")
+        assert (64, 128) in have and (64, 64) not in have  # 1..64: version 1 is an append
+        for a, b in [(2, 130), (64, 128), (65, 130), (1, 64)]:
+            assert changes(fed, a, b) == changes(plain, a, b), (a, b)
+        fed.gc(keep_versions=60, grace=timedelta(0))
+        assert {(n, e) for n, e in _blocks_of(tmp_path / "fed") if e < 71} == set()
+        assert changes(fed, 72, 130) == changes(plain, 72, 130)

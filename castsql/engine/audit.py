@@ -58,7 +58,7 @@ from castsql.engine.physical import duck_type
 from castsql.engine.quoting import ident, sql_value
 from castsql.engine.views import Views
 from castsql.errors import CastSQLError, QueryError, VersionNotFound, one_line
-from castsql.format import DataFile, Manifest, TableLog, keyindex
+from castsql.format import DataFile, Manifest, TableLog, changeblocks, keyindex
 from castsql.format.arrays import py_array
 from castsql.format.layout import to_table_key
 from castsql.format.manifest import VersionRecord, json_stat, parse_time
@@ -110,6 +110,7 @@ class Audits:
         self._indexes: OrderedDict[tuple[str, int], dict] = OrderedDict()  # key indexes read (FORMAT.md §3.6)
         self._inlined: dict[str, tuple[str, list[Step]]] = {}  # inline relation -> (table, steps): see explain
         self._diffs: OrderedDict[tuple[str, int, int], Step] = OrderedDict()  # see diff
+        self._blocks_seen: set[tuple[str, int, int]] = set()  # change blocks found: (table, size, end)
 
     # ------------------------------------------------------------ history
 
@@ -216,9 +217,10 @@ class Audits:
         ``end``. With ``inline`` no view is made: returns its SELECT in
         parentheses, to stand where the view's name would (see :meth:`explain`)."""
         first, last = self._range(log, disp, start, end)
-        steps = self._steps(log, first, last)
+        blocks, covered = self._blocks(log, first, last)
+        steps = self._steps(log, first, last, covered=covered)
         schema, pk = log.schema_of(last)  # nothing of the version's files is read
-        return self._paired(name, disp, schema, pk, steps, inline=inline)
+        return self._paired(name, disp, schema, pk, steps, inline=inline, blocks=blocks)
 
     def row_history(
         self, log: TableLog, disp: str, name: str, lo: Any, hi: Any | None = None, *, inline: bool = False
@@ -323,15 +325,18 @@ class Audits:
         keys: KeyFilter | None = None,
         *,
         inline: bool = False,
+        blocks: list[tuple[str, int, int]] | None = None,
     ) -> str:
-        """The view ``name`` over the steps' rows with Delta's change types, in
-        commit order (and key order within a version, an update's preimage
-        first); with ``inline`` its SELECT in parentheses, no view made."""
+        """The view ``name`` over the steps' rows (and the ``blocks``' rows, see
+        :meth:`_blocks`) with Delta's change types, in commit order (and key
+        order within a version, an update's preimage first); with ``inline``
+        its SELECT in parentheses, no view made."""
         _check_names(disp, schema)
         # One view over the rows' SELECT, not a view over a view of them:
         # DuckDB binds each view when it is made and again in every query.
         with self._readable(disp, steps):
-            body = _typed(schema, pk, self.rows.relation(_inner(name), schema, steps, keys), steps)
+            rows = self.rows.relation(_inner(name), schema, steps, keys, blocks or ())
+            body = _typed(schema, pk, rows, steps)
             if inline:
                 # No view at all: making one binds the SELECT (its files'
                 # footers, its plan) once more than the query does, ~3 ms
@@ -358,13 +363,49 @@ class Audits:
             msg = one_line(e)
             raise QueryError(_named(disp, steps, msg) or f"table {disp}: {msg}") from None
 
+    def _blocks(self, log: TableLog, first: int, last: int) -> tuple[list[tuple[str, int, int]], set[int]]:
+        """The change blocks (FORMAT.md §3.8) that hold the changes of versions
+        in (first, last], as (URI, first version, last version) of each one's
+        share, and the versions they cover: from the first version on, the
+        largest block holding it that ends in the range, else the version alone."""
+        a = max(first + 1, 1)
+        if last - a + 1 < min(changeblocks.SIZES):
+            return [], set()
+        ends = [(n, e) for n in changeblocks.SIZES for e in range(changeblocks.block_end(n, a), last + 1, n)]
+        todo = [(n, e) for n, e in ends if (log.uri, n, e) not in self._blocks_seen]
+        for (n, e), there in zip(
+            todo, overlapped(lambda ne: log.storage.exists(changeblocks.block_key(*ne)), todo), strict=True
+        ):
+            if there:  # a block never changes; a missing one may yet be written
+                self._blocks_seen.add((log.uri, n, e))
+        out, covered = [], set()
+        v = a
+        while v <= last:
+            for n in changeblocks.SIZES:
+                e = changeblocks.block_end(n, v)
+                if e <= last and (log.uri, n, e) in self._blocks_seen:
+                    out.append((log.storage.data_uri(changeblocks.block_key(n, e)), v, e))
+                    covered.update(range(v, e + 1))
+                    v = e + 1
+                    break
+            else:
+                v += 1
+        return out, covered
+
     def _steps(
-        self, log: TableLog, first: int, last: int, wanted: Callable | None = None, keys: tuple | None = None
+        self,
+        log: TableLog,
+        first: int,
+        last: int,
+        wanted: Callable | None = None,
+        keys: tuple | None = None,
+        covered: set[int] | None = None,
     ) -> list[Step]:
         """What each version in (first, last] changed; compactions change
         nothing, and version 0 (``first`` -1) inserted its rows.
         ``wanted``: only files whose statistics it accepts; ``keys``: (lo, hi),
-        leaving out versions whose recorded keys hold none in that range.
+        leaving out versions whose recorded keys hold none in that range;
+        ``covered``: versions left out (change blocks hold them).
 
         A version's step never changes, so the session keeps the newest
         ``_STEPS`` of them (rows by file and position, no snapshot): the next
@@ -375,6 +416,7 @@ class Audits:
         prev: Snapshot | None = None
         rec: VersionRecord | Manifest | None = None  # the last version's record read
         skip = self._indexed_out(log, first, last, keys) if keys is not None else set()
+        skip |= covered or set()
         todo = [v for v in range(max(first + 1, 1), last + 1) if (log.uri, v) not in self._cache and v not in skip]
         fetched = log.prefetch_records(sorted({u for v in todo for u in (v - 1, v)})) if len(todo) > 1 else {}
         for v in range(first + 1, last + 1):

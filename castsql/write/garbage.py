@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from castsql.errors import CastSQLError, VersionNotFound
-from castsql.format import Manifest, TableLog, keyindex
+from castsql.format import Manifest, TableLog, changeblocks, keyindex
 from castsql.format.layout import (
     CDC_DIR,
     DATA_DIR,
@@ -230,6 +230,7 @@ def gc(
     }
     manifests = {v: i for i in storage.list(MANIFEST_DIR + "/") if (v := manifest_version(i.key)) is not None}
     indexes = list(storage.list(keyindex.INDEX_DIR + "/"))
+    blocks = list(storage.list(changeblocks.BLOCKS_DIR + "/"))
     temps = _temp_files(storage)
 
     # 2. The chain as it is now.
@@ -293,6 +294,12 @@ def gc(
         # A key index serves only its block's versions (FORMAT.md §3.6).
         end = keyindex.index_version(info.key)
         if end is not None and end < oldest:
+            report.removed_metadata.append(info.key)
+            report.bytes_freed += info.size
+    for info in blocks:
+        # A change block serves only its versions (FORMAT.md §3.8).
+        found = changeblocks.block_version(info.key)
+        if found is not None and found[1] < oldest:
             report.removed_metadata.append(info.key)
             report.bytes_freed += info.size
     for info in temps:
