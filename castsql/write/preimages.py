@@ -1,13 +1,18 @@
-"""The change-data file of a delete, update or merge: the rows it deletes, as they were.
+"""The change file of a delete, update or merge: every row it changed, typed as Delta's change feed types them.
 
 Under ``castsql.changeDataFeed`` a version whose tombstones delete rows also
-commits one Parquet file of those rows (FORMAT.md §3.5), so an audit of the
-version reads that small file instead of the row groups its tombstones hit
-in the table's large files (one random update in a 10M-row table costs a
-122,880-row row group otherwise). It is what Delta's ``_change_data`` files
-are, written by the same code whichever engine ran the write: the engine
-says which rows it deletes (``Found.deleted_positions``), this module reads exactly those
-from the data files through the table's storage and writes them.
+commits one Parquet file of the rows it deleted, as they were, and the rows
+it inserted, each with its ``_change_type`` (FORMAT.md §3.5), so an audit of
+the version reads that small file instead of the row groups its tombstones
+hit in the table's large files (one random update in a 10M-row table costs a
+122,880-row row group otherwise), and does not pair its rows by key. It is
+what Delta's ``_change_data`` files are, written by the same code whichever
+engine ran the write: the engine says which rows it deletes
+(``Found.deleted_positions``), and this module takes them from the rows the
+engine already read (``Found.held_rows``: the embedded engine's keyed merge)
+or reads exactly those from the data files, reads the version's new files
+back, and writes them. :func:`write_preimages` writes the older record (the
+deleted rows alone), which readers still read.
 
 Example::
 
@@ -24,6 +29,9 @@ Example::
     True
     >>> cd.keys is None  # the table has no primary key
     True
+    >>> cf = write_change_file(st, resolve(log), {f.path: BitMap([0])})
+    >>> cf.typed, [(r["id"], r["_change_type"]) for r in read_preimages(st, cf.file).to_pylist()]
+    (True, [(1, 'delete')])
 """
 
 from __future__ import annotations
