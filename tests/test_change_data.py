@@ -512,6 +512,9 @@ def test_a_64_version_block_and_gc(tmp_path):
         assert (64, 128) in have and (64, 64) not in have  # 1..64: version 1 is an append
         for a, b in [(2, 130), (64, 128), (65, 130), (1, 64)]:
             assert changes(fed, a, b) == changes(plain, a, b), (a, b)
+        log = TableLog(open_storage(str(tmp_path / "fed")))
+        for r in fed.changes(65, 128).select(["_commit_version", "_commit_timestamp"]).to_pylist():
+            assert r["_commit_timestamp"] == log.manifest(r["_commit_version"]).created_at
         fed.gc(keep_versions=60, grace=timedelta(0))
         assert {(n, e) for n, e in _blocks_of(tmp_path / "fed") if e < 71} == set()
         assert changes(fed, 72, 130) == changes(plain, 72, 130)
