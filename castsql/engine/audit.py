@@ -111,6 +111,7 @@ class Audits:
         self._inlined: dict[str, tuple[str, list[Step]]] = {}  # inline relation -> (table, steps): see explain
         self._diffs: OrderedDict[tuple[str, int, int], Step] = OrderedDict()  # see diff
         self._blocks_seen: set[tuple[str, int, int]] = set()  # change blocks found: (table, size, end)
+        self._views: set[str] = set()  # audit views made and not dropped
 
     # ------------------------------------------------------------ history
 
@@ -293,10 +294,11 @@ class Audits:
             f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS SELECT {cols}, {kind} AS {CHANGE_TYPE} "
             f"FROM ({net}) ORDER BY {order}{KIND} DESC"
         )
+        self._views.add(name)
         return ident(name)
 
     def drop(self, name: str) -> None:
-        self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+        self._drop_view(name)
         self.rows.drop(_inner(name))
         self._inlined.pop(name, None)
 
@@ -341,12 +343,20 @@ class Audits:
                 # No view at all: making one binds the SELECT (its files'
                 # footers, its plan) once more than the query does, ~3 ms
                 # for one merge in a fresh session.
-                self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+                self._drop_view(name)
                 self._inlined[name] = (disp, steps)
                 return f"({body})"
             self._inlined.pop(name, None)
             self.con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
+            self._views.add(name)
         return ident(name)
+
+    def _drop_view(self, name: str) -> None:
+        """Drop the view ``name`` if this session made one: a statement less
+        for each inline audit (~0.3 ms of a one-version query)."""
+        if name in self._views:
+            self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+            self._views.discard(name)
 
     def _rows(self, disp: str, name: str, schema: Schema, steps: list[Step], keys: KeyFilter | None = None) -> str:
         """:meth:`ChangeRows.create`, a file it cannot read named as :meth:`_readable` does."""

@@ -136,12 +136,14 @@ class ChangeRows:
         self.views = views
         self._tables: dict[str, list[str]] = {}  # relation -> its events and tags tables
         self._sets: dict[str, list[int]] = {}  # relation -> the extension's sets its scans bind
+        self._views: set[str] = set()  # views create() made and drop() has not dropped
 
     def create(self, name: str, schema: Schema, steps: Sequence[Step], keys: KeyFilter | None = None) -> str:
         """Create (or replace) the temp view ``name`` of :meth:`relation`'s rows;
         returns its quoted name."""
         body = self.relation(name, schema, steps, keys)
         self.con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
+        self._views.add(name)
         return ident(name)
 
     def relation(
@@ -396,7 +398,9 @@ class ChangeRows:
         )
 
     def drop(self, name: str) -> None:
-        self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+        if name in self._views:  # a statement less where none was made (every inline audit)
+            self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+            self._views.discard(name)
         self._release(name)
 
     def _release(self, name: str) -> None:
