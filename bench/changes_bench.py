@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/changes_bench.py [--sizes 1000000,10000000] [--versions 1000]
                                             [--delta-versions 100] [--delta-sizes 1000000] [--repeat 5]
-                                            [--no-change-data-feed]
+                                            [--no-change-data-feed] [--only-changes] [--write-cost N]
 
 For each size it builds an events table (the rows of bench/merge_bench.py, files
 of ``--file-rows`` rows in row groups of 122,880) and commits ``--versions``
@@ -28,6 +28,9 @@ metadata walk is cached):
 - ``table_diff`` between the version before the first merge and the last,
   against reading the rows of the files that differ between them
   (``read_parquet`` of those files into Arrow) in the same session.
+
+``--only-changes``: the ``table_changes`` lines and the ``load_cdf``
+comparison only (no row history, no diff).
 
 ``--write-cost N``: instead, what the change data feed costs a writer: two
 tables of the first size, with and without ``castsql.changeDataFeed``, take
@@ -179,7 +182,9 @@ def first(cs: str, q: str, repeat: int) -> float:
     return statistics.median(times)
 
 
-def measure(n: int, cs: str, dl: str | None, dv: int, file_rows: int, repeat: int) -> dict[str, float]:
+def measure(
+    n: int, cs: str, dl: str | None, dv: int, file_rows: int, repeat: int, only_changes: bool = False
+) -> dict[str, float]:
     """The queries of the module's documentation on one size's tables; prints
     a table, returns the medians. ``first``: a fresh session's first query;
     ``again``: the same query again in one session (its metadata walk cached)."""
@@ -212,14 +217,27 @@ def measure(n: int, cs: str, dl: str | None, dv: int, file_rows: int, repeat: in
             assert top - dv == (n + file_rows - 1) // file_rows - 1, (top, dv)
             shift = cv - top
             for k in (k for k in (1, 10, 100) if k <= dv):
-                d = median_time(
-                    lambda k=k: DeltaTable(dl).load_cdf(starting_version=top - k + 1, ending_version=top).read_all(),
-                    repeat,
-                )
-                nd = DeltaTable(dl).load_cdf(starting_version=top - k + 1, ending_version=top).read_all().num_rows
                 q = f"SELECT * FROM table_changes('events', {top + shift - k + 1}, {top + shift})"
-                row(f"same {k} merges as load_cdf, *", q, f"vs delta {k}", d)
+
+                def cdf(k: int = k) -> pa.Table:
+                    return DeltaTable(dl).load_cdf(starting_version=top - k + 1, ending_version=top).read_all()
+
+                # In turns, one of each per round: on a shared machine both
+                # see the same load, and the ratio is of medians taken alike.
+                nd = cdf().num_rows
+                ours, theirs = [], []
+                for _ in range(repeat):
+                    ours.append(first(cs, q, 1))
+                    t0 = time.perf_counter()
+                    cdf()
+                    theirs.append(time.perf_counter() - t0)
+                cold, d = statistics.median(ours), statistics.median(theirs)
+                res[f"vs delta {k}"] = cold
+                print(f"{f'same {k} merges as load_cdf, *, in turns':<40}{cold * 1000:>9.1f}{'':>9}{'':>8}"
+                      f"{cold / d:>9.2f}{s.sql(q).num_rows:>8}")  # fmt: skip
                 print(f"{'':<40}  load_cdf: {d * 1000:.1f} ms, {nd} rows")
+        if only_changes:
+            return res
         for label, key in (("table_row_history, one key", HOT % n), ("table_row_history, another key", 5)):
             q = f"SELECT * FROM table_row_history('events', {key})"
             row(label, q, label)
@@ -272,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help="where the tables are built; tables an earlier run built there are reused")
     ap.add_argument("--no-change-data-feed", action="store_true", help="build the CastSQL table without it")
     ap.add_argument("--write-cost", type=int, metavar="N", help="time N merges with and without the feed, in turns")
+    ap.add_argument("--only-changes", action="store_true", help="table_changes and load_cdf only (no history, no diff)")
     args = ap.parse_args(argv)
     if args.write_cost:
         for n in [int(s) for s in args.sizes.split(",")]:
@@ -286,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         sources = ops(n, args.versions, np.random.default_rng(11))
         dv = min(args.delta_versions, args.versions) if n in delta_sizes else 0
         cs, dl = build(base / f"n{n}", n, args.file_rows, sources, dv, not args.no_change_data_feed)
-        per_size[n] = measure(n, cs, dl, dv, args.file_rows, args.repeat)
+        per_size[n] = measure(n, cs, dl, dv, args.file_rows, args.repeat, args.only_changes)
     if len(per_size) > 1:
         small, large = min(per_size), max(per_size)
         print(f"\n{large:,} rows against {small:,} (same changes, same versions):")

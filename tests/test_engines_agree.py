@@ -195,7 +195,7 @@ def _changes_agree_with_the_model(uri: str, s3, versions: dict[int, dict]) -> No
         for v in sorted(versions)[1:]:
             old, new = versions[v - 1], versions[v]
             if log.manifest(v).change.added_tombstones:
-                assert log.manifest(v).change.preimages is not None, (uri, v)
+                assert log.manifest(v).change.change_file is not None, (uri, v)
             got = t.changes(v, v).to_pylist()
             pre = {r["id"]: (r["kind"], r["amount"]) for r in got if r["_change_type"] in ("delete", "update_preimage")}
             post = {

@@ -65,6 +65,7 @@ from castsql.errors import FormatError, SchemaMismatch, WriteError, one_line
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord, write_data_files
 from castsql.format.evolution import merged
 from castsql.format.manifest import added_summary, json_stat
+from castsql.format.properties import change_data_feed
 from castsql.format.schema import Schema
 from castsql.format.tombstone import KeyRangeDelete, serialize_tombstones
 from castsql.format.writer import conform
@@ -539,9 +540,10 @@ class Writer:
         columns = schema.names
         fast = spec.keys is not None and not spec.of("not_matched_by_source")
         made: list[tuple[str, str]] = []
+        held = None
         try:
             if fast:
-                target, tied = self._matched_targets(spec, src, src_name, snap, made)
+                target, tied, held = self._matched_targets(spec, src, src_name, snap, made)
                 if spec.untied is not None and not tied:
                     spec = dataclasses.replace(spec, clauses=spec.untied)
             else:
@@ -604,7 +606,8 @@ class Writer:
             counts.matched_unchanged = int(((action == ACTION_NONE) & matched).sum())
             counts.unmatched_unchanged = int(((action == ACTION_NONE) & ~matched).sum())
         found = _Found(self, snap, counts, gone=gone, new=out.filter(pa.array(adds)).select(columns),
-                       inserted=action[adds] == ACTION_INSERT, op="merge", lossy=lossy, rows=out)  # fmt: skip
+                       inserted=action[adds] == ACTION_INSERT, op="merge", lossy=lossy, rows=out,
+                       held=held)  # fmt: skip
         if len(many):
             found.multiple = True
             found.labels = _labels(spec, out.take(pa.array(many)), pk)
@@ -612,13 +615,15 @@ class Writer:
 
     def _matched_targets(
         self, spec: MergeSpec, src: pa.Table, src_name: str, snap: Snapshot, made: list[tuple[str, str]]
-    ) -> tuple[str, bool]:
+    ) -> tuple[str, bool, pa.Table | None]:
         """A temp table of the live target rows some source row matches on the
-        keys: the columns the clauses use, and row identity; and whether some
-        such row equals its source row in ``spec.order``. Files whose key
-        statistics cannot hold a source key are never opened; only the key
-        (and order) columns of the others are scanned, other columns only for
-        matched rows."""
+        keys: the columns the clauses use, and row identity; whether some
+        such row equals its source row in ``spec.order``; and, under
+        ``castsql.changeDataFeed``, those rows with every column (the
+        change-data file's rows, taken from here instead of read again).
+        Files whose key statistics cannot hold a source key are never opened;
+        only the key (and order) columns of the others are scanned, other
+        columns only for matched rows."""
         keys = spec.keys or ()
         preds: list[Predicate] = []
         nothing = False
@@ -632,7 +637,11 @@ class Writer:
             tname = next(c for c in snap.schema.names if c.lower() == k.lower())
             preds += [Predicate(tname, ">=", lo), Predicate(tname, "<=", hi)]
         files = [] if nothing else snap.prune(preds).files
-        used = spec.target_columns_used(snap.schema.names)
+        feed = change_data_feed(snap.manifest.properties)
+        # Under the feed the deleted rows are written whole: fetched here with
+        # the columns the clauses use, they cost one read, not a second one of
+        # the row groups they lie in (FORMAT.md §3.5).
+        used = list(snap.schema.names) if feed else spec.target_columns_used(snap.schema.names)
         if snap.primary_key is not None and snap.primary_key not in used:
             used.append(snap.primary_key)  # the key a changed row had (the key check)
         first = [c for c in snap.schema.names if c.lower() in {k.lower() for k in keys}]
@@ -645,7 +654,7 @@ class Writer:
         extra = [c for c in used if c not in first]
         tied = bool(order) and self._ties(hits, src, first)
         lower = {c.lower() for c in spec.tiebreak}
-        unread = [c for c in extra if c.lower() in lower] if lower and not tied else []
+        unread = [c for c in extra if c.lower() in lower] if lower and not tied and not feed else []
         extra = [c for c in extra if c not in unread]
         if extra and hits.num_rows:
             hits = self._fetch(snap, hits, extra)
@@ -669,7 +678,7 @@ class Writer:
         finally:
             self.con.unregister(arrow)
         made.append(("table", name))
-        return name, tied
+        return name, tied, table if feed else None
 
     @staticmethod
     def _ties(hits: pa.Table, src: pa.Table, columns: list[str]) -> bool:
@@ -950,8 +959,10 @@ class _Found:
         op: str = "update",
         lossy: list[tuple[str, str, str, str | None, str]] | None = None,
         rows: pa.Table | None = None,
+        held: pa.Table | None = None,
     ) -> None:
         self.writer, self.snap, self.counts = writer, snap, counts
+        self.held = held
         self.gone, self.new, self.inserted, self.op = gone, new, inserted, op
         self.lossy, self.rows = lossy or [], rows
         self.multiple = False
@@ -992,6 +1003,9 @@ class _Found:
         for key in np.unique(files):
             out[str(key)] = BitMap(array.array("I", pos[files == key].tobytes()))
         return out
+
+    def held_rows(self) -> pa.Table | None:
+        return self.held
 
     def write(self) -> list[DataFile]:
         if self.new is None or not self.new.num_rows:

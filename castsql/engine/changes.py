@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -53,8 +53,12 @@ from castsql.snapshot import ResolvedFile
 from castsql.snapshot.changes import FileRows
 
 INSERTED, DELETED = 0, 1
+TYPED = 2  # a change file's rows (FORMAT.md §3.5): each row's kind is its own ``_change_type``
 # Columns the relation adds to the table's (reserved names: FORMAT.md §3.1).
 KIND, VERSION, TIME = "_castsql_kind", "_commit_version", "_commit_timestamp"
+CHANGE = "_castsql_change"  # a change file's row's Delta change type; NULL for other rows
+_TYPE_COLUMN = "_change_type"  # the change file's column of it
+_INSERTS = "('insert', 'update_postimage')"
 _FID, _POS = "_castsql_fid", "_castsql_pos"
 # A file scanned for at most this many positions, and for under a quarter of
 # its rows, gets them as a filter (row groups without one are skipped); more
@@ -74,6 +78,12 @@ class Step:
     inserted: list[FileRows]
     deleted: list[FileRows]
     keys: tuple | None = None  # every primary key it changed (sorted JSON statistics), when recorded
+    typed: list[FileRows] = field(default_factory=list)  # its change file: rows that carry their change type
+
+    @property
+    def any(self) -> bool:
+        """Whether it names any row."""
+        return bool(self.inserted or self.deleted or self.typed)
 
     def only(self, wanted: Callable[[DataFile], bool]) -> Step:
         """The rows of files ``wanted`` accepts (by their statistics)."""
@@ -83,6 +93,7 @@ class Step:
             [r for r in self.inserted if wanted(r.file.entry)],
             [r for r in self.deleted if wanted(r.file.entry)],
             self.keys,
+            [r for r in self.typed if wanted(r.file.entry)],
         )
 
     def may_change(self, lo: object, hi: object) -> bool:
@@ -125,35 +136,55 @@ class ChangeRows:
         self.views = views
         self._tables: dict[str, list[str]] = {}  # relation -> its events and tags tables
         self._sets: dict[str, list[int]] = {}  # relation -> the extension's sets its scans bind
+        self._views: set[str] = set()  # views create() made and drop() has not dropped
 
     def create(self, name: str, schema: Schema, steps: Sequence[Step], keys: KeyFilter | None = None) -> str:
         """Create (or replace) the temp view ``name`` of :meth:`relation`'s rows;
         returns its quoted name."""
         body = self.relation(name, schema, steps, keys)
         self.con.execute(f"CREATE OR REPLACE TEMP VIEW {ident(name)} AS {body}")
+        self._views.add(name)
         return ident(name)
 
-    def relation(self, name: str, schema: Schema, steps: Sequence[Step], keys: KeyFilter | None = None) -> str:
+    def relation(
+        self,
+        name: str,
+        schema: Schema,
+        steps: Sequence[Step],
+        keys: KeyFilter | None = None,
+        blocks: Sequence[tuple[str, int, int]] = (),
+    ) -> str:
         """The SELECT of every row the steps inserted or deleted, in ``schema``'s
         columns (a column a file predates is NULL, a widened one cast), plus
-        ``_castsql_kind`` (0 inserted, 1 deleted), ``_commit_version`` and
-        ``_commit_timestamp``; what it reads (an events table, the extension's
+        ``_castsql_kind`` (0 inserted, 1 deleted), ``_commit_version``,
+        ``_commit_timestamp`` and ``_castsql_change`` (a change file's row's
+        change type, else NULL); what it reads (an events table, the extension's
         sets) is kept under ``name`` until :meth:`drop`. A caller that wraps it
-        in its own view spares DuckDB binding a second one (~1.5 ms a query)."""
+        in its own view spares DuckDB binding a second one (~1.5 ms a query).
+        ``blocks``: change blocks (FORMAT.md §3.8) as (URI, first version,
+        last version): their rows of those versions too."""
         uses: dict[str, list[tuple[AbstractBitMap, int, int, datetime]]] = {}
         files: dict[str, ResolvedFile] = {}
         for s in steps:
-            for kind, rows in ((INSERTED, s.inserted), (DELETED, s.deleted)):
+            for kind, rows in ((INSERTED, s.inserted), (DELETED, s.deleted), (TYPED, s.typed)):
                 for fr in rows:
                     files.setdefault(fr.file.uri, fr.file)
                     uses.setdefault(fr.file.uri, []).append((fr.positions, kind, s.version, s.committed_at))
         if keys is not None and uses:
             uses = self._narrow(name, schema, [files[u] for u in uses], uses, keys)
         self._release(name)
+        parts = self._blocks(name, schema, blocks) if blocks else []
         if not uses:
-            return self._empty(schema)
+            return " UNION ALL ".join(parts) if parts else self._empty(schema)
         cols = ", ".join(f"r.{ident(c)}" for c in schema.names)
-        out = f"SELECT {cols}, e.k AS {KIND}, e.v AS {VERSION}, e.ts AS {TIME} FROM"
+        typed = any(k == TYPED for used in uses.values() for _, k, _, _ in used)
+        # A change file's row is inserted or deleted as its change type says.
+        kind_sql = (
+            f"CASE WHEN r.{CHANGE} IS NULL THEN e.k WHEN r.{CHANGE} IN {_INSERTS} THEN {INSERTED} ELSE {DELETED} END"
+            if typed
+            else "e.k"
+        )
+        out = f"SELECT {cols}, {kind_sql} AS {KIND}, e.v AS {VERSION}, e.ts AS {TIME}, r.{CHANGE} AS {CHANGE} FROM"
         # A file read whole for one step (a version's new file, a change data
         # file, a diff's file on one side only) takes its step's values by
         # file alone, from a list in the text: only the files read in part
@@ -163,13 +194,19 @@ class ChangeRows:
         whole = {u: len(used) == 1 and len(used[0][0]) == files[u].total_rows for u, used in uses.items()}
         tagged = [u for u in uses if whole[u]]
         joined = [u for u in uses if not whole[u]]
-        parts = []
         if tagged:
             scans, order = self._scans(name, schema, [files[u] for u in tagged], uses, keys)
             self.views.note_reads(files[u] for u in order)
-            tags = self._tags(name, [uses[uri][0] for uri in order])
             body = " UNION ALL ".join(scans)
-            parts.append(f"{out} ({body}) r JOIN {tags} ON r.{_FID} = e.fid")
+            if len(order) == 1:
+                # One file (a version's change file): its step's values as
+                # constants, no join to bind and plan (~1 ms a query).
+                _, k, v, ts = uses[order[0]][0]
+                e = f"(SELECT {k}::TINYINT AS k, {v}::BIGINT AS v, {sql_value(ts)} AS ts) e"
+                parts.append(f"{out} ({body}) r, {e}")
+            else:
+                tags = self._tags(name, [uses[uri][0] for uri in order])
+                parts.append(f"{out} ({body}) r JOIN {tags} ON r.{_FID} = e.fid")
         if joined:
             scans, order = self._scans(name, schema, [files[u] for u in joined], uses, keys)
             self.views.note_reads(files[u] for u in order)
@@ -179,6 +216,20 @@ class ChangeRows:
             body = " UNION ALL ".join(scans)
             parts.append(f"{out} ({body}) r JOIN {ident(events)} e ON r.{_FID} = e.fid AND r.{_POS} = e.pos")
         return " UNION ALL ".join(parts)
+
+    def _blocks(self, name: str, schema: Schema, blocks: Sequence[tuple[str, int, int]]) -> list[str]:
+        """The rows of change blocks, each of its versions in the range asked:
+        every row carries its version, time and change type."""
+        sigs = self.views.signatures.of([u for u, _, _ in blocks])
+        out = []
+        for uri, lo, hi in blocks:
+            proj = self._projection(name, schema, Group(sigs[uri], (uri,)))
+            out.append(
+                f"SELECT {proj}, (CASE WHEN {_TYPE_COLUMN} IN {_INSERTS} THEN {INSERTED} ELSE {DELETED} END)::TINYINT "
+                f"AS {KIND}, {VERSION}::BIGINT AS {VERSION}, {TIME} AS {TIME}, {_TYPE_COLUMN}::VARCHAR AS {CHANGE} "
+                f"FROM {parquet_files([uri])} WHERE {VERSION} BETWEEN {lo} AND {hi}"
+            )
+        return out
 
     def _scans(
         self,
@@ -198,33 +249,50 @@ class ChangeRows:
         sieve = self.views.bitmaps is not None and native.scans(self.con)
         for group in self.views.signatures.groups_of(files):
             proj = self._projection(name, schema, group)
-            whole, sieved = [], []
-            for uri in group.uris:
-                f = by_uri[uri]
-                wanted = _union([p for p, *_ in uses[uri]])
-                few = len(wanted) <= _IN_LIST and 4 * len(wanted) < f.total_rows and row_groups(f) > 1
-                if not few:
-                    if sieve and 2 * len(wanted) < f.total_rows:
-                        sieved.append((f, wanted))
-                    else:
-                        whole.append(uri)
-                    continue
-                inlist = ", ".join(map(str, wanted))
-                scans.append(
-                    f"SELECT * FROM (SELECT {proj}, {len(order)}::UINTEGER AS {_FID}, file_row_number AS {_POS} "
-                    f"FROM {parquet_files([uri])} WHERE file_row_number IN ({inlist})){where}"
-                )
-                order.append(uri)
-            if whole:
-                scans.append(
-                    f"SELECT * FROM (SELECT {proj}, (file_index + {len(order)})::UINTEGER AS {_FID}, "
-                    f"file_row_number AS {_POS} FROM {parquet_files(whole)}){where}"
-                )
-                order += whole
-            if sieved:
-                scans.append(self._sieve(name, proj, len(order), sieved, where))
-                order += [f.uri for f, _ in sieved]
+            for uris in _by_typed(group.uris, uses):
+                # A change file's rows carry their change type; other files' rows NULL.
+                ct = f"{ident(_TYPE_COLUMN)}::VARCHAR" if uses[uris[0]][0][1] == TYPED else "NULL::VARCHAR"
+                wanted = {u: (by_uri[u], _union([p for p, *_ in uses[u]])) for u in uris}
+                scans += self._scans_of(name, f"{proj}, {ct} AS {CHANGE}", wanted, where, sieve, order)
         return scans, order
+
+    def _scans_of(
+        self,
+        name: str,
+        proj: str,
+        files: dict[str, tuple[ResolvedFile, AbstractBitMap]],
+        where: str,
+        sieve: bool,
+        order: list,
+    ) -> list[str]:
+        """The scans of ``files`` (one physical schema; each with the positions
+        wanted) through ``proj``; each file read is appended to ``order``."""
+        scans = []
+        whole, sieved = [], []
+        for uri, (f, wanted) in files.items():
+            few = len(wanted) <= _IN_LIST and 4 * len(wanted) < f.total_rows and row_groups(f) > 1
+            if not few:
+                if sieve and 2 * len(wanted) < f.total_rows:
+                    sieved.append((f, wanted))
+                else:
+                    whole.append(uri)
+                continue
+            inlist = ", ".join(map(str, wanted))
+            scans.append(
+                f"SELECT * FROM (SELECT {proj}, {len(order)}::UINTEGER AS {_FID}, file_row_number AS {_POS} "
+                f"FROM {parquet_files([uri])} WHERE file_row_number IN ({inlist})){where}"
+            )
+            order.append(uri)
+        if whole:
+            scans.append(
+                f"SELECT * FROM (SELECT {proj}, (file_index + {len(order)})::UINTEGER AS {_FID}, "
+                f"file_row_number AS {_POS} FROM {parquet_files(whole)}){where}"
+            )
+            order += whole
+        if sieved:
+            scans.append(self._sieve(name, proj, len(order), sieved, where))
+            order += [f.uri for f, _ in sieved]
+        return scans
 
     def _sieve(
         self, name: str, proj: str, first: int, files: list[tuple[ResolvedFile, AbstractBitMap]], where: str
@@ -333,10 +401,15 @@ class ChangeRows:
 
     def _empty(self, schema: Schema) -> str:
         cols = ", ".join(f"NULL::{duck_type(c.type)} AS {ident(c.name)}" for c in schema.columns)
-        return f"SELECT {cols}, NULL::TINYINT AS {KIND}, NULL::BIGINT AS {VERSION}, NULL::TIMESTAMPTZ AS {TIME} LIMIT 0"
+        return (
+            f"SELECT {cols}, NULL::TINYINT AS {KIND}, NULL::BIGINT AS {VERSION}, NULL::TIMESTAMPTZ AS {TIME}, "
+            f"NULL::VARCHAR AS {CHANGE} LIMIT 0"
+        )
 
     def drop(self, name: str) -> None:
-        self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+        if name in self._views:  # a statement less where none was made (every inline audit)
+            self.con.execute(f"DROP VIEW IF EXISTS {ident(name)}")
+            self._views.discard(name)
         self._release(name)
 
     def _release(self, name: str) -> None:
@@ -346,6 +419,13 @@ class ChangeRows:
         for set_id in self._sets.pop(name, []):
             assert self.views.bitmaps is not None
             self.views.bitmaps.forget(set_id)
+
+
+def _by_typed(uris: Sequence[str], uses: dict[str, list[tuple[AbstractBitMap, int, int, datetime]]]) -> list[list[str]]:
+    """``uris`` split into the change files (their rows carry their change type) and the others."""
+    typed = [u for u in uris if uses[u][0][1] == TYPED]
+    plain = [u for u in uris if uses[u][0][1] != TYPED]
+    return [part for part in (plain, typed) if part]
 
 
 def _union(bitmaps: list[AbstractBitMap]) -> AbstractBitMap:

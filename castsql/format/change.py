@@ -223,8 +223,8 @@ class Change:
         rebased = self.read_version != base.version and not guarded
         if rebased and (since is None or any(c.added_tombstones for c in since)):
             return {}
-        return {"preimages": replace(cd.file, path=to_table_key(cd.file.path, root, what="change-data file")),
-                "keys": cd.keys}  # fmt: skip
+        entry = replace(cd.file, path=to_table_key(cd.file.path, root, what="change-data file"))
+        return {"change_file" if cd.typed else "preimages": entry, "keys": cd.keys}
 
     def _changes_since(self, base: Manifest, meta: TableMetadata) -> list[ChangeLog] | None:
         """The change records of the versions after ``read_version`` up to

@@ -73,7 +73,7 @@ def is_recorded(before: VersionRecord | Manifest, m: VersionRecord | Manifest) -
     c = m.change
     if m.previous != m.version - 1 or c.removed_files or c.removed_tombstones:
         return False
-    if c.added_tombstones and c.preimages is None:
+    if c.added_tombstones and c.preimages is None and c.change_file is None:
         return False
     t, b = m.totals, before.totals
     return (t.files - b.files, t.rows - b.rows, t.tombstones - b.tombstones) == (

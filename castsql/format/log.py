@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from castsql.errors import CommitConflict, FormatError, SchemaMismatch, StorageError, TableExists
-from castsql.format import evolution, keyindex
+from castsql.format import changeblocks, evolution, keyindex
 from castsql.format.change import Change, RestoreRaced
 from castsql.format.layout import POINTER_KEY, manifest_key, new_tombstone_key, to_table_key
 from castsql.format.manifest import DataFile, Manifest, Totals, added_summary, format_time
@@ -270,6 +270,8 @@ class TableLog(TableMetadata):
             self._advance_pointer(new.version, commit_id, pv, etag)
             if new.version % keyindex.BLOCK == 0:
                 keyindex.write_index(self, new.version)  # after the commit point: best effort (§3.6)
+            if new.version % min(changeblocks.SIZES) == 0:
+                changeblocks.write_blocks(self, new.version)  # after the commit point: best effort (§3.8)
             self._after_commit(new)
             return new
         raise CommitConflict(

@@ -355,6 +355,10 @@ class ChangeLog:
     # sorted), when they are few (KEYS_MAX).
     preimages: DataFile | None = None
     keys: tuple[Any, ...] | None = None
+    # The change file (FORMAT.md §3.5): every row this version inserted or
+    # deleted, each with its Delta change type; written instead of
+    # ``preimages`` by writers since the format had it.
+    change_file: DataFile | None = None
     # The CDC delete markers this version added (FORMAT.md §3.7): their
     # count and key bounds, which a concurrent writer's conflict check reads.
     markers: MarkerBounds | None = None
@@ -368,6 +372,8 @@ class ChangeLog:
         }
         if self.preimages is not None:
             d["preimages"] = self.preimages.to_json()
+        if self.change_file is not None:
+            d["change_file"] = self.change_file.to_json()
         if self.keys is not None:
             d["keys"] = list(self.keys)
         if self.markers is not None:
@@ -390,6 +396,10 @@ class ChangeLog:
         files = tuple(DataFile.from_json(f, f"{where}: change.added_files[{i}]") for i, f in enumerate(added))
         pre = obj.get("preimages")
         preimages = None if pre is None else DataFile.from_json(pre, f"{where}: change.preimages")
+        cf = obj.get("change_file")
+        change_file = None if cf is None else DataFile.from_json(cf, f"{where}: change.change_file")
+        if preimages is not None and change_file is not None:
+            raise FormatError(f"{where}: change has both 'preimages' and 'change_file' (a version has one)")
         keys = obj.get("keys")
         if keys is not None and not is_key_list(keys):
             raise FormatError(f"{where}: change.keys must be a list of numbers or strings")
@@ -400,6 +410,7 @@ class ChangeLog:
         return cls(
             added_files=files,
             preimages=preimages,
+            change_file=change_file,
             keys=None if keys is None else tuple(keys),
             markers=markers,
             **lists,
@@ -790,6 +801,7 @@ class ChangeData:
 
     file: DataFile
     keys: tuple[Any, ...] | None = None
+    typed: bool = False  # a change file (every changed row, typed), not a file of pre-images
 
 
 @dataclass(frozen=True, slots=True)

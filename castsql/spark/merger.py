@@ -929,6 +929,10 @@ class _SparkFound:
         """The planned records' rows (the workers' bitmaps, collected for the plan)."""
         return dict(self.plan.positions) if self.plan is not None else {}
 
+    def held_rows(self) -> pa.Table | None:
+        """None: the rows stay in Spark's executors; the change-data file reads them from the files."""
+        return None
+
     def write(self) -> list[DataFile]:
         e = self.engine
         if self.out is None:

@@ -34,6 +34,9 @@ def _shown(uri: str) -> str:
     return uri if len(uri) <= 200 else uri[:200] + "…"
 
 
+_ALONE = 8  # files of a data directory resolved one by one before it is listed (see data_uri)
+
+
 class _Listing:
     """One data directory as LocalStorage.data_uri() found it."""
 
@@ -55,6 +58,7 @@ class LocalStorage(Storage):
         # names that are links leading out, with where they lead), as one
         # scandir found them: data_uri() looks a data file up here.
         self._listings: dict[str, _Listing] = {}
+        self._single: dict[str, int] = {}  # data directory -> names checked alone, before it is listed
 
     def __repr__(self) -> str:
         return f"LocalStorage({self.root!r})"
@@ -114,8 +118,11 @@ class LocalStorage(Storage):
         and would follow the link, so it is checked here, where a version's
         files get their paths.
 
-        Cost: the first file of a data directory (the ``data/YYYY/MM/DD/HH``
-        hour a writer used) lists it once — one ``realpath`` and one
+        Cost: the first few files of a data directory (the
+        ``data/YYYY/MM/DD/HH`` hour a writer used) are resolved alone (one
+        ``realpath`` each: an audit of one version opens one file of a
+        directory of thousands, whose listing costs ~2 ms); past
+        ``_ALONE`` the directory is listed once — one ``realpath`` and one
         ``scandir``, whose entries say which are links without a stat each —
         and every file after that is a set lookup; a name the listing did not
         hold (the next write of the same hour) costs one ``lstat``. What was
@@ -132,6 +139,16 @@ class LocalStorage(Storage):
             self._path(k)  # the exact check: resolve() and compare
             return self.uri(k)
         if listing is None:
+            seen = self._single.get(d, 0)
+            if seen < _ALONE:
+                self._single[d] = seen + 1
+                real = os.path.realpath(f"{self.root}/{k}")
+                if not self._inside(real):
+                    raise StorageError(
+                        f"{self.root}/{k}: a symbolic link to {real}, outside the table root {self.root}; "
+                        "a table's data files must lie inside it"
+                    )
+                return f"{self.root}/{k}"
             listing = self._list_dir(d)
         out = listing.outside.get(name)
         if out is None and name not in listing.inside:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from castsql.errors import CastSQLError, VersionNotFound
-from castsql.format import Manifest, TableLog, keyindex
+from castsql.format import Manifest, TableLog, changeblocks, keyindex
 from castsql.format.layout import (
     CDC_DIR,
     DATA_DIR,
@@ -154,6 +154,8 @@ def _references(log: TableLog, m: Manifest) -> set[str]:
         refs |= {r.path for r in m.cdc.markers}
     if m.change is not None and m.change.preimages is not None:  # its change-data file (FORMAT.md §3.5)
         refs.add(to_table_key(m.change.preimages.path, root, what="change-data file"))
+    if m.change is not None and m.change.change_file is not None:  # its change file (FORMAT.md §3.5)
+        refs.add(to_table_key(m.change.change_file.path, root, what="change file"))
     return refs
 
 
@@ -223,6 +225,7 @@ def gc(
     }
     manifests = {v: i for i in storage.list(MANIFEST_DIR + "/") if (v := manifest_version(i.key)) is not None}
     indexes = list(storage.list(keyindex.INDEX_DIR + "/"))
+    blocks = list(storage.list(changeblocks.BLOCKS_DIR + "/"))
     temps = _temp_files(storage)
 
     # 2. The chain as it is now.
@@ -263,6 +266,12 @@ def gc(
         # A key index serves only its block's versions (FORMAT.md §3.6).
         end = keyindex.index_version(info.key)
         if end is not None and end < oldest:
+            report.removed_metadata.append(info.key)
+            report.bytes_freed += info.size
+    for info in blocks:
+        # A change block serves only its versions (FORMAT.md §3.8).
+        found = changeblocks.block_version(info.key)
+        if found is not None and found[1] < oldest:
             report.removed_metadata.append(info.key)
             report.bytes_freed += info.size
     for info in temps:

@@ -58,7 +58,7 @@ from castsql.write.cdc import Cdc, CdcMetrics, Check, Dialect
 from castsql.write.commit import commit_dml, with_retries
 from castsql.write.keys import check_input_keys, check_written_keys, existing_keys, refuse_existing
 from castsql.write.merge import MergeMetrics, MergeSpec, inserts_unmatched, moves_keys, validate
-from castsql.write.preimages import write_preimages
+from castsql.write.preimages import write_change_file
 
 ATTEMPTS = 5  # plans made before a conflicting operation gives up (FORMAT.md §7)
 
@@ -122,6 +122,13 @@ class Found(Protocol):
     def deleted_positions(self) -> dict[str, BitMap]:
         """The file positions (by table key) of the rows those records delete
         (after :meth:`tombstones`): what the change-data file holds."""
+        ...
+
+    def held_rows(self) -> pa.Table | None:
+        """Rows the engine read whole while finding (every column of the
+        snapshot's schema, ``_castsql_file``, ``_castsql_pos``), which the
+        change-data file takes its rows from instead of reading them again;
+        None when it holds none."""
         ...
 
     def write(self) -> list[DataFile]:
@@ -264,12 +271,12 @@ def delete(engine: Engine, where: str, *, attempts: int = ATTEMPTS) -> Manifest 
 
 
 def _change_data(engine: Engine, snap: Snapshot, found: Found, files: Sequence[DataFile]) -> ChangeData | None:
-    """The change-data file of the rows ``found``'s tombstones delete, with the
-    keys they and the written ``files`` hold, under ``castsql.changeDataFeed``
+    """The change file of the rows ``found``'s tombstones delete and the
+    written ``files`` hold, with their keys, under ``castsql.changeDataFeed``
     (FORMAT.md §3.5); None without it."""
     if not change_data_feed(snap.manifest.properties):
         return None
-    return write_preimages(engine.log.storage, snap, found.deleted_positions(), files)
+    return write_change_file(engine.log.storage, snap, found.deleted_positions(), files, held=found.held_rows())
 
 
 def _planned(log: TableLog, i: int) -> Snapshot:

@@ -1,13 +1,18 @@
-"""The change-data file of a delete, update or merge: the rows it deletes, as they were.
+"""The change file of a delete, update or merge: every row it changed, typed as Delta's change feed types them.
 
 Under ``castsql.changeDataFeed`` a version whose tombstones delete rows also
-commits one Parquet file of those rows (FORMAT.md §3.5), so an audit of the
-version reads that small file instead of the row groups its tombstones hit
-in the table's large files (one random update in a 10M-row table costs a
-122,880-row row group otherwise). It is what Delta's ``_change_data`` files
-are, written by the same code whichever engine ran the write: the engine
-says which rows it deletes (``Found.deleted_positions``), this module reads exactly those
-from the data files through the table's storage and writes them.
+commits one Parquet file of the rows it deleted, as they were, and the rows
+it inserted, each with its ``_change_type`` (FORMAT.md §3.5), so an audit of
+the version reads that small file instead of the row groups its tombstones
+hit in the table's large files (one random update in a 10M-row table costs a
+122,880-row row group otherwise), and does not pair its rows by key. It is
+what Delta's ``_change_data`` files are, written by the same code whichever
+engine ran the write: the engine says which rows it deletes
+(``Found.deleted_positions``), and this module takes them from the rows the
+engine already read (``Found.held_rows``: the embedded engine's keyed merge)
+or reads exactly those from the data files, reads the version's new files
+back, and writes them. :func:`write_preimages` writes the older record (the
+deleted rows alone), which readers still read.
 
 Example::
 
@@ -24,6 +29,9 @@ Example::
     True
     >>> cd.keys is None  # the table has no primary key
     True
+    >>> cf = write_change_file(st, resolve(log), {f.path: BitMap([0])})
+    >>> cf.typed, [(r["id"], r["_change_type"]) for r in read_preimages(st, cf.file).to_pylist()]
+    (True, [(1, 'delete')])
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyroaring import BitMap
 
@@ -46,6 +55,8 @@ from castsql.storage.ranged import open_ranged
 from castsql.write.keys import open_data_file
 from castsql.write.records import FILE_COL, POS_COL, key_range_type
 
+CHANGE_TYPE_COL = "_change_type"  # a change file's Delta change type of each row (FORMAT.md §3.5)
+
 if TYPE_CHECKING:
     from castsql.snapshot import ResolvedFile, Snapshot
     from castsql.storage import Storage
@@ -54,19 +65,87 @@ _WORKERS = 8  # files read at once (object stores: their round trips overlap)
 
 
 def write_preimages(
-    storage: Storage, snap: Snapshot, gone: Mapping[str, BitMap], added: Sequence[DataFile] = ()
+    storage: Storage,
+    snap: Snapshot,
+    gone: Mapping[str, BitMap],
+    added: Sequence[DataFile] = (),
+    held: pa.Table | None = None,
 ) -> ChangeData | None:
     """Write the rows at ``gone``'s positions (table key → file positions) of
     ``snap``'s files, in ``snap``'s schema plus ``_castsql_file`` and
     ``_castsql_pos``, as one Parquet file under ``data/`` (not committed);
     with the primary keys of those rows and of the ``added`` files' rows
-    when at most KEYS_MAX. None when no row is deleted."""
+    when at most KEYS_MAX. None when no row is deleted.
+
+    ``held``: rows of ``snap`` the engine already read (every column of
+    ``snap``'s schema, ``_castsql_file`` and ``_castsql_pos``; a merge's
+    matched rows). When it holds every deleted row they are taken from it;
+    otherwise they are read from the data files."""
     keys = sorted(k for k, bm in gone.items() if bm)
     if not keys:
         return None
-    files = snap.resolved(keys)
+    table = _deleted_rows(storage, snap, gone, keys, held, f"table {storage.root}: change data")
+    return _write(storage, snap, table, added)
+
+
+def write_change_file(
+    storage: Storage,
+    snap: Snapshot,
+    gone: Mapping[str, BitMap],
+    added: Sequence[DataFile] = (),
+    held: pa.Table | None = None,
+) -> ChangeData | None:
+    """Write the change file of a version that deletes the rows at ``gone``'s
+    positions of ``snap``'s files and adds the ``added`` data files (FORMAT.md
+    §3.5): every one of those rows, in ``snap``'s schema, with
+    ``_change_type`` (``delete`` and ``insert``; on a keyed table a non-NULL
+    key both deleted and inserted is ``update_preimage`` and
+    ``update_postimage``, the rule audits pair updates by), ``_castsql_file``
+    and ``_castsql_pos`` (the row's data file and position: where it was,
+    where it is). ``held`` as :func:`write_preimages`. None when no row is
+    deleted (the version's new files are then its whole change)."""
+    keys = sorted(k for k, bm in gone.items() if bm)
+    if not keys:
+        return None
     schema = snap.schema
-    where = f"table {storage.root}: change data"
+    where = f"table {storage.root}: change file"
+    old = _deleted_rows(storage, snap, gone, keys, held, where)
+    parts = [old]
+    for f in added:
+        t = pq.ParquetFile(open_ranged(storage, f.path, f.size_bytes)).read()
+        t = conform(t.select([n for n in schema.names if n in t.column_names]), schema, where, fill_missing=True)
+        t = t.append_column(FILE_COL, pa.array([f.path] * t.num_rows, pa.string()))
+        parts.append(t.append_column(POS_COL, pa.array(np.arange(t.num_rows, dtype=np.int64))))
+    new = pa.concat_tables(parts[1:]).cast(old.schema) if len(parts) > 1 else old.schema.empty_table()
+    pk = snap.primary_key
+    gone_type = pa.array(["delete"] * old.num_rows, pa.string())
+    new_type = pa.array(["insert"] * new.num_rows, pa.string())
+    if pk is not None and old.num_rows and new.num_rows:
+        # A key both deleted and inserted (not NULL) is an update, as audits pair them.
+        both = pc.is_in(old.column(pk), value_set=new.column(pk).combine_chunks().drop_null())
+        gone_type = pc.if_else(pc.fill_null(both, False), "update_preimage", gone_type)
+        both = pc.is_in(new.column(pk), value_set=old.column(pk).combine_chunks().drop_null())
+        new_type = pc.if_else(pc.fill_null(both, False), "update_postimage", new_type)
+    types = pa.chunked_array([*_chunks(gone_type), *_chunks(new_type)], pa.string())
+    table = pa.concat_tables([old, new]).append_column(CHANGE_TYPE_COL, types)
+    cd = _write(storage, snap, table, (), keys_of=table)
+    return replace(cd, typed=True)
+
+
+def _chunks(a: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return a.chunks if isinstance(a, pa.ChunkedArray) else [a]
+
+
+def _deleted_rows(
+    storage: Storage, snap: Snapshot, gone: Mapping[str, BitMap], keys: list[str], held: pa.Table | None, where: str
+) -> pa.Table:
+    """The rows at ``gone``'s positions, in ``snap``'s schema plus ``_castsql_file`` and ``_castsql_pos``."""
+    schema = snap.schema
+    taken = _taken(held, gone, keys, schema.names) if held is not None else None
+    if taken is not None:
+        table = conform(taken.select(schema.names), schema, where, fill_missing=True)
+        return table.append_column(FILE_COL, taken.column(FILE_COL)).append_column(POS_COL, taken.column(POS_COL))
+    files = snap.resolved(keys)
 
     def rows(f: ResolvedFile) -> pa.Table:
         t = _rows_at(storage, f, gone[f.key], schema.names)
@@ -75,19 +154,46 @@ def write_preimages(
         return t.append_column(POS_COL, pa.array(np.asarray(gone[f.key].to_array(), dtype=np.int64)))
 
     if len(files) == 1:
-        parts = [rows(files[0])]
-    else:
-        with ThreadPoolExecutor(min(_WORKERS, len(files))) as pool:
-            parts = list(pool.map(rows, files))
-    table = pa.concat_tables(parts)
+        return rows(files[0])
+    with ThreadPoolExecutor(min(_WORKERS, len(files))) as pool:
+        return pa.concat_tables(list(pool.map(rows, files)))
+
+
+def _taken(held: pa.Table, gone: Mapping[str, BitMap], keys: list[str], names: list[str]) -> pa.Table | None:
+    """The rows of ``held`` at ``gone``'s positions, ordered by file (``keys``)
+    then position, as they are read from the files; None unless ``held`` has
+    every column of ``names`` and every one of those rows exactly once."""
+    if any(n not in held.column_names for n in (*names, FILE_COL, POS_COL)):
+        return None
+    files = held.column(FILE_COL).to_numpy(zero_copy_only=False)
+    pos = held.column(POS_COL).to_numpy(zero_copy_only=False).astype(np.int64)
+    picks = []
+    for key in keys:
+        want = np.asarray(gone[key].to_array(), dtype=np.int64)
+        at = np.flatnonzero(files == key)
+        at = at[np.isin(pos[at], want)]
+        at = at[np.argsort(pos[at], kind="stable")]
+        if len(at) != len(want) or (len(at) and np.any(np.diff(pos[at]) == 0)):
+            return None  # a row missing or held twice: read them all from the files
+        picks.append(at)
+    t = held.take(pa.array(np.concatenate(picks)))
+    return t.select([*names, FILE_COL, POS_COL]).replace_schema_metadata(None)
+
+
+def _write(
+    storage: Storage, snap: Snapshot, table: pa.Table, added: Sequence[DataFile], keys_of: pa.Table | None = None
+) -> ChangeData:
+    """Write the change-data file ``table`` and its entry (statistics of the
+    table's columns only), with the keys of ``keys_of`` (default: ``table``)
+    and of the ``added`` files' rows."""
     entry = write_file(storage, table)
-    own = (FILE_COL, POS_COL)  # statistics of the table's columns only: nobody prunes by these
+    own = (FILE_COL, POS_COL, CHANGE_TYPE_COL)  # statistics of the table's columns only: nobody prunes by these
     entry = replace(
         entry,
         min={k: v for k, v in entry.min.items() if k not in own},
         max={k: v for k, v in entry.max.items() if k not in own},
     )
-    return ChangeData(entry, _keys(storage, snap, table, added))
+    return ChangeData(entry, _keys(storage, snap, table if keys_of is None else keys_of, added))
 
 
 def _keys(storage: Storage, snap: Snapshot, old: pa.Table, added: Sequence[DataFile]) -> tuple[Any, ...] | None:
