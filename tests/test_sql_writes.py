@@ -235,7 +235,7 @@ REFUSED = [
     ("INSERT OR REPLACE INTO events SELECT * FROM updates", "use MERGE INTO"),
     ("INSERT INTO events SELECT * FROM updates ON CONFLICT DO NOTHING", "use MERGE INTO"),
     ("DELETE FROM events WHERE id = 1 RETURNING id", "RETURNING is not supported"),
-    ("DROP TABLE events", "cannot be written by this statement"),
+    ("DROP TABLE events", "SQL never deletes a table"),
     ("WITH x AS (SELECT 1) DELETE FROM events", "cannot be written by this statement"),
     ("EXPLAIN ANALYZE DELETE FROM events", "cannot be written by this statement"),
     ("CREATE OR REPLACE TEMP VIEW events AS SELECT 1", "cannot be written by this statement"),
@@ -468,3 +468,164 @@ def test_sql_and_table_methods_give_the_same_rows_at_every_version(tmp_path):
                 assert rows(s, version=v) == rows(other, version=v), v
         finally:
             other.close()
+
+
+# ---------------------------------------------------------------- tables: CREATE, ALTER, RESTORE, OPTIMIZE, VACUUM
+
+
+def test_create_table_in_an_empty_warehouse_with_a_key_and_properties(tmp_path):
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    with Session(str(wh)) as s:
+        assert s.tables == []
+        r = s.sql(
+            "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR, d DECIMAL(10, 2), ts TIMESTAMP) "
+            "TBLPROPERTIES ('castsql.autoCompact' = 'false', 'owner' = 'audit team')"
+        )
+        assert count(r) == 0 and s.last_write.version == 0 and s.tables == ["kv"]
+        head = TableLog(open_storage(str(wh / "kv"))).latest()
+        assert head.primary_key == "id"
+        assert head.properties == {"castsql.autoCompact": "false", "owner": "audit team"}
+        assert [(c.name, c.type) for c in head.schema.columns] == [
+            ("id", "int64"), ("v", "string"), ("d", "decimal128(10, 2)"), ("ts", "timestamp[us]"),
+        ]  # fmt: skip
+        s.sql("INSERT INTO kv VALUES (1, 'a', 1.5, '2026-01-02 03:04:05')")
+        with pytest.raises(DuplicateKey):
+            s.sql("INSERT INTO kv VALUES (1, 'b', 0, NULL)")
+        # PRIMARY KEY as a constraint, and WITH (…) for the properties; IF NOT EXISTS.
+        s.sql("CREATE TABLE other (a INTEGER, b VARCHAR, PRIMARY KEY (a)) WITH ('owner' = 'me')")
+        assert TableLog(open_storage(str(wh / "other"))).latest().primary_key == "a"
+        assert count(s.sql("CREATE TABLE IF NOT EXISTS other (x INTEGER)")) == 0
+        assert TableLog(open_storage(str(wh / "other"))).latest_version() == 0
+    # A new session sees both.
+    with Session(str(wh)) as s:
+        assert s.tables == ["kv", "other"] and rows(s, "kv")[0]["v"] == "a"
+
+
+def test_create_table_as_select_checks_the_rows_before_the_table_exists(wh):
+    with Session(wh) as s:
+        r = s.sql(
+            "CREATE TABLE big PRIMARY KEY (id) TBLPROPERTIES ('k' = 'v') AS SELECT * FROM events WHERE amount > 10"
+        )
+        assert count(r) == 10 and s.last_write.version == 1
+        log = TableLog(open_storage(f"{wh}/big"))
+        assert log.latest().primary_key == "id" and log.latest().properties == {"k": "v"}
+        assert [x["id"] for x in rows(s, "big")] == list(range(11, 21))
+        assert log.manifest(1).summary["statement"].startswith("CREATE TABLE big")
+        # Duplicate keys in the query: refused, and no table is left behind.
+        with pytest.raises(DuplicateKey):
+            s.sql("CREATE TABLE twice PRIMARY KEY (user_id) AS SELECT * FROM events")
+        assert not (open_storage(f"{wh}").list_dirs().__contains__("twice"))
+        assert "twice" not in s.tables
+
+
+CREATE_REFUSED = [
+    ("CREATE TABLE events (id BIGINT)", "table events exists (version 1)"),
+    ("CREATE TABLE t (id BIGINT PRIMARY KEY, v INT PRIMARY KEY)", "one primary key column"),
+    ("CREATE TABLE t (id BIGINT, PRIMARY KEY (nope))", "primary key nope is not a column"),
+    ("CREATE TABLE t (id BIGINT DEFAULT 3)", "only PRIMARY KEY and NOT NULL"),
+    ("CREATE TABLE t (id NOSUCHTYPE)", "CREATE TABLE t"),
+    ("CREATE TABLE t (id BIGINT) AS SELECT 1", "not both"),
+    ('CREATE TABLE "a/b" (id BIGINT)', "a table name is a directory name"),
+]
+
+
+def test_create_table_refusals_are_one_line_and_make_nothing(wh):
+    before = sorted(open_storage(wh).list_dirs())
+    with Session(wh) as s:
+        for sql, why in CREATE_REFUSED:
+            with pytest.raises(CastSQLError) as e:
+                s.sql(sql)
+            assert why in str(e.value) and "\n" not in str(e.value), (sql, str(e.value))
+    assert sorted(open_storage(wh).list_dirs()) == before
+
+
+def test_create_table_without_a_warehouse_stays_duckdbs_own(wh):
+    # A session over one table (no warehouse): CREATE TABLE is DuckDB's, in memory, as before.
+    with Session(f"{wh}/events") as s:
+        s.sql("CREATE TABLE scratch AS SELECT 1 AS x")
+        assert s.sql("SELECT x FROM scratch").to_pylist() == [{"x": 1}]
+        assert "scratch" not in s.tables
+    assert sorted(open_storage(wh).list_dirs()) == ["events", "updates"]
+
+
+def test_alter_table_adds_widens_and_sets_properties(wh):
+    with Session(wh) as s:
+        s.sql("ALTER TABLE events ADD COLUMN country VARCHAR")
+        s.sql("ALTER TABLE events ADD note INTEGER")
+        s.sql("ALTER TABLE events ALTER COLUMN note TYPE BIGINT")
+        s.sql("ALTER TABLE events ALTER note SET DATA TYPE BIGINT")  # already: nothing committed
+        s.sql("ALTER TABLE events SET TBLPROPERTIES ('owner' = 'x', 'team' = 'y')")
+        s.sql("ALTER TABLE events UNSET TBLPROPERTIES ('team')")
+        log = s.log("events")
+        head = log.latest()
+        assert head.version == 6
+        assert [(c.name, c.type) for c in head.schema.columns][-2:] == [("country", "string"), ("note", "int64")]
+        assert head.properties == {"owner": "x"}
+        assert rows(s)[0]["country"] is None
+        s.sql("UPDATE events SET country = 'de' WHERE id = 1")
+        assert rows(s)[0]["country"] == "de"
+        for sql, why in (
+            ("ALTER TABLE events DROP COLUMN kind", "a drop or a rename"),
+            ("ALTER TABLE events RENAME COLUMN kind TO k", "a drop or a rename"),
+            ("ALTER TABLE events ALTER COLUMN amount TYPE INTEGER", "amount"),
+            ("ALTER TABLE events ADD COLUMN z INTEGER DEFAULT 1", "nullable, with no default"),
+        ):
+            with pytest.raises(CastSQLError) as e:
+                s.sql(sql)
+            assert why in str(e.value) and "\n" not in str(e.value), (sql, str(e.value))
+        assert log.latest_version() == 7
+
+
+def test_restore_optimize_and_vacuum(wh):
+    with Session(wh) as s:
+        s.sql("DELETE FROM events WHERE id <= 5")
+        s.sql("UPDATE events SET amount = 0")
+        r = s.sql("RESTORE TABLE events TO VERSION AS OF 1")
+        assert s.last_write.operation == "RESTORE" and s.last_write.version == 4 and count(r) == 0
+        assert rows(s) == rows(s, version=1)
+        ts = s.log("events").manifest(2).created_at.isoformat()
+        s.sql(f"RESTORE events TO TIMESTAMP AS OF '{ts}'")
+        assert rows(s) == rows(s, version=2)
+        with pytest.raises(CastSQLError, match="version 99"):
+            s.sql("RESTORE TABLE events TO VERSION AS OF 99")
+        # OPTIMIZE: one COMPACT version that changes no row.
+        for i in range(4):
+            s.sql(f"INSERT INTO events VALUES ({100 + i}, 1, 'x', {i})")
+        live = rows(s)
+        s.sql("OPTIMIZE events ZORDER BY (amount)")
+        assert s.last_write.operation == "OPTIMIZE" and s.log("events").latest().operation == "COMPACT"
+        assert rows(s) == live
+        with pytest.raises(CastSQLError, match="one column"):
+            s.sql("OPTIMIZE events ZORDER BY (amount, id)")
+        # VACUUM: the grace period keeps everything this young, whatever RETAIN says.
+        v = s.log("events").latest_version()
+        s.sql("VACUUM events RETAIN 0 HOURS")
+        assert s.last_write.operation == "VACUUM" and "removed 0 version(s)" in s.last_write.detail
+        assert rows(s, version=1) and s.log("events").latest_version() == v
+
+
+def test_table_statements_are_refused_in_safe_and_read_only_sessions(wh):
+    for opts in ({"safe": True}, {"read_only": True}):
+        with Session(wh, **opts) as s:
+            for sql in (
+                "CREATE TABLE t (id BIGINT)",
+                "ALTER TABLE events ADD COLUMN c INTEGER",
+                "RESTORE TABLE events TO VERSION AS OF 0",
+                "OPTIMIZE events",
+                "VACUUM events",
+                "DROP TABLE events",
+            ):
+                with pytest.raises(ForbiddenStatement) as e:
+                    s.sql(sql)
+                assert "\n" not in str(e.value), str(e.value)
+    assert latest(wh) == 1 and sorted(open_storage(wh).list_dirs()) == ["events", "updates"]
+
+
+def test_drop_table_is_refused_and_says_why(wh):
+    with Session(wh) as s:
+        for sql in ("DROP TABLE events", "DROP TABLE IF EXISTS events"):
+            with pytest.raises(ForbiddenStatement, match="SQL never deletes a table") as e:
+                s.sql(sql)
+            assert "no time travel or audit can undo" in str(e.value)
+    assert latest(wh) == 1

@@ -36,15 +36,20 @@ from castsql.format.log import commit_statement
 
 if TYPE_CHECKING:
     from castsql.embedded.writer import Writer
+    from castsql.engine.ddl import TableStatement
     from castsql.engine.session import Session
     from castsql.format import Manifest
     from castsql.snapshot import Snapshot
 
 
-def run(session: Session, write: writes.Write, text: str, params: Any = None) -> writes.Written:
+def run(session: Session, write: writes.Write | TableStatement, text: str, params: Any = None) -> writes.Written:
     """Run ``write`` (the statement ``text``) on ``session``'s table: one version, or none when no row changes."""
     from castsql.embedded.writer import Writer
 
+    if not isinstance(write, writes.Delete | writes.Update | writes.Insert | writes.Merge):
+        from castsql.embedded import sql_tables
+
+        return sql_tables.run(session, write, text)
     writer = Writer(session, write.table)
     with commit_statement(text):
         if isinstance(write, writes.Delete):

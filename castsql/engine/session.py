@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine import names, policy, writes
+from castsql.engine import intercept, names, policy
 from castsql.engine.arrow_tables import temp_table
 from castsql.engine.catalog import Catalog
 from castsql.engine.duck import configure_s3, load_httpfs, new_connection
@@ -428,8 +428,8 @@ class Session:
 
     def _write(self, sql: str, params: Any) -> pa.Table | None:
         """A statement that writes one of the tables, run through the write
-        pipeline (:mod:`castsql.engine.writes`): its count of rows; None for any other statement."""
-        written = writes.intercept(self, sql, params)
+        pipeline (:mod:`castsql.engine.intercept`): its count of rows; None for any other statement."""
+        written = intercept.intercept(self, sql, params)
         if written is None:
             return None
         self.last_write = written

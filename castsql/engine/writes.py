@@ -117,6 +117,7 @@ class Written:
     operation: str
     count: int
     version: int | None
+    detail: str | None = None  # what else the note says (a VACUUM's report)
 
     def result(self) -> pa.Table:
         """The statement's result as DuckDB's CLI shows a write's: one row,
@@ -128,8 +129,11 @@ class Written:
     def note(self) -> str:
         """One line for the shell: the version committed, or that none was."""
         if self.version is None:
+            if self.detail is not None:
+                return f"{self.table}: {self.operation}: {self.detail}"
             return f"{self.operation}: no row changed; {self.table} keeps its version"
-        return f"{self.table}: version {self.version} ({self.operation}, {self.count} row{'s' * (self.count != 1)})"
+        what = f"{self.count} row{'s' * (self.count != 1)}" if self.detail is None else self.detail
+        return f"{self.table}: version {self.version} ({self.operation}, {what})"
 
 
 # ---------------------------------------------------------------- the runner
@@ -624,72 +628,3 @@ def _insert_action(
     if len(cols) != len(values):
         raise WriteRefused(f"{where}: INSERT names {len(cols)} columns and gives {len(values)} values")
     return dict(zip(cols, values, strict=True)), None
-
-
-# ---------------------------------------------------------------- a session's statement
-
-_HEADS = ("delete", "update", "insert", "merge", "truncate")
-
-
-def intercept(session: Any, sql: str, params: Any = None) -> Written | None:
-    """Run ``sql`` through the write pipeline when it writes one of
-    ``session``'s tables; None when it does not (it then runs as any other
-    statement, and the policy refuses what it must). Refused in one line,
-    with nothing run: any write in safe mode or in a read-only session, a
-    write beside other statements or inside a transaction, parameters
-    where the pipeline cannot take them."""
-    low = sql.lower()
-    if not any(h in low for h in _HEADS):
-        return None  # most statements: not a word of a write in them
-    logs = session.catalog.logs
-
-    def is_table(name: str) -> bool:
-        return name.lower() in logs
-
-    if len(statements(sql)) > 1:
-        table = writes_table(sql, is_table)
-        if table is not None:
-            _refuse_mode(session, "a write", table)
-            raise WriteRefused(
-                f"a write to table {table} must be a statement of its own: each statement that writes a "
-                "CastSQL table commits one version (there is no BEGIN … COMMIT around several)"
-            )
-        return None
-    try:
-        write = parse(sql, is_table)
-    except WriteRefused:
-        if session.safe or session.read_only:
-            table = writes_table(sql, is_table) or "?"
-            _refuse_mode(session, _w(statements(sql)[0][0]), table)
-        raise
-    if write is None:
-        return None
-    _refuse_mode(session, _w(statements(sql)[0][0]), write.table)
-    if params and not isinstance(write, Insert | Merge):
-        raise WriteRefused(
-            f"{_w(statements(sql)[0][0])} of table {write.table}: parameters are not supported here; "
-            "write the values in the statement"
-        )
-    if session.in_transaction():
-        raise WriteRefused(
-            f"{_w(statements(sql)[0][0])} of table {write.table} inside a transaction: each statement that writes "
-            "a CastSQL table is its own version; COMMIT or ROLLBACK first"
-        )
-    run = runner()
-    if run is None:
-        raise WriteRefused("writing tables from SQL needs castsql's embedded engine: import castsql first")
-    written: Written = run(session, write, sql, params)
-    return written
-
-
-def _refuse_mode(session: Any, what: str, table: str) -> None:
-    from castsql.errors import SafeModeError
-
-    if session.safe:
-        raise SafeModeError(
-            f"safe mode: {what} of table {table} is not allowed (safe mode reads the opened tables and nothing else)"
-        )
-    if session.read_only:
-        raise WriteRefused(
-            f"read-only session: {what} of table {table} is refused (opened with -readonly or read_only=True)"
-        )
