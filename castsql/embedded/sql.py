@@ -98,6 +98,8 @@ def _as_table_types(session: Session, data: pa.Table, snap: Snapshot, table: str
     DuckDB to the table's types, the others kept: a ``VALUES`` list's ``1.5``
     is a DECIMAL to DuckDB, and ``MERGE`` stores it in a DOUBLE as DuckDB would."""
     types = {c.name.lower(): c.type for c in snap.schema.columns}
+    if all(types.get(f.name.lower()) in (None, str(f.type)) for f in data.schema):
+        return data  # already the table's types (an Arrow source): nothing to cast
     raw = data.rename_columns([f"c{i}" for i in range(data.num_columns)])
     cols = ", ".join(
         f"CAST(c{i} AS {duck_type(types[n.lower()])}) AS {ident(n)}" if n.lower() in types else f"c{i} AS {ident(n)}"
