@@ -629,3 +629,60 @@ def test_drop_table_is_refused_and_says_why(wh):
                 s.sql(sql)
             assert "no time travel or audit can undo" in str(e.value)
     assert latest(wh) == 1
+
+
+# ---------------------------------------------------------------- on an object store
+
+
+def test_a_warehouse_written_in_sql_on_each_store(backend, storage_root, s3_config):
+    """The newcomer's session on local disk and on the S3 test server: an
+    empty warehouse, a table made, written, merged, deleted from, restored,
+    read back by a new session."""
+    import os
+
+    if backend == "local":
+        os.makedirs(storage_root)
+    with Session(storage_root, s3=s3_config) as s:
+        assert s.tables == []
+        s.sql("CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR) TBLPROPERTIES ('owner' = 'me')")
+        assert count(s.sql("INSERT INTO kv SELECT range AS id, 'v' || range FROM range(100)")) == 100
+        r = s.sql(
+            "MERGE INTO kv t USING (VALUES (5, 'five'), (200, 'new')) AS s(id, v) ON t.id = s.id "
+            "WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *"
+        )
+        assert count(r) == 2
+        assert count(s.sql("DELETE FROM kv WHERE id < 10")) == 10
+        s.sql("RESTORE TABLE kv TO VERSION AS OF 2")  # 0 CREATE, 1 INSERT, 2 MERGE, 3 DELETE
+        assert s.last_write.version == 4
+        s.sql("CREATE TABLE copy PRIMARY KEY (id) AS SELECT * FROM kv AS OF VERSION 1 WHERE id < 3")
+    with Session(storage_root, s3=s3_config) as s:
+        assert s.tables == ["copy", "kv"]
+        got = {x["id"]: x["v"] for x in rows(s, "kv")}
+        assert len(got) == 101 and got[5] == "five" and got[200] == "new"
+        assert [x["id"] for x in rows(s, "copy")] == [0, 1, 2]
+        assert s.log("kv").manifest(3).summary["statement"] == "DELETE FROM kv WHERE id < 10"
+
+
+def test_shell_script_makes_and_maintains_a_table(wh):
+    script = """
+CREATE TABLE clicks PRIMARY KEY (id) AS SELECT id, kind FROM events WHERE kind = 'click';
+ALTER TABLE clicks ADD COLUMN note VARCHAR;
+ALTER TABLE clicks SET TBLPROPERTIES ('castsql.compact.sortBy' = 'id');
+INSERT INTO clicks VALUES (100, 'click', 'late');
+OPTIMIZE clicks;
+VACUUM clicks DRY RUN;
+SELECT count(*) AS n, count(note) AS notes FROM clicks;
+"""
+    ok, out, err = run_script(wh, script)
+    assert ok, err
+    assert out.splitlines()[-2:] == ["n,notes", "11,1"]
+    notes = err.splitlines()
+    assert notes[:4] == [
+        "clicks: version 1 (CREATE, 10 rows)",
+        "clicks: version 2 (ALTER, 0 rows)",
+        "clicks: version 3 (SET PROPERTIES, 0 rows)",
+        "clicks: version 4 (INSERT, 1 row)",
+    ]
+    assert notes[4].startswith("clicks: version 5 (OPTIMIZE, 2 files compacted)"), notes
+    assert notes[5].startswith("clicks: VACUUM: would remove 0 version(s)"), notes
+    assert TableLog(open_storage(f"{wh}/clicks")).latest().properties == {"castsql.compact.sortBy": "id"}
