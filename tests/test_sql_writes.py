@@ -235,6 +235,8 @@ REFUSED = [
     ("INSERT OR REPLACE INTO events SELECT * FROM updates", "use MERGE INTO"),
     ("INSERT INTO events SELECT * FROM updates ON CONFLICT DO NOTHING", "use MERGE INTO"),
     ("DELETE FROM events WHERE id = 1 RETURNING id", "RETURNING is not supported"),
+    ("DELETE FROM events WHERE id IN (SELECT id FROM updates)", "use MERGE INTO events USING updates"),
+    ("UPDATE events SET amount = (SELECT max(amount) FROM events) WHERE id = 1", "reads table events"),
     ("DROP TABLE events", "SQL never deletes a table"),
     ("WITH x AS (SELECT 1) DELETE FROM events", "cannot be written by this statement"),
     ("EXPLAIN ANALYZE DELETE FROM events", "cannot be written by this statement"),

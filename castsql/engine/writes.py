@@ -274,6 +274,20 @@ def _alias(toks: Sequence[Token], i: int) -> tuple[str | None, int]:
     return None, i
 
 
+def _no_other_tables(toks: Sequence[Token], a: int, b: int, table: str, what: str, is_table: Callable) -> None:
+    """Refuse a condition or expression that reads a table (``… IN (SELECT id
+    FROM other)``): the pipeline evaluates it over the row alone, as
+    ``Table.delete``/``update`` do; a join with another table is a MERGE."""
+    for j in range(a + 1, b):
+        t = toks[j]
+        if _w(toks[j - 1]) in ("FROM", "JOIN") and t.is_name and is_table(t.name):
+            raise WriteRefused(
+                f"{what} {table}: the condition or expression reads table {t.name}; they read the row itself: "
+                f"use MERGE INTO {table} USING {t.name} ON … WHEN MATCHED THEN "
+                f"{'DELETE' if what.startswith('DELETE') else 'UPDATE SET …'}"
+            )
+
+
 def _refuse_tail(toks: Sequence[Token], start: int, table: str, what: str) -> None:
     if _top(toks, start, {"RETURNING"}) < len(toks):
         raise WriteRefused(f"{what} {table} … RETURNING is not supported: the statement returns the count of rows")
@@ -342,6 +356,7 @@ def _delete(sql: str, toks: list[Token], is_table: Callable[[str], bool]) -> Del
         return Delete(table, None)
     if _w(toks[i]) != "WHERE":
         raise WriteRefused(f"DELETE FROM {table}: expected WHERE at {toks[i].text!r}")
+    _no_other_tables(toks, i, len(toks), table, "DELETE FROM", is_table)
     return Delete(table, _text(sql, toks, i + 1, len(toks), {table, *([alias] if alias else [])}) or None)
 
 
@@ -381,6 +396,7 @@ def _update(sql: str, toks: list[Token], is_table: Callable[[str], bool]) -> Upd
             "WHEN MATCHED THEN UPDATE SET …"
         )
     _refuse_tail(toks, end, table, "UPDATE")
+    _no_other_tables(toks, i, len(toks), table, "UPDATE", is_table)
     sets = _assignments(sql, toks, i + 1, end, drop, table, "UPDATE")
     where = _text(sql, toks, end + 1, len(toks), drop) if end < len(toks) else None
     return Update(table, sets, where or None)

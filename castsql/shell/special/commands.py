@@ -104,6 +104,8 @@ def help_(shell: Shell, args: list[str]) -> None:
         "Time travel: t AS OF VERSION n, t VERSION AS OF n, t AT (VERSION => n), t AS OF TIMESTAMP '…'.",
         "Audits: DESCRIBE HISTORY t, SELECT * FROM table_history('t'), table_changes('t', a, b), "
         "table_diff('t', a, b), table_row_history('t', key).",
+        "Writes, one version each: DELETE, UPDATE, INSERT, MERGE INTO, CREATE TABLE, ALTER TABLE, "
+        "RESTORE TABLE t TO VERSION AS OF n, OPTIMIZE t, VACUUM t.",
         "Keys: Tab completes, Ctrl-R searches history, Ctrl-C cancels a query or clears the line, Ctrl-D quits.",
     ]
     shell.say("\n".join(lines))
