@@ -142,16 +142,7 @@ def _create(sql: str, toks: list[Token], is_table: Callable[[str], bool]) -> Cre
     columns: list[tuple[str, str]] = []
     pk: str | None = None
     if i < len(toks) and toks[i].text == "(":
-        close = _close(toks, i)
-        for a, b in _split_top(toks, i + 1, close, ","):
-            col, key = _column(sql, toks, a, b, table)
-            if col is not None:
-                columns.append(col)
-            if key is not None:
-                if pk is not None and pk != key:
-                    raise WriteRefused(f"CREATE TABLE {table}: one primary key column, not {pk} and {key}")
-                pk = key
-        i = close + 1
+        columns, pk, i = _column_list(sql, toks, i, table)
     elif [_w(t) for t in toks[i : i + 2]] == ["PRIMARY", "KEY"]:
         if i + 2 >= len(toks) or toks[i + 2].text != "(":
             raise WriteRefused(f"CREATE TABLE {table}: expected PRIMARY KEY (column)")
@@ -177,6 +168,23 @@ def _create(sql: str, toks: list[Token], is_table: Callable[[str], bool]) -> Cre
     if pk is not None and columns and pk.lower() not in (c.lower() for c, _ in columns):
         raise WriteRefused(f"CREATE TABLE {table}: primary key {pk} is not a column")
     return CreateTable(table, tuple(columns), pk, props, query, if_not_exists)
+
+
+def _column_list(sql: str, toks: Sequence[Token], i: int, table: str) -> tuple[list[tuple[str, str]], str | None, int]:
+    """``(column TYPE [PRIMARY KEY], …, [PRIMARY KEY (c)])`` at ``i``: the
+    columns, the key and the index after the list."""
+    close = _close(toks, i)
+    columns: list[tuple[str, str]] = []
+    pk: str | None = None
+    for a, b in _split_top(toks, i + 1, close, ","):
+        col, key = _column(sql, toks, a, b, table)
+        if col is not None:
+            columns.append(col)
+        if key is not None:
+            if pk is not None and pk != key:
+                raise WriteRefused(f"CREATE TABLE {table}: one primary key column, not {pk} and {key}")
+            pk = key
+    return columns, pk, close + 1
 
 
 _CONSTRAINTS = {"PRIMARY", "NOT", "NULL", "DEFAULT", "UNIQUE", "CHECK", "REFERENCES", "COLLATE", "GENERATED"}
