@@ -217,3 +217,24 @@ def test_a_newcomer_creates_writes_restores_and_reads_history(tmp_path, shell_en
         assert "DELETE FROM users WHERE name = 'bob'" in out and "RESTORE TABLE users TO VERSION AS OF 1" in out, out
     finally:
         sh.close()
+
+
+def test_ctrl_c_during_a_write_leaves_the_table_at_its_version(tmp_path, shell_env: dict[str, str]) -> None:
+    """Ctrl-C while an INSERT's query runs: cancelled, nothing committed, and
+    the next write commits the next version (issue 56)."""
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    sh = Shell([str(wh)], shell_env)
+    try:
+        sh.run("CREATE TABLE t (n BIGINT, v VARCHAR);")
+        sh.type("INSERT INTO t SELECT count(*), 'x' FROM range(1000000000) a, range(1000000000) b;\r")
+        sh.child.expect("Ctrl-C cancels")
+        time.sleep(0.3)
+        sh.type("\x03")
+        out = sh.wait_prompt(input_accepted=True)
+        assert "cancelled" in out.lower() and "Traceback" not in out and "version 1" not in out, out
+        assert sorted(p.name for p in (wh / "t" / "manifest").iterdir()) == ["v00000000.json"]
+        out = sh.run("INSERT INTO t VALUES (1, 'a');")
+        assert "t: version 1 (INSERT, 1 row)" in out, out
+    finally:
+        sh.close()
