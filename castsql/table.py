@@ -169,10 +169,17 @@ def write_table(
         return m if m is not None else TableLog(storage).latest()
 
 
-def connect(*uris: str, connection: duckdb.DuckDBPyConnection | None = None, s3: S3Config | None = None) -> Session:
+def connect(
+    *uris: str,
+    connection: duckdb.DuckDBPyConnection | None = None,
+    s3: S3Config | None = None,
+    read_only: bool = False,
+) -> Session:
     """A SQL session over the tables (or warehouses) at ``uris``: every
     statement run through it reads each table's newest version and takes
-    ``AS OF VERSION n`` / ``AS OF TIMESTAMP '…'``.
+    ``AS OF VERSION n`` / ``AS OF TIMESTAMP '…'``; ``DELETE``, ``UPDATE``,
+    ``INSERT`` and ``MERGE INTO`` of a table commit one version each
+    (docs/SHELL.md, Writing in SQL), unless ``read_only``.
 
     ``connection``: run on the caller's own DuckDB connection, so that its other
     tables can be joined; queries that name CastSQL tables must go through
@@ -180,10 +187,12 @@ def connect(*uris: str, connection: duckdb.DuckDBPyConnection | None = None, s3:
 
     >>> s = castsql.connect("/data/events", "/data/users")        # doctest: +SKIP
     >>> s.sql("SELECT count(*) FROM events AS OF VERSION 3 WHERE id < ?", [100])  # doctest: +SKIP
+    >>> s.sql("DELETE FROM events WHERE user_id = 42").to_pylist()  # doctest: +SKIP
+    [{'count': 17}]
     """
     from castsql.engine import Session
 
-    session = Session(connection=connection, s3=s3)
+    session = Session(connection=connection, s3=s3, read_only=read_only)
     try:
         for uri in uris:
             session.open(uri)

@@ -187,3 +187,54 @@ def test_history_persists_and_ctrl_r_finds_it(shell_warehouse: str, shell_env: d
         assert re.search(r"│\s+42\s+│", out), out
     finally:
         second.close()
+
+
+def test_a_newcomer_creates_writes_restores_and_reads_history(tmp_path, shell_env: dict[str, str]) -> None:
+    """An empty directory opens as an empty warehouse; SQL then makes a
+    table, writes it, is refused a duplicate key in one line, deletes,
+    restores an earlier version and reads who did what (issue 56)."""
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    sh = Shell([str(wh)], shell_env)
+    try:
+        out = sh.run("CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR);")
+        assert "Error" not in out and "users: version 0 (CREATE" in out, out
+        out = sh.run("INSERT INTO users VALUES (1, 'ann'), (2, 'bob');")
+        assert re.search(r"│\s+2\s+│", out) and "users: version 1 (INSERT, 2 rows)" in out, out
+        out = sh.run("INSERT INTO users VALUES (2, 'again');")
+        errors = [ln for ln in out.splitlines() if ln.startswith("Error:")]
+        assert len(errors) == 1 and "already in the table" in errors[0] and "Traceback" not in out, out
+        out = sh.run("DELETE FROM users WHERE name = 'bob';")
+        assert "users: version 2 (DELETE, 1 row)" in out, out
+        out = sh.run("RESTORE TABLE users TO VERSION AS OF 1;")
+        assert "users: version 3 (RESTORE" in out, out
+        out = sh.run("SELECT count(*) AS n FROM users;")
+        assert re.search(r"│\s+2\s+│", out), out
+        assert "statement" in sh.run(".history users")  # a box as wide as the terminal: cut
+        sh.run(".mode line")
+        out = sh.run(".history users")
+        assert "INSERT INTO users VALUES (1, 'ann'), (2, 'bob')" in out, out
+        assert "DELETE FROM users WHERE name = 'bob'" in out and "RESTORE TABLE users TO VERSION AS OF 1" in out, out
+    finally:
+        sh.close()
+
+
+def test_ctrl_c_during_a_write_leaves_the_table_at_its_version(tmp_path, shell_env: dict[str, str]) -> None:
+    """Ctrl-C while an INSERT's query runs: cancelled, nothing committed, and
+    the next write commits the next version (issue 56)."""
+    wh = tmp_path / "wh"
+    wh.mkdir()
+    sh = Shell([str(wh)], shell_env)
+    try:
+        sh.run("CREATE TABLE t (n BIGINT, v VARCHAR);")
+        sh.type("INSERT INTO t SELECT count(*), 'x' FROM range(1000000000) a, range(1000000000) b;\r")
+        sh.child.expect("Ctrl-C cancels")
+        time.sleep(0.3)
+        sh.type("\x03")
+        out = sh.wait_prompt(input_accepted=True)
+        assert "cancelled" in out.lower() and "Traceback" not in out and "version 1" not in out, out
+        assert sorted(p.name for p in (wh / "t" / "manifest").iterdir()) == ["v00000000.json"]
+        out = sh.run("INSERT INTO t VALUES (1, 'a');")
+        assert "t: version 1 (INSERT, 1 row)" in out, out
+    finally:
+        sh.close()

@@ -49,6 +49,9 @@ class Executor:
         self._streams: weakref.WeakSet[_Stream] = weakref.WeakSet()  # readers' results not read to the end
         # A message of the session's own for an error (a file an inline audit reads), or None.
         self.explain: Callable[[BaseException], str | None] = lambda e: None
+        # A statement that writes a table, run by the session through the write
+        # pipeline (its result), or None: every other statement runs here.
+        self.writes: Callable[[str, Any], pa.Table | None] = lambda sql, params: None
 
     @property
     def scope(self) -> policy.Scope:
@@ -70,11 +73,18 @@ class Executor:
         return plan, self.planner.sql(plan)
 
     def run(self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None) -> duckdb.DuckDBPyRelation | None:
+        written = self._written(sql, params)
+        if written is not None:
+            return self.con.from_arrow(written)
         prepared, params, _ = self._ready(sql, params)
         try:
             return self.con.sql(prepared, params=params)
         except duckdb.Error as e:
             raise QueryError(self.message(e)) from None
+
+    def _written(self, sql: str, params: Any) -> pa.Table | None:
+        self.finish_streams()  # the write runs statements on the connection
+        return self.writes(sql, params)
 
     def _ready(
         self, sql: str, params: Sequence[Any] | dict[str, Any] | None
@@ -124,6 +134,9 @@ class Executor:
         # finds a newer one, the query runs again on the versions it found.
         # The answer is the one the look-then-read order gives, without the
         # round trip in front of every warm query.
+        written = self._written(query, params)
+        if written is not None:
+            return written
         self.planner.speculate = True
         try:
             prepared, bound, plan = self._ready(query, params)
@@ -165,6 +178,9 @@ class Executor:
         display: bool = False,
         params: Sequence[Any] | dict[str, Any] | None = None,
     ) -> pa.RecordBatchReader:
+        written = self._written(query, params)
+        if written is not None:
+            return written.to_reader()
         rel = self.run(query, params)
         if rel is None:
             return pa.RecordBatchReader.from_batches(pa.schema([]), [])

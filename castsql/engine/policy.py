@@ -11,7 +11,10 @@ Normal mode (the shell, ``castsql.connect``) reads the tables and does the
 user's own in-memory work: queries, settings, views, temp tables, macros,
 sequences, secrets, writes to the user's own objects, transactions, COPY and
 EXPORT to a literal path outside every opened table, warehouse and the
-session's work directory. The tables themselves are read-only to SQL. Never,
+session's work directory. The tables themselves are written only through the
+write pipeline (:mod:`castsql.engine.writes` takes ``DELETE``, ``UPDATE``,
+``INSERT`` and ``MERGE INTO`` of a table before this check); any other
+statement that would write one is refused here. Never,
 in any mode: ATTACH/DETACH, LOAD/INSTALL, COPY FROM DATABASE, settings that
 name a file DuckDB writes to or that loosen DuckDB's own limits.
 
@@ -28,7 +31,7 @@ Example::
     >>> check(con, "CREATE TEMP TABLE mine AS SELECT 1 AS x; INSERT INTO mine VALUES (2)", scope)
     >>> check(con, "DELETE FROM events", scope)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    castsql.errors.ForbiddenStatement: table events is read-only to SQL; ...
+    castsql.errors.ForbiddenStatement: table events cannot be written by this statement; ...
 """
 
 from __future__ import annotations
@@ -138,8 +141,8 @@ ALLOWED_PRAGMAS = frozenset(
 def read_only(table: str) -> ForbiddenStatement:
     shown = names.table_of(table)
     return ForbiddenStatement(
-        f"table {shown} is read-only to SQL; write with castsql.open(uri).update/delete/merge/append "
-        "or `castsql delete|merge|update URI …`"
+        f"table {shown} cannot be written by this statement; SQL writes a table with DELETE, UPDATE, "
+        "INSERT INTO … VALUES/SELECT and MERGE INTO, each a statement of its own (docs/SHELL.md, Writing in SQL)"
     )
 
 

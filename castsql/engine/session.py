@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine import names, policy
+from castsql.engine import intercept, names, policy
 from castsql.engine.arrow_tables import temp_table
 from castsql.engine.catalog import Catalog
 from castsql.engine.duck import configure_s3, load_httpfs, new_connection
@@ -58,6 +58,7 @@ from castsql.storage import S3Config, Storage, open_storage
 
 if TYPE_CHECKING:
     from castsql.engine.audit import Audits, Version
+    from castsql.engine.writes import Written
 
 __all__ = ["QueryError", "Session"]
 
@@ -77,7 +78,10 @@ class Session:
         threads: int | None = None,
         connection: duckdb.DuckDBPyConnection | None = None,
         safe: bool = False,
+        read_only: bool = False,
     ) -> None:
+        self.read_only = read_only  # SQL never writes a table (DELETE, MERGE … are refused)
+        self.last_write: Written | None = None  # what the last statement that wrote a table did
         self.con = connection or new_connection(threads=threads)
         self._workdir = tempfile.mkdtemp(prefix="castsql-session-")
         self._own_connection = connection is None
@@ -96,6 +100,7 @@ class Session:
         self.planner = Planner(self.con, self.catalog, self.views, self._audit)
         self.executor = Executor(self.con, self.catalog, self.planner, self._workdir, own=self._own_connection)
         self.executor.explain = self._explain
+        self.executor.writes = self._write
         self._s3_ready = False
         self._threads_set = threads is not None or not self._own_connection
         if uri is not None:
@@ -420,6 +425,23 @@ class Session:
             text = self.audits.row_history(log, disp, call.label, *call.args, inline=inline)
             return text if inline else None
         return None
+
+    def _write(self, sql: str, params: Any) -> pa.Table | None:
+        """A statement that writes one of the tables, run through the write
+        pipeline (:mod:`castsql.engine.intercept`): its count of rows; None for any other statement."""
+        written = intercept.intercept(self, sql, params)
+        if written is None:
+            return None
+        self.last_write = written
+        return written.result()
+
+    def in_transaction(self) -> bool:
+        """Whether the user's own transaction is open on the connection (BEGIN without COMMIT)."""
+        # Each statement outside a transaction is a transaction of its own: two
+        # statements in a row see one id only inside a transaction (and asking
+        # DuckDB to BEGIN again would abort the user's).
+        first, second = (self.con.execute("SELECT txid_current()").fetchone() for _ in range(2))
+        return first == second
 
     def _explain(self, e: BaseException) -> str | None:
         """The error of a query that read audits inline, as :meth:`Audits.explain` says it."""

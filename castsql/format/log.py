@@ -31,7 +31,7 @@ import socket
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -104,6 +104,27 @@ _HOOKS_LOCK = threading.Lock()
 # hook runs only the hooks that follow hook commits.
 _IN_HOOK: contextvars.ContextVar[int] = contextvars.ContextVar("castsql_after_commit_depth", default=0)
 _FOLLOWED_KEPT = 64  # versions per log whose hook commits are remembered (TableLog.followed)
+# The statement that asked for the commits made in this context (SQL a session
+# ran), recorded in their summary for history (FORMAT.md §3, ``statement``).
+_STATEMENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("castsql_commit_statement", default=None)
+STATEMENT_CHARS = 500  # a statement is kept this long at most: history, not a copy of the input
+
+
+@contextlib.contextmanager
+def commit_statement(text: str) -> Iterator[None]:
+    """Record ``text`` (cut to :data:`STATEMENT_CHARS`) as ``summary.statement``
+    of every version committed in this context, except those after-commit
+    hooks commit (an automatic compaction did not run the statement).
+
+    >>> with commit_statement("DELETE FROM events WHERE user_id = 42"):  # doctest: +SKIP
+    ...     events.delete("user_id = 42")
+    """
+    cut = text if len(text) <= STATEMENT_CHARS else text[: STATEMENT_CHARS - 1] + "…"
+    token = _STATEMENT.set(cut)
+    try:
+        yield
+    finally:
+        _STATEMENT.reset(token)
 
 
 def register_after_commit(
@@ -256,6 +277,8 @@ class TableLog(TableMetadata):
                 commit_id=commit_id,
                 writer=self.writer,
             )
+            if (statement := _STATEMENT.get()) is not None and not _IN_HOOK.get():
+                new = new.evolve(summary={**new.summary, "statement": statement})
             try:
                 # The commit point: a try whose answer never came may have landed,
                 # so its repeat answers 412 and the check below says whose it is.

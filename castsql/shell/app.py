@@ -86,7 +86,10 @@ def build_parser(commands: Sequence[str] = ()) -> argparse.ArgumentParser:
         help="safe mode: queries only read the opened tables (no other file, URL, write, install or setting); "
         ".open, .read, .output FILE and .once are refused",
     )  # fmt: skip
-    p.add_argument("-readonly", action="store_true", help=argparse.SUPPRESS)  # tables are read-only here anyway
+    p.add_argument(
+        "-readonly", "--read-only", dest="readonly", action="store_true",
+        help="SQL reads the tables and never writes one (DELETE, UPDATE, INSERT, MERGE INTO are refused)",
+    )  # fmt: skip
     p.add_argument("--no-banner", action="store_true", help="do not print the start-up banner")
     return p
 
@@ -135,7 +138,11 @@ def _run(args: argparse.Namespace, interactive: bool, stdout_tty: bool) -> int:
     try:
         from castsql.engine import Session
 
-        session = Session(args.uri, safe=args.safe) if args.uri else Session(safe=args.safe)
+        session = (
+            Session(args.uri, safe=args.safe, read_only=args.readonly)
+            if args.uri
+            else Session(safe=args.safe, read_only=args.readonly)
+        )
     except Exception as e:  # storage, S3 set-up, DuckDB: whatever it is, one line
         prefix = "" if isinstance(e, CastSQLError | OSError) else f"{type(e).__name__}: "
         sys.stderr.write(f"Error: {printable(prefix + one_line(e))}\n")

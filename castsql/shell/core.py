@@ -231,11 +231,18 @@ class Shell:
             reader = self.session.reader(sql, display=True)
             return write_result(reader, reader.schema, out, opts, progress)
 
+        before = self.session.last_write
         try:
             self.runner.run(work)
         finally:
             out.flush()
             self._close_once()
+        written = self.session.last_write
+        if written is not None and written is not before:
+            # The version a write committed: on stderr, so that a script's
+            # output stays the statement's result alone.
+            self.stderr.write(printable(written.note()) + "\n")
+            self.stderr.flush()
         if self.settings.timer:
             self.say(f"Run Time (s): real {time.monotonic() - started:.3f}")
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from castsql.errors import CastSQLError
 from castsql.shell.catalog import latest_versions
 from castsql.shell.errors import Reported, ShellError
 from castsql.shell.render import MODES
@@ -103,6 +104,8 @@ def help_(shell: Shell, args: list[str]) -> None:
         "Time travel: t AS OF VERSION n, t VERSION AS OF n, t AT (VERSION => n), t AS OF TIMESTAMP '…'.",
         "Audits: DESCRIBE HISTORY t, SELECT * FROM table_history('t'), table_changes('t', a, b), "
         "table_diff('t', a, b), table_row_history('t', key).",
+        "Writes, one version each: DELETE, UPDATE, INSERT, MERGE INTO, CREATE TABLE, ALTER TABLE, "
+        "RESTORE TABLE t TO VERSION AS OF n, OPTIMIZE t, VACUUM t.",
         "Keys: Tab completes, Ctrl-R searches history, Ctrl-C cancels a query or clears the line, Ctrl-D quits.",
     ]
     shell.say("\n".join(lines))
@@ -167,7 +170,31 @@ def history(shell: Shell, args: list[str]) -> pa.Table:
     cols = ["version", "committed_at", "operation", "rows_inserted", "rows_updated", "rows_deleted", "live_rows"]
     if h.column("error").null_count < h.num_rows:
         cols.append("error")  # some version cannot be read: say which and why
-    return h.select(cols)
+    out = h.select(cols)
+    said = _statements(shell, table, h.column("version").to_pylist())
+    if any(said):
+        # What a SQL statement wrote the version with (its summary's
+        # ``statement``), cut to a line: who did what, beside how many rows.
+        out = out.append_column("statement", pa.array(said, pa.string()))
+    return out
+
+
+STATEMENT_SHOWN = 60  # characters of a version's statement .history shows
+
+
+def _statements(shell: Shell, table: str, versions: list[int]) -> list[str | None]:
+    log = shell.session.log(table)
+    out: list[str | None] = []
+    for v in versions:
+        try:
+            text = log.manifest(v).summary.get("statement")
+        except CastSQLError:
+            text = None  # a broken version: its row says why already
+        if isinstance(text, str):
+            text = " ".join(text.split())
+            text = text if len(text) <= STATEMENT_SHOWN else text[: STATEMENT_SHOWN - 1] + "…"
+        out.append(text if isinstance(text, str) else None)
+    return out
 
 
 @meta_command(
