@@ -178,7 +178,7 @@ class SQLRewriteError(CastSQLError):
 # CastSQL module uses these names (tests/test_imports.py checks).
 MOVED = {
     "ShellError": "castsql.shell.errors",
-    "UsageError": "castsql.write_cli",
+    "UsageError": "castsql.cli.common",
     "BadOption": "castsql.spark.errors",
     "SparkJobFailed": "castsql.spark.errors",
     "WrongType": "castsql.spark.errors",

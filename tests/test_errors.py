@@ -17,7 +17,7 @@ from castsql.write_cli import UsageError, main
 def test_every_layers_errors_derive_from_the_root_and_live_in_their_layer():
     upper = {
         ShellError: "castsql.shell.errors",
-        UsageError: "castsql.write_cli",
+        UsageError: "castsql.cli.common",
         BadOption: "castsql.spark.errors",
         SparkJobFailed: "castsql.spark.errors",
         WrongType: "castsql.spark.errors",

@@ -273,9 +273,9 @@ def test_nothing_but_the_command_imports_the_ui():
         for e in import_graph()
         if (e.target == "castsql.ui" or e.target.startswith("castsql.ui."))
         and not (e.source == "castsql.ui" or e.source.startswith("castsql.ui."))
-        and e.source != "castsql.cli"
+        and not (e.source == "castsql.cli" or e.source.startswith("castsql.cli."))
     ]
-    assert not wrong, "the UI is the top layer; only castsql.cli may import it:\n" + "\n".join(wrong)
+    assert not wrong, "the UI is the top layer; only the castsql.cli package may import it:\n" + "\n".join(wrong)
 
 
 def test_the_graph_sees_function_level_and_type_checking_imports(tmp_path):

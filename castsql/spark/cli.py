@@ -2,7 +2,7 @@
 a Spark session, the input files read as a DataFrame typed as the table, the
 job run by :mod:`castsql.spark.writer`, :mod:`castsql.spark.merger` or
 :mod:`castsql.spark.compactor`. The command line itself, the embedded engine
-and the summaries are :mod:`castsql.write_cli`'s.
+and the summaries are :mod:`castsql.cli.writes`'s.
 """
 
 from __future__ import annotations
