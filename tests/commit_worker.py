@@ -79,7 +79,15 @@ def main() -> None:
     if args.crash_at:
         storage = CrashingStorage(storage, args.crash_at)
     log = TableLog(storage, writer=f"w{args.writer}")
-    schema = log.latest().schema
+    # The first read goes through the same faults as the commits: a client
+    # retries it as it retries them (CI saw all three of obstore's attempts fail).
+    for attempt in range(args.uncertain_retries + 1):
+        try:
+            schema = log.latest().schema
+            break
+        except StorageError:
+            if attempt == args.uncertain_retries:
+                raise
     slowest = 0.0
     for i in range(args.commits):
         if args.delete:
