@@ -544,9 +544,10 @@ def test_browsing_every_page_writes_nothing(page, ui, warehouse):
 # ---------------------------------------------------------------- large results
 
 
-def test_paging_a_million_row_result_keeps_server_memory_bounded(tmp_path):
+def test_paging_a_million_row_result_keeps_the_browsers_and_the_servers_memory_bounded(browser, tmp_path):
     """The server reads a page with LIMIT/OFFSET and streams an export batch
-    by batch: its peak memory grows by far less than the result's size."""
+    by batch: its peak memory grows by far less than the result's size; the
+    browser holds one page of rows, however far it pages."""
     n = 1_000_000
     uri = str(tmp_path / "big" / "wide")
     pad = "x" * 100
@@ -575,6 +576,24 @@ def test_paging_a_million_row_result_keeps_server_memory_bounded(tmp_path):
         assert exported == n + 1
         grown = (server.peak_rss_kib() - base) * 1024
         assert grown < result_bytes / 2, f"peak memory grew by {grown:,} bytes for a {result_bytes:,}-byte result"
+        context = browser.new_context()
+        try:
+            pg = context.new_page()
+            pg.goto(server.url)
+            pg.goto(server.base + "/sql")
+            pg.fill("#query", "SELECT * FROM wide")
+            pg.click("#run")
+            pg.wait_for_function("document.querySelector('#sqlstatus').dataset.offset === '0'")
+            heap0 = pg.evaluate("performance.memory.usedJSHeapSize")
+            for k in range(1, 21):
+                pg.click("#next")
+                pg.wait_for_function(f"document.querySelector('#sqlstatus').dataset.offset === '{k * 100}'")
+                assert len(pg.query_selector_all("#result tbody tr")) == 100
+            assert pg.query_selector("#result tbody tr td").inner_text() == "2000"  # row 2,000's id: it paged
+            heap = pg.evaluate("performance.memory.usedJSHeapSize")
+            assert heap - heap0 < result_bytes / 10, f"the page's heap grew by {heap - heap0:,} bytes"
+        finally:
+            context.close()
         # Ctrl-C in the middle of a download nobody reads on: the server still stops, cleanly.
         stuck = http.open(server.base + "/export?q=SELECT+*+FROM+wide&format=csv")
         stuck.read(1 << 16)
