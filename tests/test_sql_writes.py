@@ -731,3 +731,25 @@ SELECT count(*) AS n, count(note) AS notes FROM clicks;
     assert notes[4].startswith("clicks: version 5 (OPTIMIZE, 2 files compacted)"), notes
     assert notes[5].startswith("clicks: VACUUM: would remove 0 version(s)"), notes
     assert TableLog(open_storage(f"{wh}/clicks")).latest().properties == {"castsql.compact.sortBy": "id"}
+
+
+def test_insert_select_keeps_the_instants_of_a_utc_timestamp(tmp_path):
+    """DuckDB reads a UTC column back as ``Etc/UTC``; the rows are stored as the
+    table's ``UTC`` without a second pass, and every instant is kept."""
+    import datetime as dt
+
+    import pyarrow.parquet as pq
+
+    ts = pa.array([0, 1_700_000_000_123_456, None], pa.timestamp("us", tz="UTC"))
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "ts": ts})
+    pq.write_table(data, tmp_path / "in.parquet")
+    castsql.write_table(str(tmp_path / "wh" / "t"), data.slice(0, 0), primary_key="id")  # ts in "UTC"
+    with Session(str(tmp_path / "wh")) as s:
+        s.sql(f"INSERT INTO t SELECT * FROM read_parquet('{tmp_path / 'in.parquet'}')")
+        with castsql.open(str(tmp_path / "wh" / "t")) as t:
+            got = t.to_arrow().sort_by("id")
+    head = TableLog(open_storage(str(tmp_path / "wh" / "t"))).latest()
+    assert head.version == 1 and head.schema.column("ts").type == "timestamp[us, tz=UTC]"  # the table's, unchanged
+    assert got.column("ts").to_pylist() == [
+        dt.datetime(1970, 1, 1, tzinfo=dt.UTC), dt.datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=dt.UTC), None,
+    ]  # fmt: skip

@@ -119,11 +119,40 @@ def _typed(snap: Snapshot, sets: dict[str, str]) -> dict[str, str]:
     return {col: f"CAST(({expr}\n) AS {duck_type(types[col])})" for col, expr in sets.items()}
 
 
+# Spellings of UTC: DuckDB answers ``Etc/UTC`` for a table's ``UTC``.
+_UTC = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "GMT", "Etc/GMT", "Z", "+00:00"})
+
+
+def _utc_relabelled(data: pa.Table, snap: Snapshot) -> pa.Table:
+    """``data`` with a timestamp whose time zone is another spelling of the
+    table's UTC labelled as the table's: the same instants, so Arrow relabels
+    it without a copy, where DuckDB's cast would read every row again (a
+    10M-row ``INSERT … SELECT`` from Parquet paid a second pass for it)."""
+    want = {f.name.lower(): f.type for f in snap.schema.to_arrow()}
+    fields = list(data.schema)
+    for i, f in enumerate(fields):
+        w = want.get(f.name.lower())
+        if (
+            w is not None
+            and pa.types.is_timestamp(f.type)
+            and pa.types.is_timestamp(w)
+            and f.type != w
+            and f.type.unit == w.unit
+            and f.type.tz in _UTC
+            and w.tz in _UTC
+        ):
+            fields[i] = f.with_type(w)
+    if fields == list(data.schema):
+        return data
+    return data.cast(pa.schema(fields, metadata=data.schema.metadata))
+
+
 def _as_table_types(session: Session, data: pa.Table, snap: Snapshot, table: str, op: str) -> pa.Table:
     """``data``'s columns that are the table's (by name, any case) cast by
     DuckDB to the table's types, the others kept: a ``VALUES`` list's ``1.5``
     is a DECIMAL to DuckDB, and ``MERGE`` stores it in a DOUBLE as DuckDB would."""
     types = {c.name.lower(): c.type for c in snap.schema.columns}
+    data = _utc_relabelled(data, snap)
     if all(types.get(f.name.lower()) in (None, str(f.type)) for f in data.schema):
         return data  # already the table's types (an Arrow source): nothing to cast
     raw = data.rename_columns([f"c{i}" for i in range(data.num_columns)])
