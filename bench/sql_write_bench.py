@@ -39,7 +39,7 @@ import numpy as np
 from merge_bench import build, merge_delta, source
 
 import castsql
-from castsql.engine.duck import load_extension
+from castsql.engine.duckdb.duck import load_extension
 
 UPSERT = "MERGE INTO events t USING src s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
 

@@ -214,7 +214,7 @@ def _at(session: Session, name: str, version: int | None, timestamp: str | datet
 
 
 def _check_one_condition(table: str, text: str) -> None:
-    from castsql.engine.guard import check_one_condition
+    from castsql.engine.barrier.guard import check_one_condition
 
     check_one_condition(table, text)
 
@@ -360,7 +360,7 @@ class Table:
             return self._session.con.sql(f"SELECT * FROM {ident(view)}")
         snap = self._session.snapshot(self.name, self.version)
         if "://" in snap.table_uri:
-            from castsql.engine.stores import make_readable
+            from castsql.engine.duckdb.stores import make_readable
 
             storage = self._session.log(self.name).storage
             make_readable(con, storage, self._session.s3_config(storage))

@@ -249,7 +249,7 @@ def test_the_design_names_the_layers_of_the_floor_plan():
     assert LAYERS["storage"] == set()
     assert LAYERS["format"] == {"storage"}
     assert "castsql.errors" in LEAVES
-    assert [layer_of(m) for m in ("castsql", "castsql.table", "castsql.engine.native", "castsql.write_cli")] == [
+    assert [layer_of(m) for m in ("castsql", "castsql.table", "castsql.engine.duckdb.native", "castsql.write_cli")] == [
         "api", "api", "engine", "cli",
     ]  # fmt: skip
 

@@ -29,8 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from castsql.embedded.writer import Writer
-from castsql.engine import Session, names
-from castsql.engine.quoting import ident
+from castsql.engine import Session
+from castsql.engine.sql import names
+from castsql.engine.sql.quoting import ident
 from castsql.errors import CastSQLError, CommitConflict
 from castsql.format import Change, DataFile, Manifest, TableLog
 from castsql.format.markers import any_expired

@@ -1,7 +1,7 @@
 """SQL writes run through the write pipeline: what a session does with a
 ``DELETE``, ``UPDATE``, ``INSERT`` or ``MERGE INTO`` of one of its tables.
 
-Each statement (parsed by :mod:`castsql.engine.writes`) becomes the call
+Each statement (parsed by :mod:`castsql.engine.writing.writes`) becomes the call
 ``castsql.Table`` makes for the same write, on the same engine
 (:class:`castsql.embedded.writer.Writer`): ``DELETE`` is ``Table.delete``,
 ``UPDATE`` is ``Table.update``, ``INSERT`` runs its ``VALUES`` or query
@@ -27,17 +27,17 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine import writes
 from castsql.engine.messages import one_line
 from castsql.engine.physical import duck_type
-from castsql.engine.quoting import ident
+from castsql.engine.sql.quoting import ident
+from castsql.engine.writing import writes
 from castsql.errors import WriteError
 from castsql.format.log import commit_statement
 
 if TYPE_CHECKING:
     from castsql.embedded.writer import Writer
-    from castsql.engine.ddl import TableStatement
     from castsql.engine.session import Session
+    from castsql.engine.writing.ddl import TableStatement
     from castsql.format import Manifest
     from castsql.snapshot import Snapshot
 
