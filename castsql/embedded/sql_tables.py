@@ -78,8 +78,8 @@ def _column(session: Session, table: str, name: str) -> str:
 
 
 def _create(session: Session, st: ddl.CreateTable) -> Written:
-    from castsql.embedded.writer import Writer
-    from castsql.format.writer import conform
+    from castsql.embedded.engine import Writer
+    from castsql.format.datafiles import conform
     from castsql.write.keys import check_input_keys
 
     name = st.table

@@ -63,12 +63,12 @@ from castsql.engine.sql.quoting import parquet_files
 from castsql.engine.views import ROW_FILE, ROW_POS, ident
 from castsql.errors import FormatError, SchemaMismatch, WriteError, one_line
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord, write_data_files
+from castsql.format.datafiles import conform
 from castsql.format.evolution import merged
 from castsql.format.manifest import added_summary, json_stat
 from castsql.format.properties import change_data_feed
 from castsql.format.schema import Schema
 from castsql.format.tombstone import KeyRangeDelete, serialize_tombstones
-from castsql.format.writer import conform
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot
 from castsql.write import pipeline
 from castsql.write.arrow import as_arrow
