@@ -47,7 +47,7 @@ import numpy as np
 from merge_bench import build, merge_delta, rows, source
 
 import castsql
-from castsql.engine.duck import load_extension
+from castsql.engine.duckdb.duck import load_extension
 from castsql.format import TableLog
 from castsql.storage import open_storage
 

@@ -32,7 +32,7 @@ import castsql
 from castsql.errors import CastSQLError
 from castsql.format import TableLog
 from castsql.spark import append, delete, merge, update
-from castsql.spark.merger import cdc_merge
+from castsql.spark.engine import cdc_merge
 from castsql.storage import open_storage
 from castsql.write.cdc import apply_cdc
 

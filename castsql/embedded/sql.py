@@ -1,9 +1,9 @@
 """SQL writes run through the write pipeline: what a session does with a
 ``DELETE``, ``UPDATE``, ``INSERT`` or ``MERGE INTO`` of one of its tables.
 
-Each statement (parsed by :mod:`castsql.engine.writes`) becomes the call
+Each statement (parsed by :mod:`castsql.engine.writing.writes`) becomes the call
 ``castsql.Table`` makes for the same write, on the same engine
-(:class:`castsql.embedded.writer.Writer`): ``DELETE`` is ``Table.delete``,
+(:class:`castsql.embedded.engine.Writer`): ``DELETE`` is ``Table.delete``,
 ``UPDATE`` is ``Table.update``, ``INSERT`` runs its ``VALUES`` or query
 through the session's read path to Arrow (time travel, other tables and, out
 of safe mode, ``read_parquet``) and is ``Table.append``; ``MERGE INTO`` reads
@@ -27,24 +27,24 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine import writes
 from castsql.engine.messages import one_line
 from castsql.engine.physical import duck_type
-from castsql.engine.quoting import ident
+from castsql.engine.sql.quoting import ident
+from castsql.engine.writing import writes
 from castsql.errors import CastSQLError, WriteError
 from castsql.format.log import commit_statement
 
 if TYPE_CHECKING:
-    from castsql.embedded.writer import Writer
-    from castsql.engine.ddl import TableStatement
+    from castsql.embedded.engine import Writer
     from castsql.engine.session import Session
+    from castsql.engine.writing.ddl import TableStatement
     from castsql.format import Manifest
     from castsql.snapshot import Snapshot
 
 
 def run(session: Session, write: writes.Write | TableStatement, text: str, params: Any = None) -> writes.Written:
     """Run ``write`` (the statement ``text``) on ``session``'s table: one version, or none when no row changes."""
-    from castsql.embedded.writer import Writer
+    from castsql.embedded.engine import Writer
 
     if not isinstance(write, writes.Delete | writes.Update | writes.Insert | writes.Merge):
         from castsql.embedded import sql_tables

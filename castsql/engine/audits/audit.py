@@ -18,7 +18,7 @@ the table's columns plus ``_change_type``, ``_commit_version`` and
 paired by primary key). Nothing has to be enabled in advance: a row is
 identified by (data file, row position), so a version's changes are the rows
 of the files it added and the positions its tombstones added
-(:mod:`castsql.engine.changes`). A version that recorded its change (FORMAT.md
+(:mod:`castsql.engine.audits.changes`). A version that recorded its change (FORMAT.md
 §3.5, ``castsql.changeDataFeed``) is read from its own manifest and files
 alone: its new files and its change-data file, the rows its tombstones
 delete as they were; any other is found from its and its previous version's
@@ -40,7 +40,7 @@ read.
 In SQL: ``DESCRIBE HISTORY t``, ``table_history('t')``, ``table_changes('t',
 start[, end])`` (versions or timestamps), ``table_diff('t', a, b)`` and
 ``table_row_history('t', key[, key_hi])``: a query's plan
-(:mod:`castsql.engine.plan`) finds the calls, :meth:`Audits.register` makes
+(:mod:`castsql.engine.sql.plan`) finds the calls, :meth:`Audits.register` makes
 each a relation.
 """
 
@@ -55,9 +55,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine.changes import CHANGE, KIND, TIME, VERSION, ChangeRows, KeyFilter, Step, may_hold
+from castsql.engine.audits.changes import CHANGE, KIND, TIME, VERSION, ChangeRows, KeyFilter, Step, may_hold
 from castsql.engine.physical import duck_type
-from castsql.engine.quoting import ident, sql_value
+from castsql.engine.sql.quoting import ident, sql_value
 from castsql.engine.views import Views
 from castsql.errors import CastSQLError, QueryError, VersionNotFound, one_line
 from castsql.format import DataFile, Manifest, TableLog, changeblocks, keyindex
