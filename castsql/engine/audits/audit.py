@@ -2,7 +2,9 @@
 
 ``history`` — one row per kept version: ``version, committed_at, operation,
 writer, data_files, tombstone_files, files_added, files_removed,
-rows_inserted, rows_updated, rows_deleted, live_rows, error``. Row counts are
+rows_inserted, rows_updated, rows_deleted, live_rows, statement, error``
+(``statement``: the SQL text that wrote the version, Delta's ``operationParameters``'
+role; NULL for a write that was not SQL). Row counts are
 exact: computed from what the versions hold, not copied from what a writer
 claimed. On a table with a primary key a row whose key left and came back in
 one version is one update (counted in ``rows_updated`` only); without a key
@@ -83,6 +85,7 @@ HISTORY_SCHEMA = pa.schema(
         ("rows_updated", pa.int64()),
         ("rows_deleted", pa.int64()),
         ("live_rows", pa.int64()),
+        ("statement", pa.string()),  # the SQL text that wrote the version (FORMAT.md summary.statement)
         ("error", pa.string()),  # why this version cannot be read; NULL when it can
     ]
 )
@@ -138,6 +141,8 @@ class Audits:
                     data_files=m.file_count,
                     tombstone_files=m.tombstone_count,
                 )
+                said = m.summary.get("statement")
+                row["statement"] = said if isinstance(said, str) else None
                 snap = resolve(log, m.version)
                 snap.read_objects()  # a missing or bad files object breaks the version: say so here
                 row["live_rows"] = self.views.live_rows(snap)
