@@ -10,12 +10,25 @@ audits, Arrow results).
 Every error CastSQL raises is a :class:`castsql.errors.CastSQLError`.
 """
 
+from typing import Any
+
 from castsql import _moved
 from castsql import commits as _commits  # noqa: F401 - registers the after-commit point (mirrors, autoCompact)
-from castsql.embedded import sql as _sql_writes  # noqa: F401 - lets a session's SQL write its tables (DELETE, MERGE …)
+from castsql.engine import writing as _writing
 from castsql.errors import CastSQLError
 from castsql.table import Table, connect, open, write_table
 
 _moved.install()  # old module paths (castsql.engine.guard …) kept for one release
+
+
+def _run_sql_write(*args: Any, **kwargs: Any) -> Any:
+    """A session's SQL write (DELETE, MERGE …) run by the embedded engine,
+    loaded on the first one: ``import castsql`` alone imports no DuckDB."""
+    from castsql.embedded.sql import run
+
+    return run(*args, **kwargs)
+
+
+_writing.register(_run_sql_write)
 
 __all__ = ["CastSQLError", "Table", "connect", "open", "write_table"]

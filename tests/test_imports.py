@@ -340,3 +340,18 @@ def test_the_engines_text_rooms_stand_alone():
         and not any(_within(e.target, a) for a in allowed)
     ]
     assert not wrong, "against the engine's rooms (docs/DESIGN.md §2.1):\n" + "\n".join(wrong)
+
+
+def test_import_castsql_loads_no_duckdb_until_a_session_needs_it():
+    """A Spark job or a script that only reads a manifest pays for pyarrow, not
+    DuckDB; a session's SQL write still reaches the embedded engine."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, castsql\n"
+        "assert 'duckdb' not in sys.modules, 'import castsql imported duckdb'\n"
+        "from castsql.engine import Session\n"
+        "assert 'duckdb' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

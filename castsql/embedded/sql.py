@@ -244,6 +244,3 @@ def _merge(session: Session, writer: Writer, write: writes.Merge, params: Any) -
     if metrics.version is not None:
         session.log(write.table).followed(metrics.version)
     return writes.Written(write.table, "MERGE", n, metrics.version)
-
-
-writes.register(run)

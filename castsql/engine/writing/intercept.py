@@ -6,7 +6,7 @@ The executor asks :func:`intercept` first, for every statement: rows
 are parsed there; this module refuses, before anything runs, what the
 session may not do (safe mode, a read-only session, a write beside other
 statements or inside an open transaction, ``DROP TABLE``) and calls the
-runner the embedded engine registered (:func:`castsql.engine.writing.writes.register`).
+runner ``castsql/__init__.py`` registered (:func:`castsql.engine.writing.register`): the embedded engine.
 
 Example::
 

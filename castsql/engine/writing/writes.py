@@ -29,12 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 
 from castsql.engine.sql.rewrite import _clause, _Matcher
 from castsql.engine.sql.tokens import Token, tokenize
+from castsql.engine.writing import register, runner
 from castsql.errors import ForbiddenStatement, SQLRewriteError
 
 __all__ = [
@@ -138,18 +138,6 @@ class Written:
 
 # ---------------------------------------------------------------- the runner
 
-# The function that runs a parsed write on a session: registered by the
-# embedded engine (castsql.embedded.sql), which the engine may not import.
-_RUNNER: list[Callable[..., Any]] = []
-
-
-def register(run: Callable[..., Any]) -> None:
-    """Let sessions run writes with ``run(session, write, text, params)``."""
-    _RUNNER[:] = [run]
-
-
-def runner() -> Callable[..., Any] | None:
-    return _RUNNER[0] if _RUNNER else None
 
 
 # ---------------------------------------------------------------- tokens
