@@ -90,6 +90,10 @@ HINT_KEY = f"{META_DIR}/version-hint.text"
 # stream's one-file appends make readers open up to 100.
 MANIFESTS_MERGED_AT = 8
 MANIFEST_MERGE_ENTRIES = 10_000
+# Live delete files (one per data file with deletes) up to which a version
+# writes one delete manifest listing them all rather than rewriting the
+# manifests that list the ones it replaces.
+DELETES_IN_ONE_MANIFEST = 64
 # Entries of a metadata file's metadata-log: Iceberg's own default
 # (write.metadata.previous-versions-max).
 METADATA_LOG_KEPT = 100
@@ -365,10 +369,13 @@ def _schema_json(schema: Schema, state: _State, where: str, primary_key: str | N
 def _position_deletes(uri: str, rows: BitMap) -> bytes:
     """A position delete file of one data file (at ``uri``): its dropped ``rows``."""
     positions = pa.array(np.frombuffer(rows.to_array(), dtype=np.uint32).astype(np.int64), pa.int64())
+    # The one path as a dictionary, written as Parquet's dictionary-encoded
+    # string (no Arrow schema stored, so every reader reads a string): not
+    # thousands of copies of it made and hashed again.
     paths = pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(positions), np.int32)), pa.array([uri]))
     schema = pa.schema(
         [
-            pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": str(_POS_FILE_PATH_ID).encode()}),
+            pa.field("file_path", paths.type, False, {b"PARQUET:field_id": str(_POS_FILE_PATH_ID).encode()}),
             pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": str(_POS_POS_ID).encode()}),
         ]
     )
@@ -376,7 +383,7 @@ def _position_deletes(uri: str, rows: BitMap) -> bytes:
     # The file is written again whenever its data file's deletes change, so
     # it is kept small: sorted positions delta-encoded take ~1/8 of plain
     # int64 (14 KB, not 109 KB, for 18,000 positions) and write in half the time.
-    pq.write_table(pa.table([paths.cast(pa.string()), positions], schema=schema), buf, compression="zstd",
+    pq.write_table(pa.table([paths, positions], schema=schema), buf, compression="zstd", store_schema=False,
                    use_dictionary=["file_path"], column_encoding={"pos": "DELTA_BINARY_PACKED"})  # fmt: skip
     return buf.getvalue()
 
@@ -532,15 +539,23 @@ def _write_deletes(
     replaced = {k for k in (*vectors, *change.gone) if k in state.vectors}
     if not vectors and not replaced:
         return 0
-    kept = _without(state.delete_manifests, state.vector_members, state.vectors, replaced,
-                    lambda i, e: put_manifest(f"dr{i}", e, deletes=True))  # fmt: skip
-    removals = [dataclasses.replace(state.vectors.pop(k), status=avro.DELETED, snapshot_id=v) for k in sorted(replaced)]
     live = sorted(k for k, rows in vectors.items() if rows)
+    carried: list[str] = []
+    if len(state.vectors) - len(replaced) + len(live) <= DELETES_IN_ONE_MANIFEST:
+        # Few delete files in all: the version's one delete manifest lists
+        # them all, so no other is rewritten (a version's objects are
+        # written, durably, before its metadata file: fewer, sooner).
+        carried = sorted(state.vectors.keys() - replaced)
+        kept, state.vector_members = [], {}
+    else:
+        kept = _without(state.delete_manifests, state.vector_members, state.vectors, replaced,
+                        lambda i, e: put_manifest(f"dr{i}", e, deletes=True))  # fmt: skip
+    removals = [dataclasses.replace(state.vectors.pop(k), status=avro.DELETED, snapshot_id=v) for k in sorted(replaced)]
     added = (_vector_entries if v3 else _delete_file_entries)(change.storage, vectors, live, files, tag, v)
     state.delete_manifests = kept
-    if removals or added:
-        mf = put_manifest("d0", removals + added, deletes=True)
-        state.vector_members[mf.path] = list(live)
+    if removals or added or carried:
+        mf = put_manifest("d0", removals + [state.vectors[k] for k in carried] + added, deletes=True)
+        state.vector_members[mf.path] = carried + live
         state.delete_manifests.append(mf)
     for k, e in zip(live, added, strict=True):
         state.vectors[k] = e.existing()
