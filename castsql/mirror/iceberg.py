@@ -561,26 +561,25 @@ def _write_deletes(
         state.vectors[k] = e.existing()
     _merge_small(state.delete_manifests, state.vector_members, state.vectors,
                  lambda name, e: put_manifest("d" + name, e, deletes=True))  # fmt: skip
-    return (1 if live else 0) if v3 else len(live)
+    return len(live)
 
 
 def _vector_entries(
     storage: Storage, vectors: dict[str, BitMap], live: list[str], files: _Files, tag: str, v: int
 ) -> list[avro.Entry]:
-    """Version 3: the deletion vectors of ``live``'s files, in one Puffin file."""
-    if not live:
-        return []
-    key = f"{META_DIR}/{tag}-deletes.puffin"
-    uris = [storage.uri(k) for k in live]
-    blobs = [(vector_blob(vectors[k]), u, len(vectors[k])) for k, u in zip(live, uris, strict=True)]
-    body, places = avro.puffin(blobs)
-    files.put(key, body)
-    puffin_uri = storage.uri(key)
-    return [
-        avro.Entry(avro.ADDED, v, None, None, avro.POSITION_DELETES, puffin_uri, len(vectors[k]), len(body),
-                   referenced=u, content_offset=offset, content_size=length)
-        for k, u, (offset, length) in zip(live, uris, places, strict=True)
-    ]  # fmt: skip
+    """Version 3: the deletion vector of each of ``live``'s files, each in a
+    Puffin file of its own: DuckDB 1.5.5's ``iceberg_scan`` applied the first
+    vector of a Puffin file holding several (a 200,000-row file's) to every
+    data file whose vector it held."""
+    out = []
+    for i, k in enumerate(live):
+        key = f"{META_DIR}/{tag}-{i}-deletes.puffin"
+        u = storage.uri(k)
+        body, [(offset, length)] = avro.puffin([(vector_blob(vectors[k]), u, len(vectors[k]))])
+        files.put(key, body)
+        out.append(avro.Entry(avro.ADDED, v, None, None, avro.POSITION_DELETES, storage.uri(key), len(vectors[k]),
+                              len(body), referenced=u, content_offset=offset, content_size=length))  # fmt: skip
+    return out
 
 
 def _delete_file_entries(
