@@ -559,3 +559,22 @@ def test_small_manifests_are_merged_past_a_count(tmp_path, monkeypatch):
     latest = t.at().version
     assert all(len(_manifest_paths(st, v)) <= 3 for v in range(1, latest + 1))
     Readers(uri).check(t.at(), range(1, latest + 1))
+
+
+def test_the_deletion_vectors_of_several_files_in_one_version_read_exactly_in_every_reader(tmp_path):
+    """One version drops rows of three data files, one of them 200,000 rows
+    (two row groups): each vector is a Puffin file of its own, and every
+    reader drops each file's rows, not another's (DuckDB 1.5.5 applied the
+    big file's vector to the other two when one Puffin file held all three)."""
+    uri = str(tmp_path / "t")
+    props = {"castsql.mirror.iceberg": "true", **V3}
+    castsql.write_table(uri, pa.table({"id": pa.array(range(200_000), pa.int64())}), primary_key="id", properties=props)
+    t = castsql.open(uri)
+    for lo in (300_000, 400_000):
+        src = pa.table({"id": pa.array(range(lo, lo + 5000), pa.int64())})
+        t.merge(src, on="id").when_not_matched_insert_all().execute()
+    t.delete("id % 7 = 0")
+    v = t.history().to_pylist()[-1]["version"]
+    assert sorted(_vectors_per_file(uri, v)) == [1, 1, 1]
+    assert len(list((tmp_path / "t" / "_iceberg" / "metadata").glob("*-deletes.puffin"))) == 3
+    assert Readers(uri).check(t, [v]) == 3

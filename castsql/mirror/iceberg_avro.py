@@ -41,6 +41,7 @@ DATA, POSITION_DELETES = 0, 1  # data file content
 CONTENT_DATA, CONTENT_DELETES = 0, 1  # manifest content
 PUFFIN_MAGIC = b"PFA1"
 ROW_POSITION_ID = 2147483545  # Iceberg's reserved field id of a row's position: what a deletion vector is over
+FILE_PATH_ID = 2147483546  # ... and of a position delete file's data file path
 
 
 def _map(name: str, field_id: int, key_id: int, value_id: int, value: str) -> dict:
@@ -201,7 +202,13 @@ def manifest(table_schema: bytes, content: str, entries: Sequence[Entry], format
         out += b"\x0cPUFFIN" if e.content_offset is not None else b"\x0ePARQUET"
         out += _long(e.record_count)
         out += _long(e.size)
-        out += b"\x00" * _NULLS_AFTER_SIZE
+        if e.referenced is not None and e.content_offset is None:
+            # A position delete file of one data file: its file_path column's
+            # bounds name that file, so readers apply it to that file alone.
+            bound = _bounds(FILE_PATH_ID, e.referenced.encode())
+            out += b"\x00" * 4 + bound + bound + b"\x00" * (_NULLS_AFTER_SIZE - 6)
+        else:
+            out += b"\x00" * _NULLS_AFTER_SIZE
         if format_version >= 3:
             out += _optional_long(e.first_row_id)
             out += b"\x00" if e.referenced is None else b"\x02" + _string(e.referenced)
@@ -301,6 +308,11 @@ def _long(n: int) -> bytes:
         z >>= 7
     out.append(z)
     return bytes(out)
+
+
+def _bounds(field_id: int, value: bytes) -> bytes:
+    """An optional map of one column's bound (``lower_bounds``, ``upper_bounds``): one block of one pair."""
+    return b"\x02" + _long(1) + _long(field_id) + _long(len(value)) + value + b"\x00"
 
 
 def _optional_long(n: int | None) -> bytes:
