@@ -135,6 +135,13 @@ class Found(Protocol):
         """Write the updated and inserted rows as data files (not committed)."""
         ...
 
+    def written_rows(self) -> pa.Table | None:
+        """After :meth:`write`: the rows it wrote, in the snapshot's schema, in
+        the order of its files and of their rows (the change file takes its
+        inserted rows from here instead of reading the files back); None when
+        the engine does not hold them."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -276,7 +283,10 @@ def _change_data(engine: Engine, snap: Snapshot, found: Found, files: Sequence[D
     (FORMAT.md §3.5); None without it."""
     if not change_data_feed(snap.manifest.properties):
         return None
-    return write_change_file(engine.log.storage, snap, found.deleted_positions(), files, held=found.held_rows())
+    return write_change_file(
+        engine.log.storage, snap, found.deleted_positions(), files, held=found.held_rows(),
+        written=found.written_rows() if files else None,
+    )  # fmt: skip
 
 
 def _planned(log: TableLog, i: int) -> Snapshot:
