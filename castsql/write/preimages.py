@@ -49,6 +49,7 @@ from pyroaring import BitMap
 
 from castsql.errors import FormatError
 from castsql.format import DataFile
+from castsql.format.changeblocks import remember
 from castsql.format.manifest import KEYS_MAX, ChangeData, json_stat
 from castsql.format.writer import conform, write_file
 from castsql.storage.ranged import open_ranged
@@ -206,6 +207,8 @@ def _write(
     table's columns only), with the keys of ``keys_of`` (default: ``table``)
     and of the ``added`` files' rows."""
     entry = write_file(storage, table)
+    if table.schema.get_field_index(CHANGE_TYPE_COL) >= 0:
+        remember(storage, entry.path, table)  # its change block takes it from here
     own = (FILE_COL, POS_COL, CHANGE_TYPE_COL)  # statistics of the table's columns only: nobody prunes by these
     entry = replace(
         entry,
