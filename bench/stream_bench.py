@@ -450,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
         vs = f"{p50 / lake_p50:>8.2f}" if lake_p50 else f"{'':>8}"
         print(f"{e.name:<22}{p50 * 1000:>8.1f}{p99 * 1000:>8.1f}{p99 / p50:>8.1f}{vs}"
               f"{early * 1000:>9.1f}{late * 1000:>9.1f}{late / early:>8.2f}{e.files():>7}")  # fmt: skip
+    for name, xs in lat.items():  # what sets the p99: a cache's fill, an automatic compaction
+        top = sorted(range(len(xs)), key=xs.__getitem__)[-4:][::-1]
+        print(f"  slowest of {name}: " + ", ".join(f"batch {b} {xs[b] * 1000:.0f} ms" for b in top))
     if args.cdf and "castsql" in lat and CastSQLNoFeed.name in lat:
         on, off = lat["castsql"], lat[CastSQLNoFeed.name]
         paired = statistics.median(a / b for a, b in zip(on, off, strict=True))
