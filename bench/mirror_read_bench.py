@@ -37,7 +37,7 @@ from read_bench import build_base, build_pattern, queries
 
 import castsql
 from castsql.engine import Session
-from castsql.engine.duck import load_extension
+from castsql.engine.duckdb.duck import load_extension
 from castsql.format import TableLog
 from castsql.mirror.delta import export_delta
 from castsql.mirror.iceberg import export_iceberg, metadata_key

@@ -60,7 +60,7 @@ from stream_bench import PROPS, batches, rows
 
 import castsql
 from castsql.engine import Session
-from castsql.engine.duck import load_extension
+from castsql.engine.duckdb.duck import load_extension
 from castsql.format import TableLog
 from castsql.storage import open_storage
 

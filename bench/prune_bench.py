@@ -36,7 +36,7 @@ from _common import backend_root, machine
 from pyroaring import BitMap
 
 from castsql.engine import Session
-from castsql.engine.duck import configure_s3, new_connection
+from castsql.engine.duckdb.duck import configure_s3, new_connection
 from castsql.engine.views import sql_str
 from castsql.format import PositionDelete, TableLog, write_data_files
 from castsql.storage import open_storage

@@ -75,7 +75,7 @@ from _common import machine
 from pyroaring import BitMap
 
 from castsql.engine import Session
-from castsql.engine.duck import load_extension
+from castsql.engine.duckdb.duck import load_extension
 from castsql.format import (
     DataFile,
     KeyRangeDelete,

@@ -17,8 +17,15 @@ attaches it). Then, ``--rounds`` times, rotating which goes first:
   registered on its connection), ``Table.merge(on="id")`` with the same
   clauses, and ``DeltaTable.merge`` (a fresh handle, as ``merge_bench``).
 
+Then a bulk insert of ``--insert-rows`` rows (default 10M; 0 skips it) from
+Parquet files into an empty keyed table, as two commands a person runs, each
+in a fresh process: ``castsql WH -c "INSERT INTO events SELECT * FROM
+read_parquet([...])"`` and ``castsql append URI --from FILES``; ``--rounds``
+(at most 3) rounds, rotating which goes first, each into a new empty table.
+
 Printed: medians and ratios. Goals (issue 56): the SQL delete <= 1.1x
-``Table.delete``; the SQL merge <= 0.3x deltalake's.
+``Table.delete``; the SQL merge <= 0.3x deltalake's; the SQL insert <= 1.2x
+``castsql append``.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,10 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np
-from merge_bench import build, merge_delta, source
+from merge_bench import build, merge_delta, rows, source
 
 import castsql
-from castsql.engine.duck import load_extension
+from castsql.engine.duckdb.duck import load_extension
+from castsql.format import TableLog
+from castsql.storage import open_storage
 
 UPSERT = "MERGE INTO events t USING src s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
 
@@ -49,8 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--insert-rows", type=int, default=10_000_000, help="rows of the bulk insert (0: skip it)")
+    ap.add_argument("--only-insert", action="store_true", help="run the bulk insert alone")
     ap.add_argument("--dir", help="where to build the tables (default: a temporary directory)")
     args = ap.parse_args(argv)
+    if args.only_insert:
+        return bench_insert(Path(args.dir or tempfile.mkdtemp(prefix="castsql-sql-insert-bench-")), args)
     base = Path(args.dir or tempfile.mkdtemp(prefix="castsql-sql-write-bench-"))
     n = args.rows
     t0 = time.perf_counter()
@@ -131,8 +145,51 @@ def main(argv: list[str] | None = None) -> int:
     assert session.sql("SELECT count(*) AS n FROM events").column("n")[0].as_py() == table.at().to_arrow().num_rows
     session.close()
     table.close()
+    if args.insert_rows:
+        bench_insert(base / "insert", args)
     if not args.dir:
         shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+def bench_insert(base: Path, args: argparse.Namespace) -> int:
+    """``INSERT INTO … SELECT * FROM read_parquet(…)`` in the shell against
+    ``castsql append --from`` of the same files, each a fresh process."""
+    import pyarrow.parquet as pq
+
+    n, parts = args.insert_rows, 4
+    (base / "in").mkdir(parents=True, exist_ok=True)
+    files = []
+    for i in range(parts):
+        lo, hi = n * i // parts, n * (i + 1) // parts
+        f = base / "in" / f"part{i}.parquet"
+        pq.write_table(rows(np.arange(lo, hi)), f, row_group_size=1 << 20)
+        files.append(str(f))
+    exe = str(Path(sys.executable).with_name("castsql"))
+    listed = ", ".join(f"'{f}'" for f in files)
+    times: dict[str, list[float]] = {"SQL INSERT … SELECT": [], "castsql append": []}
+    rounds = min(args.rounds, 3)
+    for r in range(rounds):
+        names = list(times)
+        order = names[r % 2 :] + names[: r % 2]
+        for name in order:
+            wh = base / f"r{r}-{'sql' if name.startswith('SQL') else 'cli'}"
+            TableLog.create(open_storage(str(wh / "events")), rows(np.arange(1)).schema, primary_key="id")
+            if name.startswith("SQL"):
+                cmd = [exe, str(wh), "-c", f"INSERT INTO events SELECT * FROM read_parquet([{listed}])"]
+            else:
+                cmd = [exe, "append", str(wh / "events"), "--from", *files]
+            t = time.perf_counter()
+            subprocess.run(cmd, check=True, capture_output=True)
+            times[name].append(time.perf_counter() - t)
+            with castsql.open(str(wh / "events")) as tb:
+                assert tb.version == 1 and tb.to_duckdb().count("*").fetchone()[0] == n, (name, tb.version)
+            shutil.rmtree(wh)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"bulk insert of {n:,} rows from {parts} Parquet files into an empty keyed table, {rounds} rounds, medians:")
+    for name, m in med.items():
+        print(f"  {name:<22}{m:>8.2f} s")
+    print(f"  SQL / castsql append {med['SQL INSERT … SELECT'] / med['castsql append']:.2f}x (goal <= 1.2x)")
     return 0
 
 

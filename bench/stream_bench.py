@@ -60,7 +60,7 @@ import pyarrow.parquet as pq
 from _common import median_time
 
 import castsql
-from castsql.engine.duck import load_extension
+from castsql.engine.duckdb.duck import load_extension
 
 COLS = ("id", "ts", "user", "kind", "amount")
 T0 = 1_735_689_600_000_000  # 2025-01-01 in microseconds
@@ -318,8 +318,8 @@ class Remote:
     def floor(self, one: str, queries: dict[str, str], repeat: int) -> dict[str, float]:
         """The queries over ``one`` (a local Parquet file) put on the server
         and read as CastSQL reads this store."""
-        from castsql.engine.duck import new_connection
-        from castsql.engine.stores import make_readable
+        from castsql.engine.duckdb.duck import new_connection
+        from castsql.engine.duckdb.stores import make_readable
         from castsql.storage import open_storage
 
         st = open_storage(self.prefix, s3=self.s3)

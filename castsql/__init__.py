@@ -10,9 +10,12 @@ audits, Arrow results).
 Every error CastSQL raises is a :class:`castsql.errors.CastSQLError`.
 """
 
+from castsql import _moved
 from castsql import commits as _commits  # noqa: F401 - registers the after-commit point (mirrors, autoCompact)
 from castsql.embedded import sql as _sql_writes  # noqa: F401 - lets a session's SQL write its tables (DELETE, MERGE …)
 from castsql.errors import CastSQLError
 from castsql.table import Table, connect, open, write_table
+
+_moved.install()  # old module paths (castsql.engine.guard …) kept for one release
 
 __all__ = ["CastSQLError", "Table", "connect", "open", "write_table"]

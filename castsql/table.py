@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import polars as pl
 
-    from castsql.embedded.writer import Writer
+    from castsql.embedded.engine import Writer
     from castsql.engine import Session
     from castsql.format import Manifest
     from castsql.mirror.delta import DeltaExport
@@ -146,7 +146,7 @@ def write_table(
 
         check_unchanged(head.properties, properties, storage.root)
     else:
-        from castsql.format.writer import conform
+        from castsql.format.datafiles import conform
         from castsql.write.keys import check_input_keys
 
         # The first write is checked whole before version 0 exists (what
@@ -214,7 +214,7 @@ def _at(session: Session, name: str, version: int | None, timestamp: str | datet
 
 
 def _check_one_condition(table: str, text: str) -> None:
-    from castsql.engine.guard import check_one_condition
+    from castsql.engine.barrier.guard import check_one_condition
 
     check_one_condition(table, text)
 
@@ -360,7 +360,7 @@ class Table:
             return self._session.con.sql(f"SELECT * FROM {ident(view)}")
         snap = self._session.snapshot(self.name, self.version)
         if "://" in snap.table_uri:
-            from castsql.engine.stores import make_readable
+            from castsql.engine.duckdb.stores import make_readable
 
             storage = self._session.log(self.name).storage
             make_readable(con, storage, self._session.s3_config(storage))
@@ -371,7 +371,7 @@ class Table:
     # ------------------------------------------------------------------ writes (embedded engine, no Spark)
 
     def _writer(self) -> Writer:
-        from castsql.embedded.writer import Writer
+        from castsql.embedded.engine import Writer
 
         if self._pinned:
             raise CastSQLError(
@@ -488,7 +488,7 @@ class Table:
         301
         """
         from castsql.embedded.compactor import compact
-        from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
+        from castsql.format.datafiles import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 
         self._writer()  # refuses a pinned table
         m = compact(

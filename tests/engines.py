@@ -95,3 +95,82 @@ def live(uri: str, s3: Any = None, version: int | None = None) -> list[dict]:
 def version(uri: str, s3: Any = None) -> int:
     with castsql.open(uri, s3=s3) as t:
         return t.version
+
+
+def _literal(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, str):
+        return "'" + v.replace("'", "''") + "'"
+    return repr(v)
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def values_query(rows: pa.Table) -> str:
+    """``rows`` as a query DuckDB runs: typed by the first (cast) row, empty
+    when ``rows`` is (a MERGE source that matches nothing)."""
+    from castsql.engine.physical import duck_type
+
+    casts = [duck_type(str(f.type)) for f in rows.schema]
+    names = ", ".join(_ident(n) for n in rows.column_names)
+    data = rows.to_pylist() or [dict.fromkeys(rows.column_names)]
+    tuples = [
+        "(" + ", ".join(f"CAST({_literal(r[n])} AS {t})" for n, t in zip(rows.column_names, casts, strict=True)) + ")"
+        for r in data
+    ]
+    where = "" if rows.num_rows else " WHERE false"
+    return f"SELECT * FROM (VALUES {', '.join(tuples)}) AS v({names}){where}"
+
+
+class SQL:
+    """The embedded engine driven by SQL text through ``Session.sql``, as a
+    person in the shell writes: each operation is one statement."""
+
+    name = "sql"
+
+    def __init__(self, uri: str, s3: Any = None) -> None:
+        self.uri, self.s3 = uri, s3
+        self.warehouse, self.table = uri.rstrip("/").rsplit("/", 1)
+
+    def _run(self, sql: str) -> int | None:
+        from castsql.engine.session import Session
+
+        with Session(self.warehouse, s3=self.s3) as s:
+            got = s.sql(sql)
+        v = (got.schema.metadata or {}).get(b"castsql.version", b"").decode()
+        return int(v) if v else None
+
+    def append(self, rows: pa.Table) -> int | None:
+        return self._run(f"INSERT INTO {self.table} {values_query(rows)}")
+
+    def delete(self, where: str) -> int | None:
+        return self._run(f"DELETE FROM {self.table} WHERE {where}")
+
+    def update(self, set: dict[str, str], where: str | None = None) -> int | None:
+        sets = ", ".join(f"{_ident(c)} = {e}" for c, e in set.items())
+        return self._run(f"UPDATE {self.table} SET {sets}" + (f" WHERE {where}" if where else ""))
+
+    def merge(self, source: pa.Table, on: str | list[str], clauses: Clauses) -> int | None:
+        cond = on if "=" in on else f"target.{_ident(on)} = source.{_ident(on)}"  # type: ignore[operator]
+        whens = [_when(kind, condition, values) for kind, condition, values in clauses]
+        return self._run(
+            f"MERGE INTO {self.table} AS target USING ({values_query(source)}) AS source ON {cond} " + " ".join(whens)
+        )
+
+
+def _when(kind: str, condition: str | None, values: dict[str, str] | None) -> str:
+    group, action = kind.rsplit("_", 1)
+    head = {"matched": "MATCHED", "not_matched": "NOT MATCHED", "not_matched_by_source": "NOT MATCHED BY SOURCE"}[group]
+    cond = f" AND {condition}" if condition else ""
+    if action == "delete":
+        return f"WHEN {head}{cond} THEN DELETE"
+    if action == "update":
+        sets = "SET *" if values is None else "SET " + ", ".join(f"{_ident(c)} = {e}" for c, e in values.items())
+        return f"WHEN {head}{cond} THEN UPDATE {sets}"
+    if values is None:
+        return f"WHEN {head}{cond} THEN INSERT *"
+    cols = ", ".join(_ident(c) for c in values)
+    return f"WHEN {head}{cond} THEN INSERT ({cols}) VALUES ({', '.join(values.values())})"

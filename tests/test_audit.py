@@ -270,7 +270,7 @@ def test_a_scattered_third_of_a_file_is_read_exactly(people):
     whole (here a third of its rows, in every row group): audits read just
     those rows, skipping the others inside DuckDB's reader where CastSQL's
     extension is built, and say the same as a model of the table."""
-    from castsql.engine import native
+    from castsql.engine.duckdb import native
 
     t, _ = people
     t.delete("id % 3 = 0")  # v2: 34 of 100 rows, every row group

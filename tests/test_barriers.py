@@ -20,9 +20,11 @@ import pyarrow as pa
 import pytest
 
 import castsql
-from castsql.engine import Session, names, policy
-from castsql.engine.guard import ForbiddenStatement, check_statement
-from castsql.engine.safety import SafeModeError
+from castsql.engine import Session
+from castsql.engine.barrier import policy
+from castsql.engine.barrier.guard import ForbiddenStatement, check_statement
+from castsql.engine.barrier.safety import SafeModeError
+from castsql.engine.sql import names
 from castsql.errors import CastSQLError
 from castsql.format import TableLog, write_data_files
 
@@ -484,7 +486,7 @@ _WORDS = ("file", "director", "path", "extension", "log", "secret", "access", "c
 def test_every_setting_that_names_a_file_or_loosens_a_limit_is_reviewed():
     con = Session().con
     try:
-        from castsql.engine.duck import load_extension, load_httpfs
+        from castsql.engine.duckdb.duck import load_extension, load_httpfs
 
         load_httpfs(con)
         load_extension(con, "ducklake")

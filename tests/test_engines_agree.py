@@ -23,16 +23,16 @@ import uuid
 import pyarrow as pa
 import pytest
 import write_model
-from engines import Embedded, Spark
+from engines import SQL, Embedded, Spark
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from write_model import HOSTILE, Model, gen_op, gen_rows
+from write_model import HOSTILE, Model, SQLModel, gen_op, gen_rows
 
 import castsql
 from castsql.errors import CastSQLError
 from castsql.format import TableLog
 from castsql.spark import append, delete, merge, update
-from castsql.spark.merger import cdc_merge
+from castsql.spark.engine import cdc_merge
 from castsql.storage import open_storage
 from castsql.write.cdc import apply_cdc
 
@@ -274,6 +274,17 @@ def test_the_embedded_engine_agrees_with_the_model(tmp_path, rng, h):
     uri = str(tmp_path / uuid.uuid4().hex / "t")
     rows, next_id = _start(uri, None, h, rng)
     _agree([Embedded(uri)], None, Model(h, rows), rng, 8, next_id)
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(rng=st.randoms(use_true_random=False), h=st.sampled_from(HOSTILE))
+def test_sql_statements_agree_with_the_model(tmp_path, rng, h):
+    """The same operations as SQL text through ``Session.sql`` (INSERT …
+    VALUES, DELETE, UPDATE, MERGE INTO … USING (VALUES …)): the model's rows,
+    versions and refusals, but for DuckDB's cast of an UPDATE's value."""
+    uri = str(tmp_path / uuid.uuid4().hex / "t")
+    rows, next_id = _start(uri, None, h, rng)
+    _agree([SQL(uri)], None, SQLModel(h, rows), rng, 8, next_id)
 
 
 @settings(max_examples=6, **SETTINGS)

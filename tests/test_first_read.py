@@ -18,7 +18,7 @@ import pytest
 from pyroaring import BitMap
 
 from castsql.engine import Session
-from castsql.engine.lake import KEEP_VERSIONS
+from castsql.engine.duckdb.lake import KEEP_VERSIONS
 from castsql.format import KeyRangeDelete, PositionDelete, RowGroupDelete, TableLog, write_data_files
 
 SCHEMA = pa.schema([("id", pa.int64()), ("v", pa.int64())])

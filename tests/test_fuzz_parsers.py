@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_format import SEED_MANIFEST
 
-from castsql.engine.rewrite import SQLRewriteError, TimeTravel, rewrite
+from castsql.engine.sql.rewrite import SQLRewriteError, TimeTravel, rewrite
 from castsql.errors import FormatError
 from castsql.format.manifest import parse_manifest
 from castsql.format.metadata import parse_pointer

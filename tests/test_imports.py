@@ -249,7 +249,7 @@ def test_the_design_names_the_layers_of_the_floor_plan():
     assert LAYERS["storage"] == set()
     assert LAYERS["format"] == {"storage"}
     assert "castsql.errors" in LEAVES
-    assert [layer_of(m) for m in ("castsql", "castsql.table", "castsql.engine.native", "castsql.write_cli")] == [
+    assert [layer_of(m) for m in ("castsql", "castsql.table", "castsql.engine.duckdb.native", "castsql.write_cli")] == [
         "api", "api", "engine", "cli",
     ]  # fmt: skip
 
@@ -316,3 +316,27 @@ def test_castsql_spark_names_are_the_functions_whatever_was_imported_first():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "[]"
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_engines_text_rooms_stand_alone():
+    """docs/DESIGN.md §2.1: SQL text (``castsql.engine.sql``) imports no other
+    room of the engine, and SQL that writes (``castsql.engine.writing``) only
+    SQL text: both are read, and tested, without a DuckDB session."""
+    may = {
+        "castsql.engine.sql": {"castsql.engine.sql"},
+        "castsql.engine.writing": {"castsql.engine.writing", "castsql.engine.sql"},
+    }
+    wrong = [
+        f"{e.source} (line {e.line}) imports {e.target}"
+        for e in import_graph()
+        for room, allowed in may.items()
+        if _within(e.source, room)
+        and _within(e.target, "castsql.engine")
+        and e.target != "castsql.engine"
+        and not any(_within(e.target, a) for a in allowed)
+    ]
+    assert not wrong, "against the engine's rooms (docs/DESIGN.md §2.1):\n" + "\n".join(wrong)

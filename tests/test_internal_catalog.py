@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from castsql.engine import Session
-from castsql.engine.guard import ForbiddenStatement
-from castsql.engine.lake import CATALOG
+from castsql.engine.barrier.guard import ForbiddenStatement
+from castsql.engine.duckdb.lake import CATALOG
 from castsql.errors import CastSQLError
 
 ATTACKS = [

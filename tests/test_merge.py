@@ -265,7 +265,7 @@ def test_racing_increments_of_one_key_never_lose_an_update(tmp_path):
 def test_a_merge_racing_an_append_of_its_new_key_plans_again(tmp_path):
     root = str(tmp_path / "kv")
     t = make(root, n=10)
-    from castsql.embedded.writer import Writer
+    from castsql.embedded.engine import Writer
     from castsql.snapshot import resolve
     from castsql.write.pipeline import Options, merge_once
 
@@ -286,7 +286,7 @@ def test_a_merge_racing_an_append_of_its_new_key_plans_again(tmp_path):
 def test_an_append_elsewhere_in_the_key_space_does_not_conflict(tmp_path):
     root = str(tmp_path / "kv")
     t = make(root, n=10)
-    from castsql.embedded.writer import Writer
+    from castsql.embedded.engine import Writer
     from castsql.snapshot import resolve
     from castsql.write.pipeline import Options, merge_once
 

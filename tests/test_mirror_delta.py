@@ -23,7 +23,7 @@ import pytest
 from mirror_history import MirrorReaders, race_exporters, random_history, sorted_rows
 
 import castsql
-from castsql.engine.duck import configure_s3, load_extension
+from castsql.engine.duckdb.duck import configure_s3, load_extension
 from castsql.errors import MirrorError, VersionNotFound
 from castsql.format import KeyRangeDelete, TableLog
 from castsql.mirror.delta import DV_DIR, export_delta, mirrored_versions, read_commit

@@ -18,7 +18,7 @@ import pytest
 from mirror_history import MirrorReaders, race_exporters, random_history, sorted_rows
 
 import castsql
-from castsql.engine.duck import configure_s3, load_extension
+from castsql.engine.duckdb.duck import configure_s3, load_extension
 from castsql.errors import MirrorError
 from castsql.format import TableLog
 from castsql.mirror.iceberg import HINT_KEY, export_iceberg, metadata_key, mirrored_versions, read_metadata

@@ -18,7 +18,7 @@ from test_mirror_delta import Readers as DeltaReaders
 from test_mirror_iceberg import Readers as IcebergReaders
 
 import castsql
-from castsql.engine.duck import load_extension
+from castsql.engine.duckdb.duck import load_extension
 from castsql.format import TableLog
 from castsql.mirror import iceberg
 from castsql.mirror.iceberg import read_metadata

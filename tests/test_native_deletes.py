@@ -1,4 +1,4 @@
-"""CastSQL's DuckDB extensions (castsql/engine/native): deleted positions held
+"""CastSQL's DuckDB extensions (castsql/engine/duckdb/native): deleted positions held
 as bitmaps and skipped inside DuckDB's Parquet reader (castsql_scan), or tested
 in the scan's pipeline (castsql_live alone); the same rows as the anti-join
 they replace, out of reach of user SQL, and their memory freed with the views
@@ -14,10 +14,11 @@ import pyarrow as pa
 import pytest
 from pyroaring import BitMap
 
-from castsql.engine import Session, native
+from castsql.engine import Session
 from castsql.engine import planner as planner_module
 from castsql.engine import views as views_module
-from castsql.engine.duck import new_connection
+from castsql.engine.duckdb import native
+from castsql.engine.duckdb.duck import new_connection
 from castsql.errors import CastSQLError
 from castsql.format import PositionDelete, TableLog, write_data_files
 from castsql.storage import open_storage
@@ -68,7 +69,7 @@ def _pruned_sql(s: Session, sql: str) -> str:
 def test_setup_built_the_extension_and_sessions_load_it():
     """scripts/setup builds it where a C++ compiler exists, as on every
     machine the README's commands set up; without it CastSQL falls back."""
-    assert native.extension() is not None, "run `python -m castsql.engine.native.build` (scripts/setup does)"
+    assert native.extension() is not None, "run `python -m castsql.engine.duckdb.native.build` (scripts/setup does)"
     assert native.SCAN_BUILT.exists(), "castsql_scan did not build: see scripts/setup's output"
     con = new_connection()
     assert native.loaded(con) and native.scans(con)
@@ -149,7 +150,7 @@ def test_files_without_deletes_beside_ones_with_deletes(tmp_path, new_rows):
         'SELECT "castsql/forget"(1)',
         'SELECT count(*) FROM t WHERE "castsql/live"(1, 0::UBIGINT, id)',
         "SET allow_unsigned_extensions = false",
-        "LOAD 'castsql/engine/native/castsql_live.duckdb_extension'",
+        "LOAD 'castsql/engine/duckdb/native/castsql_live.duckdb_extension'",
         "SELECT count(*) FROM \"castsql/parquet\"(['x.parquet'], castsql_set = 1)",
     ],
 )
@@ -307,7 +308,7 @@ def test_a_failed_build_keeps_the_last_good_one(monkeypatch):
     that was built before untouched, no half-written file left."""
     import subprocess
 
-    from castsql.engine.native import build
+    from castsql.engine.duckdb.native import build
 
     before = native.BUILT.read_bytes()
     monkeypatch.setenv("CXX", "false")

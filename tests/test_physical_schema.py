@@ -114,7 +114,7 @@ def test_footers_a_writer_remembers_are_what_the_files_hold(tmp_path):
     for every column type a table can hold, what they remember is what
     DuckDB finds in the footer."""
     import castsql
-    from castsql.engine.duck import new_connection
+    from castsql.engine.duckdb.duck import new_connection
     from castsql.engine.physical import Signatures
     from castsql.format.schema import _SIMPLE
 

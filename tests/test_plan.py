@@ -1,4 +1,4 @@
-"""A query's plan (castsql/engine/plan.py): what it holds for the SQL forms, and
+"""A query's plan (castsql/engine/sql/plan.py): what it holds for the SQL forms, and
 that a query's text is tokenized and parsed once."""
 
 from __future__ import annotations
@@ -7,8 +7,10 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from castsql.engine import Session, plan, policy, tokens
-from castsql.engine.plan import parse
+from castsql.engine import Session
+from castsql.engine.barrier import policy
+from castsql.engine.sql import plan, tokens
+from castsql.engine.sql.plan import parse
 from castsql.errors import CastSQLError
 from castsql.format import TableLog, write_data_files
 from castsql.storage import open_storage

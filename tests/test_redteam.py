@@ -15,8 +15,8 @@ import pytest
 from tables import build_events
 
 from castsql.engine import Session
-from castsql.engine.guard import ForbiddenStatement
-from castsql.engine.safety import SafeModeError
+from castsql.engine.barrier.guard import ForbiddenStatement
+from castsql.engine.barrier.safety import SafeModeError
 from castsql.errors import CastSQLError
 from castsql.storage import open_storage
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from castsql.engine.rewrite import SQLRewriteError, TimeTravel, rewrite
+from castsql.engine.sql.rewrite import SQLRewriteError, TimeTravel, rewrite
 
 
 def name(ref: TimeTravel) -> str:
@@ -106,7 +106,7 @@ LITERALS = [
 def test_literals_are_one_token(sql, text, value):
     import duckdb
 
-    from castsql.engine.rewrite import string_value, tokenize
+    from castsql.engine.sql.rewrite import string_value, tokenize
 
     assert [t.start for t in tokenize(sql)] == [s for s, _ in duckdb.tokenize(sql)]
     lit = tokenize(sql)[1]
@@ -123,7 +123,7 @@ def test_time_travel_with_dollar_quoted_timestamp_and_strings_holding_clauses():
 
 
 def test_operators_duckdb_calls_keywords_are_whole_tokens():
-    from castsql.engine.rewrite import tokenize
+    from castsql.engine.sql.rewrite import tokenize
 
     assert [t.text for t in tokenize("x::int, a->>b, $1")] == ["x", "::", "int", ",", "a", "->>", "b", ",", "$1"]
 
@@ -167,7 +167,7 @@ def test_token_boundaries_agree_with_duckdb():
     import duckdb
     from hypothesis import HealthCheck, given, settings
 
-    from castsql.engine.rewrite import string_value, tokenize
+    from castsql.engine.sql.rewrite import string_value, tokenize
 
     @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
     @given(_generated_sql())

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from castsql.engine import Session
-from castsql.engine.safety import SafeModeError
+from castsql.engine.barrier.safety import SafeModeError
 from castsql.errors import CastSQLError, FormatError
 from castsql.format.layout import manifest_key
 

@@ -145,7 +145,7 @@ def test_output_and_once_never_write_into_a_table_or_warehouse(tmp_path, shell_e
     """Issue 54: ``.output WH/t/_latest_manifest`` opened the pointer with a
     plain open() and replaced it by CSV, where ``COPY … TO`` the same path is
     refused. Every output target now passes COPY's barrier
-    (castsql.engine.policy.check_write_target): nothing inside or above an
+    (castsql.engine.barrier.policy.check_write_target): nothing inside or above an
     opened table or warehouse, however the path is spelled; the error says
     why and the table is byte for byte as it was."""
     import subprocess

@@ -17,8 +17,8 @@ import castsql
 from castsql.errors import WriteError
 from castsql.format import KeyRangeDelete, TableLog
 from castsql.spark import append, merge, update
+from castsql.spark.engine import cdc_merge
 from castsql.spark.errors import WrongType
-from castsql.spark.merger import cdc_merge
 from castsql.storage import open_storage
 from castsql.write.merge import MergeError
 from castsql.write_cli import main

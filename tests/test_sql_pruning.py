@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap
 
-from castsql.engine import Session, native
+from castsql.engine import Session
 from castsql.engine import planner as planner_module
 from castsql.engine import views as views_module
+from castsql.engine.duckdb import native
 from castsql.engine.views import sql_str
 from castsql.format import PositionDelete, TableLog, write_data_files
 from castsql.storage import open_storage
@@ -142,7 +143,7 @@ def test_time_literals_prune_by_the_value_duckdb_gives_them(session, text, targe
     """Common ISO forms are read without asking DuckDB; whatever is read must
     be the value DuckDB's own cast gives (in a session whose TimeZone is not
     UTC, so that a time read without its zone would differ)."""
-    from castsql.engine.pushdown import duck_value
+    from castsql.engine.sql.pushdown import duck_value
 
     column = {"DATE": "date32[day]", "TIMESTAMP": "timestamp[us]"}.get(target, "timestamp[us, tz=UTC]")
     zone = session.con.execute("SELECT current_setting('TimeZone')").fetchone()[0]

@@ -332,6 +332,49 @@ def test_the_statement_is_recorded_in_the_versions_history(wh):
         # The same write through Table records none.
         castsql.open(f"{wh}/events").delete("id = 2")
         assert "statement" not in TableLog(open_storage(f"{wh}/events")).manifest(4).summary
+        # DESCRIBE HISTORY says which statement wrote each version, as .history does.
+        said = s.sql("DESCRIBE HISTORY events").column("statement").to_pylist()
+        assert said[2].startswith("DELETE FROM events -- the GDPR") and said[1] is None and said[4] is None
+
+
+def test_create_tables_version_0_records_its_statement(tmp_path):
+    (tmp_path / "wh").mkdir()
+    with Session(str(tmp_path / "wh")) as s:
+        s.sql("CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR)")
+        s.sql("CREATE TABLE copied AS SELECT 1::BIGINT AS id")
+        assert s.sql("DESCRIBE HISTORY kv").column("statement").to_pylist() == [
+            "CREATE TABLE kv (id BIGINT PRIMARY KEY, v VARCHAR)"
+        ]
+        assert (
+            s.sql("DESCRIBE HISTORY copied").column("statement").to_pylist()
+            == ["CREATE TABLE copied AS SELECT 1::BIGINT AS id"] * 2
+        )  # the empty table, then its rows: one statement
+
+
+def test_sql_errors_speak_sql(wh):
+    """A refusal names the statement the person typed, not the Python API's
+    operation, and offers no switch SQL does not have."""
+    with Session(wh) as s:
+        for sql, start in (
+            ("INSERT INTO events VALUES (5, 1, 'dup', 0)", "table events: INSERT: "),
+            ("UPDATE events SET id = 6 WHERE id = 5", "table events: UPDATE: "),
+        ):
+            with pytest.raises(DuplicateKey) as e:
+                s.sql(sql)
+            assert str(e.value).startswith(start) and "allow_duplicate_keys" not in str(e.value), str(e.value)
+        assert latest(wh) == 1
+
+
+def test_merge_on_a_condition_may_set_the_column_it_joins_on(wh):
+    """SQL's ON is a condition: as in Delta's MERGE, a clause may set the
+    column ``ON t.id = s.id`` compares (``Table.merge(on="id")`` refuses to)."""
+    with Session(wh) as s:
+        s.sql(
+            "MERGE INTO events t USING (VALUES (3, 300)) AS s(id, new_id) ON t.id = s.id "
+            "WHEN MATCHED THEN UPDATE SET id = s.new_id"
+        )
+        ids = {r["id"] for r in rows(s)}
+        assert 300 in ids and 3 not in ids and latest(wh) == 2
 
 
 # ---------------------------------------------------------------- the shell
@@ -688,3 +731,25 @@ SELECT count(*) AS n, count(note) AS notes FROM clicks;
     assert notes[4].startswith("clicks: version 5 (OPTIMIZE, 2 files compacted)"), notes
     assert notes[5].startswith("clicks: VACUUM: would remove 0 version(s)"), notes
     assert TableLog(open_storage(f"{wh}/clicks")).latest().properties == {"castsql.compact.sortBy": "id"}
+
+
+def test_insert_select_keeps_the_instants_of_a_utc_timestamp(tmp_path):
+    """DuckDB reads a UTC column back as ``Etc/UTC``; the rows are stored as the
+    table's ``UTC`` without a second pass, and every instant is kept."""
+    import datetime as dt
+
+    import pyarrow.parquet as pq
+
+    ts = pa.array([0, 1_700_000_000_123_456, None], pa.timestamp("us", tz="UTC"))
+    data = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "ts": ts})
+    pq.write_table(data, tmp_path / "in.parquet")
+    castsql.write_table(str(tmp_path / "wh" / "t"), data.slice(0, 0), primary_key="id")  # ts in "UTC"
+    with Session(str(tmp_path / "wh")) as s:
+        s.sql(f"INSERT INTO t SELECT * FROM read_parquet('{tmp_path / 'in.parquet'}')")
+        with castsql.open(str(tmp_path / "wh" / "t")) as t:
+            got = t.to_arrow().sort_by("id")
+    head = TableLog(open_storage(str(tmp_path / "wh" / "t"))).latest()
+    assert head.version == 1 and head.schema.column("ts").type == "timestamp[us, tz=UTC]"  # the table's, unchanged
+    assert got.column("ts").to_pylist() == [
+        dt.datetime(1970, 1, 1, tzinfo=dt.UTC), dt.datetime(2023, 11, 14, 22, 13, 20, 123456, tzinfo=dt.UTC), None,
+    ]  # fmt: skip

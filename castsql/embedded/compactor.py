@@ -28,14 +28,15 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from castsql.embedded.writer import Writer
-from castsql.engine import Session, names
-from castsql.engine.quoting import ident
+from castsql.embedded.engine import Writer
+from castsql.engine import Session
+from castsql.engine.sql import names
+from castsql.engine.sql.quoting import ident
 from castsql.errors import CastSQLError, CommitConflict
 from castsql.format import Change, DataFile, Manifest, TableLog
+from castsql.format.datafiles import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.format.markers import any_expired
 from castsql.format.properties import AutoCompact, delete_retention
-from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import Snapshot, resolve
 from castsql.write.compaction import SMALL_TOMBSTONE_BYTES, compaction_change, plan_compaction
 

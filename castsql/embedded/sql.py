@@ -1,9 +1,9 @@
 """SQL writes run through the write pipeline: what a session does with a
 ``DELETE``, ``UPDATE``, ``INSERT`` or ``MERGE INTO`` of one of its tables.
 
-Each statement (parsed by :mod:`castsql.engine.writes`) becomes the call
+Each statement (parsed by :mod:`castsql.engine.writing.writes`) becomes the call
 ``castsql.Table`` makes for the same write, on the same engine
-(:class:`castsql.embedded.writer.Writer`): ``DELETE`` is ``Table.delete``,
+(:class:`castsql.embedded.engine.Writer`): ``DELETE`` is ``Table.delete``,
 ``UPDATE`` is ``Table.update``, ``INSERT`` runs its ``VALUES`` or query
 through the session's read path to Arrow (time travel, other tables and, out
 of safe mode, ``read_parquet``) and is ``Table.append``; ``MERGE INTO`` reads
@@ -27,30 +27,56 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine import writes
 from castsql.engine.messages import one_line
 from castsql.engine.physical import duck_type
-from castsql.engine.quoting import ident
-from castsql.errors import WriteError
+from castsql.engine.sql.quoting import ident
+from castsql.engine.writing import writes
+from castsql.errors import CastSQLError, WriteError
 from castsql.format.log import commit_statement
 
 if TYPE_CHECKING:
-    from castsql.embedded.writer import Writer
-    from castsql.engine.ddl import TableStatement
+    from castsql.embedded.engine import Writer
     from castsql.engine.session import Session
+    from castsql.engine.writing.ddl import TableStatement
     from castsql.format import Manifest
     from castsql.snapshot import Snapshot
 
 
 def run(session: Session, write: writes.Write | TableStatement, text: str, params: Any = None) -> writes.Written:
     """Run ``write`` (the statement ``text``) on ``session``'s table: one version, or none when no row changes."""
-    from castsql.embedded.writer import Writer
+    from castsql.embedded.engine import Writer
 
     if not isinstance(write, writes.Delete | writes.Update | writes.Insert | writes.Merge):
         from castsql.embedded import sql_tables
 
         return sql_tables.run(session, write, text)
     writer = Writer(session, write.table)
+    try:
+        return _run(session, writer, write, text, params)
+    except CastSQLError as e:
+        raise _in_sql_words(e, write.table) from None
+
+
+# The API's name of each operation, as its errors begin, and the statement's.
+_SQL_WORDS = {"append": "INSERT", "delete": "DELETE", "update": "UPDATE", "merge": "MERGE"}
+_API_HINT = " (allow_duplicate_keys=True / --allow-duplicate-keys writes them anyway)"
+
+
+def _in_sql_words(e: CastSQLError, table: str) -> CastSQLError:
+    """``e`` as a person who typed the statement reads it: ``table t: INSERT: …``
+    rather than the pipeline's ``append``, without the API's switch to allow
+    duplicate keys (SQL has none). Same class, so callers catch as before."""
+    msg = str(e)
+    for api, sql in _SQL_WORDS.items():
+        head = f"table {table}: {api}"
+        if msg.startswith(head + ":") or msg.startswith(head + " "):
+            msg = f"table {table}: {sql}" + msg[len(head) :]
+            break
+    e.args = (msg.replace(_API_HINT, ""),)
+    return e
+
+
+def _run(session: Session, writer: Writer, write: writes.Write, text: str, params: Any) -> writes.Written:
     with commit_statement(text):
         if isinstance(write, writes.Delete):
             m = writer.delete(write.where if write.where is not None else "TRUE")
@@ -93,11 +119,40 @@ def _typed(snap: Snapshot, sets: dict[str, str]) -> dict[str, str]:
     return {col: f"CAST(({expr}\n) AS {duck_type(types[col])})" for col, expr in sets.items()}
 
 
+# Spellings of UTC: DuckDB answers ``Etc/UTC`` for a table's ``UTC``.
+_UTC = frozenset({"UTC", "Etc/UTC", "Etc/UCT", "UCT", "GMT", "Etc/GMT", "Z", "+00:00"})
+
+
+def _utc_relabelled(data: pa.Table, snap: Snapshot) -> pa.Table:
+    """``data`` with a timestamp whose time zone is another spelling of the
+    table's UTC labelled as the table's: the same instants, so Arrow relabels
+    it without a copy, where DuckDB's cast would read every row again (a
+    10M-row ``INSERT … SELECT`` from Parquet paid a second pass for it)."""
+    want = {f.name.lower(): f.type for f in snap.schema.to_arrow()}
+    fields = list(data.schema)
+    for i, f in enumerate(fields):
+        w = want.get(f.name.lower())
+        if (
+            w is not None
+            and pa.types.is_timestamp(f.type)
+            and pa.types.is_timestamp(w)
+            and f.type != w
+            and f.type.unit == w.unit
+            and f.type.tz in _UTC
+            and w.tz in _UTC
+        ):
+            fields[i] = f.with_type(w)
+    if fields == list(data.schema):
+        return data
+    return data.cast(pa.schema(fields, metadata=data.schema.metadata))
+
+
 def _as_table_types(session: Session, data: pa.Table, snap: Snapshot, table: str, op: str) -> pa.Table:
     """``data``'s columns that are the table's (by name, any case) cast by
     DuckDB to the table's types, the others kept: a ``VALUES`` list's ``1.5``
     is a DECIMAL to DuckDB, and ``MERGE`` stores it in a DOUBLE as DuckDB would."""
     types = {c.name.lower(): c.type for c in snap.schema.columns}
+    data = _utc_relabelled(data, snap)
     if all(types.get(f.name.lower()) in (None, str(f.type)) for f in data.schema):
         return data  # already the table's types (an Arrow source): nothing to cast
     raw = data.rename_columns([f"c{i}" for i in range(data.num_columns)])
@@ -140,6 +195,21 @@ def _insert_rows(session: Session, write: writes.Insert, params: Any) -> pa.Tabl
     return _as_table_types(session, source.rename_columns(targets), snap, table, "INSERT")
 
 
+def _merge_keys(snap: Snapshot, write: writes.Merge) -> tuple[str, ...] | None:
+    """The columns ``ON t.k = s.k [AND …]`` matches on, for the pipeline's keyed
+    merge; None (the condition as written) when a clause updates one of them:
+    SQL's ``ON`` is a condition, and Delta's ``MERGE`` may set the column it
+    joins on, where ``Table.merge(on="k")`` refuses to."""
+    if write.keys is None:
+        return None
+    keys = tuple(_columns(snap, {k: k for k in write.keys}, write.table, "MERGE").keys())
+    lower = {k.lower() for k in keys}
+    for c in write.clauses:
+        if c.kind.endswith("_update") and c.set is not None and lower & {n.lower() for n in c.set}:
+            return None
+    return keys
+
+
 def _merge(session: Session, writer: Writer, write: writes.Merge, params: Any) -> writes.Written:
     from castsql.write.merge import Clause, MergeBuilder, MergeMetrics, MergeSpec
 
@@ -149,9 +219,10 @@ def _merge(session: Session, writer: Writer, write: writes.Merge, params: Any) -
     def execute(spec: MergeSpec, src: Any) -> MergeMetrics:
         return writer.merge(spec, src)
 
-    on: str | tuple[str, ...] = write.keys if write.keys is not None else write.on
-    if write.keys is not None:
-        on = tuple(_columns(snap, {k: k for k in write.keys}, write.table, "MERGE").keys())
+    on: str | tuple[str, ...] = write.on
+    keys = _merge_keys(snap, write)
+    if keys is not None:
+        on = keys
     builder = MergeBuilder(
         write.table, source, on, execute, source_alias=write.source_alias, target_alias=write.target_alias
     )

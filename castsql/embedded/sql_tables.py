@@ -4,7 +4,7 @@ whole before version 0 exists), ``ALTER TABLE`` (``add_columns``,
 ``widen_columns``, ``set_properties``), ``RESTORE`` (``TableLog.restore``),
 ``OPTIMIZE`` (``Table.compact``) and ``VACUUM`` (``Table.gc``, its safety
 rules whole: nothing younger than the grace period is removed, whatever
-``RETAIN`` says). Parsed by :mod:`castsql.engine.ddl`.
+``RETAIN`` says). Parsed by :mod:`castsql.engine.writing.ddl`.
 
 Example::
 
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from castsql.engine import ddl
-from castsql.engine.intercept import warehouse
 from castsql.engine.messages import one_line
-from castsql.engine.quoting import ident
-from castsql.engine.writes import WriteRefused, Written
+from castsql.engine.sql.quoting import ident
+from castsql.engine.writing import ddl
+from castsql.engine.writing.intercept import warehouse
+from castsql.engine.writing.writes import WriteRefused, Written
 from castsql.errors import WriteError
 from castsql.format import TableLog
 from castsql.format.log import commit_statement
@@ -78,8 +78,8 @@ def _column(session: Session, table: str, name: str) -> str:
 
 
 def _create(session: Session, st: ddl.CreateTable) -> Written:
-    from castsql.embedded.writer import Writer
-    from castsql.format.writer import conform
+    from castsql.embedded.engine import Writer
+    from castsql.format.datafiles import conform
     from castsql.write.keys import check_input_keys
 
     name = st.table

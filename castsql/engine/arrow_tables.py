@@ -10,7 +10,7 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from castsql.engine.quoting import ident
+from castsql.engine.sql.quoting import ident
 
 
 def temp_table(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table, select: str = "*") -> str:

@@ -19,14 +19,14 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine import policy
+from castsql.engine.barrier import policy
+from castsql.engine.barrier.guard import check_statement
 from castsql.engine.catalog import Catalog
-from castsql.engine.duck import hide_credentials, load_httpfs
-from castsql.engine.guard import check_statement
+from castsql.engine.duckdb.duck import hide_credentials, load_httpfs
 from castsql.engine.messages import QueryError, message, one_line
-from castsql.engine.plan import Plan
 from castsql.engine.planner import Planner
-from castsql.engine.quoting import ident
+from castsql.engine.sql.plan import Plan
+from castsql.engine.sql.quoting import ident
 from castsql.format import Manifest, TableLog
 
 _SPELLED = {"date", "time", "time with time zone", "interval"}  # and every timestamp

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from castsql.engine import names
+from castsql.engine.sql import names
 from castsql.errors import QueryError as QueryError  # raised by the executor, named here by callers
 from castsql.errors import one_line as base_one_line
 

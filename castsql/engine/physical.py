@@ -52,8 +52,8 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from castsql.engine.quoting import ident as _ident
-from castsql.engine.quoting import sql_list
+from castsql.engine.sql.quoting import ident as _ident
+from castsql.engine.sql.quoting import sql_list
 from castsql.errors import FormatError, SchemaMismatch
 from castsql.format.manifest import DataFile
 from castsql.format.schema import Schema, type_from_name

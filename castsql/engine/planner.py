@@ -3,7 +3,7 @@
 :class:`Planner` keeps the plans of the texts it has seen (a plan depends on
 the text and the catalog's names alone: a repeated query is neither
 tokenized nor parsed again) and the views of the versions and pruned file
-sets it made. For a plan (:mod:`castsql.engine.plan`) it resolves each
+sets it made. For a plan (:mod:`castsql.engine.sql.plan`) it resolves each
 reference's version (a time-travel reference that version, the others the
 table's latest, asked for once per query: snapshot isolation), prunes the
 files a reference's comparisons cannot match, swaps the references for the
@@ -21,12 +21,12 @@ from typing import Any
 
 import duckdb
 
-from castsql.engine import names
 from castsql.engine.catalog import Catalog
 from castsql.engine.messages import QueryError, one_line
-from castsql.engine.plan import AuditCall, Plan, parse, splice
-from castsql.engine.pushdown import duck_value
-from castsql.engine.quoting import ident, sql_list
+from castsql.engine.sql import names
+from castsql.engine.sql.plan import AuditCall, Plan, parse, splice
+from castsql.engine.sql.pushdown import duck_value
+from castsql.engine.sql.quoting import ident, sql_list
 from castsql.engine.views import Views
 from castsql.errors import SchemaMismatch
 from castsql.format import Manifest, TableLog
@@ -80,7 +80,7 @@ class Planner:
     # ------------------------------------------------------------ plans
 
     def plan(self, sql: str) -> Plan:
-        """The plan of ``sql`` (see :func:`castsql.engine.plan.parse`), memoised by text."""
+        """The plan of ``sql`` (see :func:`castsql.engine.sql.plan.parse`), memoised by text."""
         if self._plans_of != self.catalog.generation:  # a table was opened: names may read differently
             self._plans.clear()
             self._plans_of = self.catalog.generation

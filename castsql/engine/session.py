@@ -8,7 +8,7 @@ is fixed for the whole query: snapshot isolation.
 
 A session is thin: its :class:`~castsql.engine.catalog.Catalog` knows the
 tables, its :class:`~castsql.engine.planner.Planner` turns a query's plan
-(:mod:`castsql.engine.plan`: the text tokenized and parsed once) into SQL over
+(:mod:`castsql.engine.sql.plan`: the text tokenized and parsed once) into SQL over
 views, and its :class:`~castsql.engine.executor.Executor` checks and runs it.
 
 Example::
@@ -39,26 +39,28 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine import intercept, names, policy
 from castsql.engine.arrow_tables import temp_table
+from castsql.engine.barrier import policy
+from castsql.engine.barrier.safety import SafeModeError, lock_down
 from castsql.engine.catalog import Catalog
-from castsql.engine.duck import configure_s3, load_httpfs, new_connection
+from castsql.engine.duckdb.duck import configure_s3, load_httpfs, new_connection
+from castsql.engine.duckdb.stores import make_readable
+from castsql.engine.duckdb.threads import RemoteThreads
 from castsql.engine.executor import Executor
 from castsql.engine.messages import QueryError, one_line
-from castsql.engine.plan import AuditCall
 from castsql.engine.planner import Planner
-from castsql.engine.quoting import ident, sql_str
-from castsql.engine.safety import SafeModeError, lock_down
-from castsql.engine.stores import make_readable
-from castsql.engine.threads import RemoteThreads
+from castsql.engine.sql import names
+from castsql.engine.sql.plan import AuditCall
+from castsql.engine.sql.quoting import ident, sql_str
 from castsql.engine.views import Views
+from castsql.engine.writing import intercept
 from castsql.format import TableLog
 from castsql.snapshot import Predicate, Snapshot
 from castsql.storage import S3Config, Storage, open_storage
 
 if TYPE_CHECKING:
-    from castsql.engine.audit import Audits, Version
-    from castsql.engine.writes import Written
+    from castsql.engine.audits.audit import Audits, Version
+    from castsql.engine.writing.writes import Written
 
 __all__ = ["QueryError", "Session"]
 
@@ -122,7 +124,7 @@ class Session:
         return self.catalog.skipped
 
     def _lock_down(self) -> None:
-        """Enter safe mode (see :mod:`castsql.engine.safety`); there is no way back."""
+        """Enter safe mode (see :mod:`castsql.engine.barrier.safety`); there is no way back."""
         if not self._s3_ready:
             load_httpfs(self.con)  # extensions cannot be loaded once locked
             self.executor.httpfs = True
@@ -174,13 +176,13 @@ class Session:
                 self.con.execute("SET enable_http_metadata_cache = true")
                 self._s3_ready = self.executor.httpfs = True
         elif "://" in storage.root:
-            make_readable(self.con, storage)  # GCS, Azure: castsql.engine.stores
+            make_readable(self.con, storage)  # GCS, Azure: castsql.engine.duckdb.stores
         if storage.root.startswith("s3://") and not self._threads_set and not self.executor.user_threads:
             # DuckDB 1.5 reads a remote file on the thread that scans it, so
             # its threads are its requests in flight: a cold many-file read (an
             # audit's new files, a stream's small files) runs on at least
             # REMOTE_THREADS, a warm one (no request) on the cores
-            # (castsql.engine.threads). Not on GCS and Azure: there each thread
+            # (castsql.engine.duckdb.threads). Not on GCS and Azure: there each thread
             # opens its own handle of the fsspec filesystem, and a one-file
             # scan's requests grow with them (docs/OBJECT_STORES.md).
             cores = int(self.con.execute("SELECT current_setting('threads')").fetchall()[0][0])
@@ -330,7 +332,7 @@ class Session:
 
     def history(self, table: str) -> pa.Table:
         """One row per kept version: time, operation, files and rows inserted,
-        updated and deleted (see :mod:`castsql.engine.audit`).
+        updated and deleted (see :mod:`castsql.engine.audits.audit`).
 
         Example::
 
@@ -388,7 +390,7 @@ class Session:
         """The audits' reader, made on first use: a session that audits
         nothing does not import it."""
         if self._audits is None:
-            from castsql.engine.audit import Audits
+            from castsql.engine.audits.audit import Audits
 
             self._audits = Audits(self.con, self.views)
         return self._audits
@@ -428,7 +430,7 @@ class Session:
 
     def _write(self, sql: str, params: Any) -> pa.Table | None:
         """A statement that writes one of the tables, run through the write
-        pipeline (:mod:`castsql.engine.intercept`): its count of rows; None for any other statement."""
+        pipeline (:mod:`castsql.engine.writing.intercept`): its count of rows; None for any other statement."""
         written = intercept.intercept(self, sql, params)
         if written is None:
             return None

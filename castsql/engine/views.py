@@ -6,7 +6,7 @@ Design (measured in bench/read_bench.py, see docs/ENGINE.md):
   raw scan, with DuckDB's own filter/projection pushdown and metadata counts;
 - the files of a version that carry deletes are a DuckLake table over the same
   files plus one positional delete file per data file
-  (:mod:`castsql.engine.lake`), so the deletes are applied inside the C++
+  (:mod:`castsql.engine.duckdb.lake`), so the deletes are applied inside the C++
   Parquet scan; each version is a snapshot of its table's DuckLake table, so
   the next version only adds what changed. Row-group deletes and key ranges
   become positions first (key ranges with one pushed-down query per file);
@@ -14,7 +14,7 @@ Design (measured in bench/read_bench.py, see docs/ENGINE.md):
   a version's provisional view (its table's first in the session; with
   CastSQL's extension, any new version's first), are scanned and filtered by
   their deleted positions in the row groups the query can reach: through
-  CastSQL's extension (:mod:`castsql.engine.native`, a bit per row read in
+  CastSQL's extension (:mod:`castsql.engine.duckdb.native`, a bit per row read in
   the pipeline) where it is built, else with an anti-join;
 - audits need row identity, so their views carry ``_castsql_file`` and ``_castsql_pos`` and
   apply deletes with an anti-join on (file_index, file_row_number).
@@ -33,19 +33,20 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import AbstractBitMap, BitMap
 
-from castsql.engine import names, native
 from castsql.engine.arrow_tables import temp_table
+from castsql.engine.duckdb import native
+from castsql.engine.duckdb.stores import know_sizes
 from castsql.engine.physical import Group, Signatures, duck_type, projection
-from castsql.engine.quoting import ident, live_parquet, parquet_files, sql_str, sql_value
-from castsql.engine.stores import know_sizes
+from castsql.engine.sql import names
+from castsql.engine.sql.quoting import ident, live_parquet, parquet_files, sql_str, sql_value
 from castsql.errors import SchemaMismatch
 from castsql.format.schema import type_from_name
 from castsql.format.tombstone import key_bound
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot, prune_files
 
 if TYPE_CHECKING:
-    from castsql.engine.lake import Lake
-    from castsql.engine.threads import RemoteThreads
+    from castsql.engine.duckdb.lake import Lake
+    from castsql.engine.duckdb.threads import RemoteThreads
 
 
 def types_of(snap: Snapshot) -> dict[str, str]:
@@ -81,7 +82,7 @@ class Views:
         self.threads: RemoteThreads | None = None  # set by a session on S3
 
     def note_reads(self, files: Iterable[ResolvedFile]) -> None:
-        """Data files the coming query reads (for its threads: castsql.engine.threads)."""
+        """Data files the coming query reads (for its threads: castsql.engine.duckdb.threads)."""
         if self.threads is not None:
             self.threads.note((f.uri, row_groups(f)) for f in files if "://" in f.uri)
 
@@ -91,14 +92,14 @@ class Views:
             self.threads.release()
 
     def settle_threads(self) -> None:
-        """Set the threads of the query about to run (castsql.engine.threads)."""
+        """Set the threads of the query about to run (castsql.engine.duckdb.threads)."""
         if self.threads is not None:
             self.threads.settle()
 
     @property
     def lake(self) -> Lake:
         if self._lake is None:
-            from castsql.engine.lake import Lake  # with DuckLake: not imported by a read that needs none
+            from castsql.engine.duckdb.lake import Lake  # with DuckLake: not imported by a read that needs none
 
             self._lake = Lake(self.con, f"{self.workdir}/lake")
         return self._lake

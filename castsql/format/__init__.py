@@ -4,12 +4,12 @@ Nothing here imports DuckDB, Spark or the shell.
 """
 
 from castsql.format.change import Change
+from castsql.format.datafiles import write_data_files
 from castsql.format.log import TableLog
 from castsql.format.manifest import DataFile, Manifest
 from castsql.format.metadata import RetryPolicy, TableMetadata
 from castsql.format.schema import Column, Schema
 from castsql.format.tombstone import KeyRangeDelete, PositionDelete, RowGroupDelete, TombstoneRecord
-from castsql.format.writer import write_data_files
 
 __all__ = [
     "Change",

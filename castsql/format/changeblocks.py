@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from castsql.format.datafiles import conform
 from castsql.format.keyindex import changes_no_rows, is_recorded
 from castsql.format.manifest import Manifest, VersionRecord
-from castsql.format.writer import conform
 
 if TYPE_CHECKING:
     from castsql.format.metadata import TableMetadata

@@ -127,6 +127,13 @@ def commit_statement(text: str) -> Iterator[None]:
         _STATEMENT.reset(token)
 
 
+def _statement_summary() -> dict[str, str]:
+    """``{"statement": text}`` inside :func:`commit_statement`, but not for a
+    version an after-commit hook commits (it did not run the statement)."""
+    statement = _STATEMENT.get()
+    return {"statement": statement} if statement is not None and not _IN_HOOK.get() else {}
+
+
 def register_after_commit(
     name: str, run: Callable[[TableLog, Manifest], Manifest | None], *, after_hook_commits: bool
 ) -> None:
@@ -189,6 +196,7 @@ class TableLog(TableMetadata):
             commit_id=commit_id,
             writer=log.writer,
             totals=Totals(),
+            summary=_statement_summary(),
         )
         if storage.exists(POINTER_KEY):
             existing = log.latest()
@@ -277,8 +285,8 @@ class TableLog(TableMetadata):
                 commit_id=commit_id,
                 writer=self.writer,
             )
-            if (statement := _STATEMENT.get()) is not None and not _IN_HOOK.get():
-                new = new.evolve(summary={**new.summary, "statement": statement})
+            if said := _statement_summary():
+                new = new.evolve(summary={**new.summary, **said})
             try:
                 # The commit point: a try whose answer never came may have landed,
                 # so its repeat answers 412 and the check below says whose it is.

@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, TextIO
 import duckdb
 import pyarrow as pa
 
+from castsql.engine.barrier.policy import check_write_target
 from castsql.engine.messages import one_line
-from castsql.engine.policy import check_write_target
 from castsql.errors import CastSQLError, ForbiddenStatement, QueryError
 from castsql.shell.catalog import Catalog
 from castsql.shell.errors import MAX_READ_DEPTH, Reported, ShellError
@@ -155,7 +155,7 @@ class Shell:
     def _check_target(self, path: str, what: str) -> None:
         """ShellError unless ``path`` lies outside every opened table and
         warehouse and the session's work directory: the barrier ``COPY … TO``
-        passes (:func:`castsql.engine.policy.check_write_target`), so a result
+        passes (:func:`castsql.engine.barrier.policy.check_write_target`), so a result
         never overwrites a table's object."""
         try:
             check_write_target(os.path.expanduser(path), self.session.scope, what)

@@ -37,7 +37,7 @@ from typing import Any, TextIO
 import duckdb
 import pyarrow as pa
 
-from castsql.engine.quoting import ident, sql_str
+from castsql.engine.sql.quoting import ident, sql_str
 from castsql.errors import one_line
 from castsql.shell.text_modes import TextOptions, TextPlan, markdown_plan, normal_mode, plan_text
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from castsql.engine.quoting import ident, sql_str
+from castsql.engine.sql.quoting import ident, sql_str
 
 TEXT_MODES = ("csv", "tabs", "list", "json", "jsonlines", "markdown", "line")
 ALIASES = {"tsv": "tabs"}

@@ -1,6 +1,6 @@
 """The Spark half of the writer subcommands (``castsql delete|update|merge|append|compact --engine spark``):
 a Spark session, the input files read as a DataFrame typed as the table, the
-job run by :mod:`castsql.spark.writer`, :mod:`castsql.spark.merger` or
+job run by :mod:`castsql.spark.appends`, :mod:`castsql.spark.engine` or
 :mod:`castsql.spark.compactor`. The command line itself, the embedded engine
 and the summaries are :mod:`castsql.cli.writes`'s.
 """
@@ -43,7 +43,7 @@ def run(args: Any, clauses: Callable[[Any, Any], Any]) -> Any:
 
 def _spark_command(spark: Any, args: Any, clauses: Callable[[Any, Any], Any]) -> Any:
     if args.command == "append":
-        from castsql.spark.writer import append
+        from castsql.spark.appends import append
 
         df = _read_input(spark, args.uri, args.sources, args.input_format, "append")
         return append(
@@ -56,18 +56,18 @@ def _spark_command(spark: Any, args: Any, clauses: Callable[[Any, Any], Any]) ->
             properties=args.properties or None,
         )
     if args.command == "delete":
-        from castsql.spark.merger import delete
+        from castsql.spark.engine import delete
 
         return delete(spark, args.uri, args.where)
     if args.command == "update":
-        from castsql.spark.merger import update
+        from castsql.spark.engine import update
 
         return update(spark, args.uri, args.assign, args.where, merge_schema=args.merge_schema)
     if args.command == "merge":
-        from castsql.spark.merger import merge
+        from castsql.spark.engine import merge
 
         if args.cdc is not None:
-            from castsql.spark.merger import cdc_merge
+            from castsql.spark.engine import cdc_merge
 
             if args.input_format == "debezium":
                 df, cdc = _debezium_input(spark, args.uri, args.sources, args.cdc)
@@ -92,7 +92,7 @@ def _spark_command(spark: Any, args: Any, clauses: Callable[[Any, Any], Any]) ->
 def _debezium_input(spark: Any, uri: str, sources: list[str], cdc: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """Debezium events (JSON lines) as a CDC batch whose table columns have
     the table's types, and ``cdc_merge``'s options for it."""
-    from castsql.spark.merger import _debezium_frame
+    from castsql.spark.engine import _debezium_frame
 
     with job_errors("merge: reading the input"):
         df = spark.read.json([os.path.abspath(s) for s in sources])

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from castsql.errors import CommitConflict
 from castsql.format import DataFile, Manifest, TableLog
-from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
+from castsql.format.datafiles import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import Snapshot, resolve
 from castsql.spark.errors import job_errors
 from castsql.spark.reader import file_unit, table_ref, units_frame

@@ -467,7 +467,7 @@ class WritePlan:
 
 def _plan_write(options: Any, spark_struct: StructType, overwrite: bool) -> WritePlan:
     from castsql.errors import SchemaMismatch, TableNotFound
-    from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
+    from castsql.format.datafiles import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
     from castsql.spark.types import schema_from_spark
 
     _check_known(options)
@@ -589,7 +589,7 @@ def commit_files(
         if isinstance(m, FilesWritten)
         for e in m.entries
     )
-    from castsql.spark.writer import commit_unique, discard_files, written_keys
+    from castsql.spark.appends import commit_unique, discard_files, written_keys
     from castsql.write.keys import DuplicateKey, check_input_keys
 
     keys = None

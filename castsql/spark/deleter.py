@@ -19,7 +19,7 @@ records:
 
 The choice between "row groups + positions" and "one key range" is the one
 whose JSON is shorter (row groups win ties: readers skip them without
-reading). :func:`castsql.spark.merger.delete` (``castsql.spark.delete``)
+reading). :func:`castsql.spark.engine.delete` (``castsql.spark.delete``)
 commits the plan through the one write sequence (:mod:`castsql.write.pipeline`),
 whose conflict rules (docs/FORMAT.md §7) replan from a new version when a
 concurrent commit removed a file the plan names or deleted rows of one.

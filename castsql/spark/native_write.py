@@ -9,7 +9,7 @@ let commit: a failed or retried attempt's files are removed with its
 file's footer (8 at a time) and makes its manifest entry from it: size, row
 counts per row group, and min/max per column from the row groups'
 statistics. The caller commits those entries as the Python workers' entries
-(:mod:`castsql.spark.writer`). A job that fails leaves files no manifest
+(:mod:`castsql.spark.appends`). A job that fails leaves files no manifest
 names; they are removed here where possible, and ``castsql gc`` removes
 whatever a killed driver left (FORMAT.md §8).
 
@@ -44,10 +44,10 @@ import pyarrow.parquet as pq
 
 from castsql.errors import FormatError
 from castsql.format import DataFile, Schema
+from castsql.format.datafiles import fixed_width
 from castsql.format.layout import new_data_dir
 from castsql.format.manifest import json_stat
 from castsql.format.schema import json_ordered, type_from_name
-from castsql.format.writer import fixed_width
 from castsql.spark.native_read import parquet_is_v1
 from castsql.spark.types import arrow_for_spark, quote, spark_type
 from castsql.storage import Storage
@@ -153,7 +153,7 @@ def write_native(
                     # parquet-mr keeps a dictionary until it passes 1 MB, which a
                     # row group of 122,880 distinct int64s never does: ids and
                     # times became a dictionary of every value. Plain, as
-                    # CastSQL's writer stores distinct ones (castsql.format.writer).
+                    # CastSQL's writer stores distinct ones (castsql.format.datafiles).
                     writer = writer.option(f"parquet.enable.dictionary#{c.name}", "false")
             writer.parquet(where)
         names = sorted(n for n in os.listdir(where) if n.endswith(".parquet") and not n.startswith(("_", ".")))

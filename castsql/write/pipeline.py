@@ -8,8 +8,8 @@
     metrics; on a conflict, all of it again from the new head
 
 An engine supplies only how to scan, evaluate expressions and write files:
-the embedded one (:mod:`castsql.embedded.writer`, DuckDB in-process) and Spark's
-(:mod:`castsql.spark.merger`) implement
+the embedded one (:mod:`castsql.embedded.engine`, DuckDB in-process) and Spark's
+(:mod:`castsql.spark.engine`) implement
 :class:`Engine`, and what they find for one attempt is a :class:`Found`,
 held where the engine holds it (an Arrow table in-process, a persisted
 DataFrame on a cluster). Every rule is here, once: schema evolution, the

@@ -50,8 +50,8 @@ from pyroaring import BitMap
 from castsql.errors import FormatError
 from castsql.format import DataFile
 from castsql.format.changeblocks import remember
+from castsql.format.datafiles import conform, write_file
 from castsql.format.manifest import KEYS_MAX, ChangeData, json_stat
-from castsql.format.writer import conform, write_file
 from castsql.storage.ranged import open_ranged
 from castsql.write.keys import open_data_file
 from castsql.write.records import FILE_COL, POS_COL, key_range_type

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from castsql.errors import CastSQLError
 from castsql.shell.catalog import latest_versions
 from castsql.shell.errors import Reported, ShellError
 from castsql.shell.render import MODES
@@ -171,7 +170,7 @@ def history(shell: Shell, args: list[str]) -> pa.Table:
     if h.column("error").null_count < h.num_rows:
         cols.append("error")  # some version cannot be read: say which and why
     out = h.select(cols)
-    said = _statements(shell, table, h.column("version").to_pylist())
+    said = [_one_line(t) for t in h.column("statement").to_pylist()]
     if any(said):
         # What a SQL statement wrote the version with (its summary's
         # ``statement``), cut to a line: who did what, beside how many rows.
@@ -182,19 +181,11 @@ def history(shell: Shell, args: list[str]) -> pa.Table:
 STATEMENT_SHOWN = 60  # characters of a version's statement .history shows
 
 
-def _statements(shell: Shell, table: str, versions: list[int]) -> list[str | None]:
-    log = shell.session.log(table)
-    out: list[str | None] = []
-    for v in versions:
-        try:
-            text = log.manifest(v).summary.get("statement")
-        except CastSQLError:
-            text = None  # a broken version: its row says why already
-        if isinstance(text, str):
-            text = " ".join(text.split())
-            text = text if len(text) <= STATEMENT_SHOWN else text[: STATEMENT_SHOWN - 1] + "…"
-        out.append(text if isinstance(text, str) else None)
-    return out
+def _one_line(text: str | None) -> str | None:
+    if text is None:
+        return None
+    text = " ".join(text.split())
+    return text if len(text) <= STATEMENT_SHOWN else text[: STATEMENT_SHOWN - 1] + "…"
 
 
 @meta_command(

@@ -42,7 +42,7 @@ from typing import Any
 
 import duckdb
 
-from castsql.engine.quoting import sql_str
+from castsql.engine.sql.quoting import sql_str
 
 _OPS = {
     "COMPARE_EQUAL": "=",

@@ -22,7 +22,7 @@
 //   "castsql/bitmaps"()               -> BIGINT   bitmaps and sets held (for tests)
 //
 // Only CastSQL calls them: its SQL guard refuses every statement that names
-// anything starting with "castsql/". Built by castsql/engine/native/build.py
+// anything starting with "castsql/". Built by castsql/engine/duckdb/native/build.py
 // against DuckDB's stable C extension API (v1.2.0).
 #define DUCKDB_EXTENSION_NAME castsql_live
 #include "duckdb_extension.h"

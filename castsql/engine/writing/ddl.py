@@ -1,6 +1,6 @@
 """SQL that makes or maintains a table: which statement it is, and what it asks for.
 
-Beside :mod:`castsql.engine.writes` (rows), the statements on a whole table,
+Beside :mod:`castsql.engine.writing.writes` (rows), the statements on a whole table,
 parsed on DuckDB's tokens into plain descriptions that the embedded engine
 runs (:mod:`castsql.embedded.sql_tables`):
 
@@ -26,8 +26,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from castsql.engine.tokens import Token, string_value
-from castsql.engine.writes import WriteRefused, _close, _name, _split_top, _text, _top, _unquoted, _w, statements
+from castsql.engine.sql.tokens import Token, string_value
+from castsql.engine.writing.writes import (
+    WriteRefused,
+    _close,
+    _name,
+    _split_top,
+    _text,
+    _top,
+    _unquoted,
+    _w,
+    statements,
+)
 
 
 @dataclass(frozen=True)

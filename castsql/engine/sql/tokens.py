@@ -6,7 +6,7 @@ literal, and the unquoted, lower-cased value of a name. Comments are not
 tokens; ``'…'``, ``E'…'``, ``$tag$…$tag$`` and quoted names are
 one token each, so nothing inside them is ever read as SQL.
 
-A query's tokens are computed once (:class:`castsql.engine.plan.Plan` holds
+A query's tokens are computed once (:class:`castsql.engine.sql.plan.Plan` holds
 them) and memoised by text.
 
 Example::

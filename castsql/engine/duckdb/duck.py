@@ -10,9 +10,9 @@ from pathlib import Path
 
 import duckdb
 
-from castsql.engine import native
-from castsql.engine.quoting import sql_list
-from castsql.engine.quoting import sql_str as _sql_str
+from castsql.engine.duckdb import native
+from castsql.engine.sql.quoting import sql_list
+from castsql.engine.sql.quoting import sql_str as _sql_str
 from castsql.errors import CastSQLError
 from castsql.storage import S3Config
 
@@ -100,7 +100,7 @@ def new_connection(*, threads: int | None = None) -> duckdb.DuckDBPyConnection:
     """CastSQL's own connection: no extension is installed or auto-loaded
     behind its back (an auto-loaded httpfs would copy AWS_* variables into
     readable settings; other extensions run code past CastSQL's checks). It
-    has CastSQL's own extension where that was built (:mod:`castsql.engine.native`)."""
+    has CastSQL's own extension where that was built (:mod:`castsql.engine.duckdb.native`)."""
     config: dict[str, str | bool | int | float | list[str]] = {
         "autoinstall_known_extensions": False,
         "autoload_known_extensions": False,

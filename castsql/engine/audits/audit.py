@@ -2,7 +2,9 @@
 
 ``history`` — one row per kept version: ``version, committed_at, operation,
 writer, data_files, tombstone_files, files_added, files_removed,
-rows_inserted, rows_updated, rows_deleted, live_rows, error``. Row counts are
+rows_inserted, rows_updated, rows_deleted, live_rows, statement, error``
+(``statement``: the SQL text that wrote the version, Delta's ``operationParameters``'
+role; NULL for a write that was not SQL). Row counts are
 exact: computed from what the versions hold, not copied from what a writer
 claimed. On a table with a primary key a row whose key left and came back in
 one version is one update (counted in ``rows_updated`` only); without a key
@@ -16,7 +18,7 @@ the table's columns plus ``_change_type``, ``_commit_version`` and
 paired by primary key). Nothing has to be enabled in advance: a row is
 identified by (data file, row position), so a version's changes are the rows
 of the files it added and the positions its tombstones added
-(:mod:`castsql.engine.changes`). A version that recorded its change (FORMAT.md
+(:mod:`castsql.engine.audits.changes`). A version that recorded its change (FORMAT.md
 §3.5, ``castsql.changeDataFeed``) is read from its own manifest and files
 alone: its new files and its change-data file, the rows its tombstones
 delete as they were; any other is found from its and its previous version's
@@ -38,7 +40,7 @@ read.
 In SQL: ``DESCRIBE HISTORY t``, ``table_history('t')``, ``table_changes('t',
 start[, end])`` (versions or timestamps), ``table_diff('t', a, b)`` and
 ``table_row_history('t', key[, key_hi])``: a query's plan
-(:mod:`castsql.engine.plan`) finds the calls, :meth:`Audits.register` makes
+(:mod:`castsql.engine.sql.plan`) finds the calls, :meth:`Audits.register` makes
 each a relation.
 """
 
@@ -53,9 +55,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from castsql.engine.changes import CHANGE, KIND, TIME, VERSION, ChangeRows, KeyFilter, Step, may_hold
+from castsql.engine.audits.changes import CHANGE, KIND, TIME, VERSION, ChangeRows, KeyFilter, Step, may_hold
 from castsql.engine.physical import duck_type
-from castsql.engine.quoting import ident, sql_value
+from castsql.engine.sql.quoting import ident, sql_value
 from castsql.engine.views import Views
 from castsql.errors import CastSQLError, QueryError, VersionNotFound, one_line
 from castsql.format import DataFile, Manifest, TableLog, changeblocks, keyindex
@@ -83,6 +85,7 @@ HISTORY_SCHEMA = pa.schema(
         ("rows_updated", pa.int64()),
         ("rows_deleted", pa.int64()),
         ("live_rows", pa.int64()),
+        ("statement", pa.string()),  # the SQL text that wrote the version (FORMAT.md summary.statement)
         ("error", pa.string()),  # why this version cannot be read; NULL when it can
     ]
 )
@@ -138,6 +141,8 @@ class Audits:
                     data_files=m.file_count,
                     tombstone_files=m.tombstone_count,
                 )
+                said = m.summary.get("statement")
+                row["statement"] = said if isinstance(said, str) else None
                 snap = resolve(log, m.version)
                 snap.read_objects()  # a missing or bad files object breaks the version: say so here
                 row["live_rows"] = self.views.live_rows(snap)

@@ -1,6 +1,6 @@
 """The fsspec filesystem through which DuckDB reads GCS and Azure objects:
 CastSQL's own storage (its credentials, timeouts and errors), registered on a
-connection by :func:`castsql.engine.stores.make_readable`. Kept apart so a
+connection by :func:`castsql.engine.duckdb.stores.make_readable`. Kept apart so a
 process that reads no such store does not import fsspec.
 """
 

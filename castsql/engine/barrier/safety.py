@@ -1,7 +1,7 @@
 """Safe mode: queries read the opened tables and nothing else, and no credential is readable.
 
 Which statements safe mode runs is decided with every other mode's in
-:mod:`castsql.engine.policy` (SELECT and EXPLAIN SELECT only). This module
+:mod:`castsql.engine.barrier.policy` (SELECT and EXPLAIN SELECT only). This module
 holds what safe mode adds:
 
 - DuckDB's own limits (:func:`lock_down`): DuckDB may touch only the opened
@@ -34,14 +34,14 @@ from typing import Any
 
 import duckdb
 
-from castsql.engine.quoting import sql_str
+from castsql.engine.sql.quoting import sql_str
 from castsql.errors import SafeModeError
 
 
 def lock_down(con: duckdb.DuckDBPyConnection, allowed: list[str], temp_directory: str) -> None:
     """Restrict ``con`` to the ``allowed`` directory prefixes (local paths or s3:// URIs);
     ``temp_directory`` (inside one of them) replaces DuckDB's default ``.tmp``."""
-    from castsql.engine.duck import hide_credentials
+    from castsql.engine.duckdb.duck import hide_credentials
 
     hide_credentials(con)
     dirs = sorted({a.rstrip("/") + "/" for a in allowed})

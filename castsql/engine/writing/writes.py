@@ -3,7 +3,7 @@
 A session runs ``DELETE``, ``UPDATE``, ``INSERT``, ``MERGE INTO`` (and
 ``TRUNCATE``) on its CastSQL tables by handing them to the write pipeline,
 never to DuckDB: this module recognises such a statement on DuckDB's own
-tokens (:mod:`castsql.engine.tokens`) by its leading words and its target
+tokens (:mod:`castsql.engine.sql.tokens`) by its leading words and its target
 table, and parses it into a plain description (:class:`Delete`,
 :class:`Update`, :class:`Insert`, :class:`Merge`). The engine layer cannot
 write; the embedded engine (:mod:`castsql.embedded.sql`) registers the
@@ -13,7 +13,7 @@ function that runs a description (:func:`register`), as
 A statement whose target is not a CastSQL table (a temporary table, a
 view of the user's own) is not recognised and runs in DuckDB as before;
 every other statement that would write a table is still refused by
-:mod:`castsql.engine.policy`.
+:mod:`castsql.engine.barrier.policy`.
 
 Example::
 
@@ -33,8 +33,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from castsql.engine.rewrite import _clause, _Matcher
-from castsql.engine.tokens import Token, tokenize
+from castsql.engine.sql.rewrite import _clause, _Matcher
+from castsql.engine.sql.tokens import Token, tokenize
 from castsql.errors import ForbiddenStatement, SQLRewriteError
 
 __all__ = [

@@ -13,7 +13,7 @@ else, on a private connection with no file access.
 
 Example::
 
-    >>> from castsql.engine.guard import tokens
+    >>> from castsql.engine.barrier.guard import tokens
     >>> sql = "COPY t TO E'/tmp\\\\x2fout.csv'"
     >>> toks = tokens(sql)
     >>> literal_at(sql, toks, 3)

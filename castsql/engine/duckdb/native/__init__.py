@@ -4,7 +4,7 @@ process (``castsql_live.cpp``) and skipped by DuckDB's Parquet reader
 the scan's pipeline.
 
 They are compiled from this package's C++ sources by ``scripts/setup`` (through
-:mod:`castsql.engine.native.build`), against the headers of the installed
+:mod:`castsql.engine.duckdb.native.build`), against the headers of the installed
 DuckDB, fetched from DuckDB's source distribution on PyPI. Where they were not
 built (no compiler, an installed wheel) or ``CASTSQL_NATIVE=0`` is set,
 CastSQL applies deletes with an anti-join instead: the same answers, slower
@@ -12,7 +12,7 @@ queries (docs/PERFORMANCE.md, "Deletes applied in the pipeline").
 
 Example::
 
-    >>> from castsql.engine.duck import new_connection
+    >>> from castsql.engine.duckdb.duck import new_connection
     >>> con = new_connection()
     >>> loaded(con) == (extension() is not None)
     True
@@ -122,7 +122,7 @@ class Bitmaps:
     Example::
 
         >>> from pyroaring import BitMap
-        >>> from castsql.engine.duck import new_connection
+        >>> from castsql.engine.duckdb.duck import new_connection
         >>> con = new_connection()
         >>> bm = Bitmaps(con)
         >>> s = bm.bind([("f.parquet", 10, BitMap([3]))])

@@ -1,9 +1,9 @@
 """What a DuckDB connection needs to read each object store's Parquet files.
 
-- S3: httpfs, with CastSQL's secret (:func:`castsql.engine.duck.configure_s3`).
+- S3: httpfs, with CastSQL's secret (:func:`castsql.engine.duckdb.duck.configure_s3`).
 - GCS and Azure: an fsspec filesystem registered on the connection, which
   reads through CastSQL's own storage (the same credentials, timeouts and
-  errors): :class:`castsql.engine.objectfs.StorageFileSystem`. Measured
+  errors): :class:`castsql.engine.duckdb.objectfs.StorageFileSystem`. Measured
   against the alternatives (``bench/requests_bench.py``, 20 ms per request):
   DuckDB's ``azure`` extension opened the one data file of a selective query
   16 times (29 requests before the column reads, against 5 here, and 1.6x
@@ -27,7 +27,7 @@ from castsql.format.layout import canonical_uri
 from castsql.storage import S3Config, Storage
 
 if TYPE_CHECKING:
-    from castsql.engine.objectfs import StorageFileSystem
+    from castsql.engine.duckdb.objectfs import StorageFileSystem
 
 # The stores DuckDB reads through a registered filesystem, by canonical scheme.
 _REGISTERED = ("gs", "az")
@@ -48,7 +48,7 @@ def make_readable(con: duckdb.DuckDBPyConnection, storage: Storage, s3: S3Config
     """Let ``con`` read the objects of ``storage`` (idempotent)."""
     root = storage.root
     if root.startswith("s3://"):
-        from castsql.engine.duck import configure_s3
+        from castsql.engine.duckdb.duck import configure_s3
 
         configure_s3(con, getattr(storage, "config", None) or s3 or S3Config.from_env())
     elif (scheme := _scheme(root)) in _REGISTERED:
@@ -57,7 +57,7 @@ def make_readable(con: duckdb.DuckDBPyConnection, storage: Storage, s3: S3Config
 
 def register(con: duckdb.DuckDBPyConnection, scheme: str, storage: Storage) -> None:
     """Read the store's URLs (``gs://``, ``az://``) on ``con`` through CastSQL's storage."""
-    from castsql.engine.objectfs import StorageFileSystem
+    from castsql.engine.duckdb.objectfs import StorageFileSystem
 
     fs = _FILESYSTEMS.get(scheme)
     if fs is None or fs.config != storage.config:  # type: ignore[attr-defined]

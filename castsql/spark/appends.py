@@ -31,10 +31,10 @@ import pyarrow as pa
 
 from castsql.errors import CommitConflict, SchemaMismatch, TableNotFound
 from castsql.format import DataFile, Manifest, Schema, TableLog
+from castsql.format.datafiles import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.format.evolution import check_names, fits, merged, refusal
 from castsql.format.layout import to_table_key
 from castsql.format.properties import check_unchanged
-from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.spark.errors import job_errors
 from castsql.spark.native_write import why_not as why_not_native
 from castsql.spark.native_write import write_native

@@ -4,20 +4,20 @@
 later step (the guard, the policy, the audit calls, time travel, file pruning,
 the ``count(*)`` shortcut) reads the plan instead of the text:
 
-1. the text is cut into DuckDB's tokens once (:func:`castsql.engine.tokens.tokenize`);
+1. the text is cut into DuckDB's tokens once (:func:`castsql.engine.sql.tokens.tokenize`);
 2. on those tokens, the forms DuckDB's grammar lacks are found and *lowered*,
    in this one place: time-travel clauses (``t AS OF VERSION 3``, ``t AS OF
    VERSION ?``, ``t AS OF TIMESTAMP '…'`` and the other spellings of
-   :mod:`castsql.engine.rewrite`) are taken out, leaving the table's name;
+   :mod:`castsql.engine.sql.rewrite`) are taken out, leaving the table's name;
    ``DESCRIBE HISTORY t`` and the audit functions (``table_history('t')``,
    ``table_changes('t', a, b)``, ``table_diff('t', a, b)``,
    ``table_row_history('t', key)``) become the name of the relation CastSQL
    makes for them;
 3. the lowered text is given to DuckDB's parser once (``json_serialize_sql``):
    the statements' type (all SELECT, or None when DuckDB cannot serialize
-   them: the policy then parses what runs, see :mod:`castsql.engine.policy`),
+   them: the policy then parses what runs, see :mod:`castsql.engine.barrier.policy`),
    every table reference with where it lies in the text, the comparisons that
-   bound each one (:mod:`castsql.engine.pushdown`) and whether the query is
+   bound each one (:mod:`castsql.engine.sql.pushdown`) and whether the query is
    ``SELECT count(*) FROM t``.
 
 A plan depends on the text and the catalog's table names alone, so it is
@@ -42,10 +42,10 @@ from typing import Any
 
 import duckdb
 
-from castsql.engine import names, rewrite
-from castsql.engine.pushdown import Analysis, analyze_tree, serialize
-from castsql.engine.quoting import ident
-from castsql.engine.tokens import Token, tokenize
+from castsql.engine.sql import names, rewrite
+from castsql.engine.sql.pushdown import Analysis, analyze_tree, serialize
+from castsql.engine.sql.quoting import ident
+from castsql.engine.sql.tokens import Token, tokenize
 from castsql.errors import CastSQLError
 
 

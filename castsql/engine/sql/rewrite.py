@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from castsql.engine.tokens import Token, string_value, tokenize, unquote
+from castsql.engine.sql.tokens import Token, string_value, tokenize, unquote
 from castsql.errors import SQLRewriteError
 
 __all__ = [
@@ -179,7 +179,7 @@ def rewrite(
 ) -> tuple[str, list[TimeTravel]]:
     """Replace every time-travel reference with ``replace(ref)``; returns the
     new SQL and the references found, in order. (A query's plan,
-    :mod:`castsql.engine.plan`, uses :func:`find` on its tokens instead.)
+    :mod:`castsql.engine.sql.plan`, uses :func:`find` on its tokens instead.)
 
     Example::
 

@@ -59,16 +59,16 @@ from pyroaring import AbstractBitMap, BitMap
 
 from castsql.embedded import keycache, rowcache
 from castsql.engine.physical import Signatures, duck_type
-from castsql.engine.quoting import parquet_files
+from castsql.engine.sql.quoting import parquet_files
 from castsql.engine.views import ROW_FILE, ROW_POS, ident
 from castsql.errors import FormatError, SchemaMismatch, WriteError, one_line
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord, write_data_files
+from castsql.format.datafiles import conform
 from castsql.format.evolution import merged
 from castsql.format.manifest import added_summary, json_stat
 from castsql.format.properties import change_data_feed
 from castsql.format.schema import Schema
 from castsql.format.tombstone import KeyRangeDelete, serialize_tombstones
-from castsql.format.writer import conform
 from castsql.snapshot import Predicate, ResolvedFile, Snapshot
 from castsql.write import pipeline
 from castsql.write.arrow import as_arrow
@@ -214,8 +214,8 @@ class Writer:
         """Refuse user SQL text that is not one expression, or that names what
         no statement may (the session's internal catalog, dynamic SQL, …): it
         runs on the session's connection, inside CastSQL's own statements, so
-        the barriers of :mod:`castsql.engine.guard` must hold for it too."""
-        from castsql.engine.guard import ForbiddenStatement, check_one_condition, check_statement
+        the barriers of :mod:`castsql.engine.barrier.guard` must hold for it too."""
+        from castsql.engine.barrier.guard import ForbiddenStatement, check_one_condition, check_statement
 
         check_one_condition(self.table, text)
         try:

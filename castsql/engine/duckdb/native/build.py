@@ -1,6 +1,6 @@
 """Build CastSQL's DuckDB extensions next to their sources.
 
-    python -m castsql.engine.native.build
+    python -m castsql.engine.duckdb.native.build
 
 - ``castsql_live`` (``castsql_live.cpp``): the bitmaps of deleted positions
   and the ``"castsql/live"`` filter, on DuckDB's stable C extension API;
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import duckdb
 
-from castsql.engine.native import BUILT, HERE, NAME, SCAN_BUILT, SCAN_NAME, SCAN_SOURCE, SOURCE
+from castsql.engine.duckdb.native import BUILT, HERE, NAME, SCAN_BUILT, SCAN_NAME, SCAN_SOURCE, SOURCE
 
 # Present once the whole include tree is: the C API headers and the C++ ones.
 HEADERS = ("duckdb.h", "duckdb_extension.h", "duckdb.hpp", "duckdb/common/multi_file/multi_file_reader.hpp")

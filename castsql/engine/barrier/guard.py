@@ -1,11 +1,11 @@
 """What no statement may name or call, in any mode, found on DuckDB's own tokens.
 
-This is the word-level half of the SQL barrier; :mod:`castsql.engine.policy`
+This is the word-level half of the SQL barrier; :mod:`castsql.engine.barrier.policy`
 decides, per statement type, what each mode runs. Refused here:
 
 - CastSQL's internal objects: its DuckLake catalog and that catalog's
-  metadata database (:mod:`castsql.engine.lake`), and every name starting with
-  ``castsql/`` (views of versions, pruned file sets … :mod:`castsql.engine.names`);
+  metadata database (:mod:`castsql.engine.duckdb.lake`), and every name starting with
+  ``castsql/`` (views of versions, pruned file sets … :mod:`castsql.engine.sql.names`);
 - functions that reach past the checks: DuckLake's (``ducklake_*``: they
   rewrite and delete the files of a catalog), SQL built while the query runs
   (``query()``, ``query_table()``, ``json_execute_serialized_sql()``,
@@ -34,9 +34,9 @@ import posixpath
 import re
 from collections.abc import Sequence
 
-from castsql.engine.literals import literal_at
-from castsql.engine.names import PREFIX
-from castsql.engine.tokens import Token, tokenize
+from castsql.engine.sql.literals import literal_at
+from castsql.engine.sql.names import PREFIX
+from castsql.engine.sql.tokens import Token, tokenize
 from castsql.errors import CastSQLError, ForbiddenStatement
 
 INTERNAL_CATALOG = "castsql_lake"
@@ -59,7 +59,7 @@ Tok = Token  # the name policy.py and older callers use
 
 
 def tokens(sql: str) -> list[Token]:
-    """DuckDB's tokens of ``sql`` with their exact text (:mod:`castsql.engine.tokens`)."""
+    """DuckDB's tokens of ``sql`` with their exact text (:mod:`castsql.engine.sql.tokens`)."""
     return tokenize(sql)
 
 

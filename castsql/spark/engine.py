@@ -58,9 +58,9 @@ from pyroaring import BitMap
 
 from castsql.errors import CastSQLError, SchemaMismatch
 from castsql.format import DataFile, Manifest, TableLog, TombstoneRecord
+from castsql.format.datafiles import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.format.evolution import fits
 from castsql.format.schema import type_from_name
-from castsql.format.writer import DEFAULT_ROW_GROUP_SIZE, DEFAULT_TARGET_FILE_BYTES
 from castsql.snapshot import Snapshot
 from castsql.spark.errors import BadCondition
 from castsql.spark.types import quote

@@ -40,10 +40,11 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import AbstractBitMap, BitMap
 
-from castsql.engine import names, native
 from castsql.engine.arrow_tables import temp_table
+from castsql.engine.duckdb import native
 from castsql.engine.physical import Group, duck_type, projection
-from castsql.engine.quoting import ident, live_parquet, parquet_files, sql_value
+from castsql.engine.sql import names
+from castsql.engine.sql.quoting import ident, live_parquet, parquet_files, sql_value
 from castsql.engine.views import Views, row_groups
 from castsql.errors import SchemaMismatch
 from castsql.format import DataFile

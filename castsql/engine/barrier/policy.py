@@ -4,7 +4,7 @@ Every statement is classified by DuckDB's own parser
 (``DuckDBPyConnection.extract_statements`` gives each statement's type, with
 PRAGMAs and ``IMPORT DATABASE`` already expanded into what they run) and
 checked against the allow-list of its mode (:data:`ALLOWED`); a type that is
-not listed is refused. :mod:`castsql.engine.guard` refuses, on DuckDB's tokens,
+not listed is refused. :mod:`castsql.engine.barrier.guard` refuses, on DuckDB's tokens,
 the names and functions no mode may use, before this runs.
 
 Normal mode (the shell, ``castsql.connect``) reads the tables and does the
@@ -12,7 +12,7 @@ user's own in-memory work: queries, settings, views, temp tables, macros,
 sequences, secrets, writes to the user's own objects, transactions, COPY and
 EXPORT to a literal path outside every opened table, warehouse and the
 session's work directory. The tables themselves are written only through the
-write pipeline (:mod:`castsql.engine.writes` takes ``DELETE``, ``UPDATE``,
+write pipeline (:mod:`castsql.engine.writing.writes` takes ``DELETE``, ``UPDATE``,
 ``INSERT`` and ``MERGE INTO`` of a table before this check); any other
 statement that would write one is refused here. Never,
 in any mode: ATTACH/DETACH, LOAD/INSTALL, COPY FROM DATABASE, settings that
@@ -21,7 +21,7 @@ name a file DuckDB writes to or that loosen DuckDB's own limits.
 Safe mode runs SELECT and EXPLAIN SELECT only; table functions take literal
 arguments, and every URL literal names an object of the opened warehouse,
 with no query string or fragment; DuckDB's own limits back it up
-(:mod:`castsql.engine.safety`).
+(:mod:`castsql.engine.barrier.safety`).
 
 Example::
 
@@ -45,10 +45,10 @@ from urllib.parse import unquote
 
 import duckdb
 
-from castsql.engine import names
-from castsql.engine.guard import ATTACH_WHY, OWN_DATABASES, ForbiddenStatement, Tok, tokens
-from castsql.engine.literals import literal_at
-from castsql.engine.safety import SafeModeError, check_select
+from castsql.engine.barrier.guard import ATTACH_WHY, OWN_DATABASES, ForbiddenStatement, Tok, tokens
+from castsql.engine.barrier.safety import SafeModeError, check_select
+from castsql.engine.sql import names
+from castsql.engine.sql.literals import literal_at
 from castsql.format.layout import canonical_uri
 
 ST = duckdb.StatementType
@@ -161,7 +161,7 @@ def check(
     statement of ``sql`` is one ``scope``'s mode runs. SQL DuckDB cannot parse
     passes: it does not run either, and DuckDB's own error says why.
 
-    ``kinds``: the statement types a query's plan (:mod:`castsql.engine.plan`)
+    ``kinds``: the statement types a query's plan (:mod:`castsql.engine.sql.plan`)
     had from DuckDB's parser. DuckDB parsed the plan's lowered text, which
     differs from ``sql`` only in names (a table's name where ``sql`` has a
     view's, quoted, with an ``AS`` alias after it; or ``sql`` is CastSQL's own

@@ -2,11 +2,11 @@
 the session's mode, and handed to the write pipeline.
 
 The executor asks :func:`intercept` first, for every statement: rows
-(:mod:`castsql.engine.writes`) and whole tables (:mod:`castsql.engine.ddl`)
+(:mod:`castsql.engine.writing.writes`) and whole tables (:mod:`castsql.engine.writing.ddl`)
 are parsed there; this module refuses, before anything runs, what the
 session may not do (safe mode, a read-only session, a write beside other
 statements or inside an open transaction, ``DROP TABLE``) and calls the
-runner the embedded engine registered (:func:`castsql.engine.writes.register`).
+runner the embedded engine registered (:func:`castsql.engine.writing.writes.register`).
 
 Example::
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from castsql.engine import ddl
-from castsql.engine.writes import (
+from castsql.engine.writing import ddl
+from castsql.engine.writing.writes import (
     Insert,
     Merge,
     WriteRefused,

@@ -23,7 +23,7 @@ schedules them for deletion and cleanup deletes what is scheduled. So:
   ``ducklake_cleanup_old_files`` only deletes scheduled files, and
   ``ducklake_delete_orphaned_files`` only looks inside the catalog's data path,
   which is the session's work directory;
-- :mod:`castsql.engine.guard` refuses every statement that names the catalog
+- :mod:`castsql.engine.barrier.guard` refuses every statement that names the catalog
   or calls a DuckLake function, as a second barrier with a clear message.
 
 Measured (bench/read_bench.py, docs/PERFORMANCE.md): with 1% random deletes
@@ -51,12 +51,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyroaring import AbstractBitMap
 
-from castsql.engine import names, native
-from castsql.engine.duck import load_extension
-from castsql.engine.guard import INTERNAL_CATALOG
-from castsql.engine.quoting import ident as _ident
-from castsql.engine.quoting import sql_str as _q
-from castsql.engine.quoting import sql_value
+from castsql.engine.barrier.guard import INTERNAL_CATALOG
+from castsql.engine.duckdb import native
+from castsql.engine.duckdb.duck import load_extension
+from castsql.engine.sql import names
+from castsql.engine.sql.quoting import ident as _ident
+from castsql.engine.sql.quoting import sql_str as _q
+from castsql.engine.sql.quoting import sql_value
 
 CATALOG = INTERNAL_CATALOG
 KEEP_VERSIONS = 16  # versions of a table remembered beyond those a view shows (``Lake.trim``)
