@@ -1,7 +1,8 @@
 """A CDC stream that runs long: CastSQL (automatic compaction on) against deltalake and DuckLake.
 
     .venv/bin/python bench/stream_bench.py [--rows 200000] [--batches 300] [--batch-rows 40]
-                                           [--engines castsql,castsql-scan,deltalake,ducklake] [--s3] [--azure]
+                                           [--engines castsql,castsql-scan,castsql-nofeed,deltalake,ducklake]
+                                           [--s3] [--azure]
                                            [--repeat 5] [--min-files N] [--cdf] [--delay SECONDS] [--race N]
 
 A table of ``--rows`` events (id, ts, user, kind, amount) takes ``--batches``
@@ -12,7 +13,8 @@ consumer would: CastSQL through ``Table.merge`` with ``castsql.autoCompact``
 on (``castsql.compact.sortBy = ts``), deltalake through ``DeltaTable.merge``,
 DuckLake through ``MERGE INTO`` on an attached catalog (``castsql-scan``:
 CastSQL with its key cache off, every merge scanning the key column as a
-one-off merge does; ``--cdf``: change feeds on where the tool has one). The engines take the
+one-off merge does; ``--cdf``: change feeds on where the tool has one;
+``castsql-nofeed``: CastSQL with its feed off even then, for the feed's cost). The engines take the
 batches in turns, rotating who goes first, so load on the machine hits all
 alike. ``--s3`` runs CastSQL (and deltalake, if asked for) on the S3 test
 server as well, ``--azure`` on the Azure emulator (Azurite); DuckLake stays
@@ -117,6 +119,18 @@ class CastSQLScan(CastSQL):
         from castsql.embedded import keycache
 
         keycache.of(self.t._session).enabled = False
+
+
+class CastSQLNoFeed(CastSQL):
+    """CastSQL with its change feed off whatever ``--cdf`` says: the feed's cost on a commit, in the same run."""
+
+    name = "castsql, feed off"
+
+    def __init__(self, uri: str, base: pa.Table | None, s3=None) -> None:
+        props = {k: v for k, v in PROPS.items() if k != "castsql.changeDataFeed"}
+        castsql.write_table(uri, base, primary_key="id", properties=props, s3=s3)
+        self.t = castsql.open(uri, s3=s3)
+        self.uri, self.s3 = uri, s3
 
 
 class Delta:
@@ -405,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         engines.append(CastSQL(str(root / "castsql" / "events"), base))
     if "castsql-scan" in names:
         engines.append(CastSQLScan(str(root / "castsql-scan" / "events"), base))
+    if "castsql-nofeed" in names:
+        engines.append(CastSQLNoFeed(str(root / "castsql-nofeed" / "events"), base))
     if "deltalake" in names:
         engines.append(Delta(str(root / "delta" / "events"), base))
     if "ducklake" in names:
@@ -434,6 +450,14 @@ def main(argv: list[str] | None = None) -> int:
         vs = f"{p50 / lake_p50:>8.2f}" if lake_p50 else f"{'':>8}"
         print(f"{e.name:<22}{p50 * 1000:>8.1f}{p99 * 1000:>8.1f}{p99 / p50:>8.1f}{vs}"
               f"{early * 1000:>9.1f}{late * 1000:>9.1f}{late / early:>8.2f}{e.files():>7}")  # fmt: skip
+    for name, xs in lat.items():  # what sets the p99: a cache's fill, an automatic compaction
+        top = sorted(range(len(xs)), key=xs.__getitem__)[-4:][::-1]
+        print(f"  slowest of {name}: " + ", ".join(f"batch {b} {xs[b] * 1000:.0f} ms" for b in top))
+    if args.cdf and "castsql" in lat and CastSQLNoFeed.name in lat:
+        on, off = lat["castsql"], lat[CastSQLNoFeed.name]
+        paired = statistics.median(a / b for a, b in zip(on, off, strict=True))
+        print(f"the feed's cost on a commit (goal <= 1.2): p50 {pct(on, 50) / pct(off, 50):.2f}x, "
+              f"median of the per-batch ratios {paired:.2f}x")  # fmt: skip
     # The same live rows as one Parquet file: the floor the queries are held to.
     first = engines[0]
     live = first.t.to_arrow().sort_by("ts") if isinstance(first, CastSQL) else None

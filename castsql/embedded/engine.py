@@ -57,7 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import AbstractBitMap, BitMap
 
-from castsql.embedded import keycache
+from castsql.embedded import keycache, rowcache
 from castsql.engine.physical import Signatures, duck_type
 from castsql.engine.sql.quoting import parquet_files
 from castsql.engine.views import ROW_FILE, ROW_POS, ident
@@ -657,7 +657,7 @@ class Writer:
         unread = [c for c in extra if c.lower() in lower] if lower and not tied and not feed else []
         extra = [c for c in extra if c not in unread]
         if extra and hits.num_rows:
-            hits = self._fetch(snap, hits, extra)
+            hits = self._fetch_held(snap, hits, extra) if feed and self._rows_warm() else self._fetch(snap, hits, extra)
         elif extra:  # no source key matched: the columns, without rows
             arrow = snap.schema.to_arrow()
             for c in extra:
@@ -850,6 +850,62 @@ class Writer:
                 out[f.uri] = hit
         return out
 
+    def _rows_warm(self) -> bool:
+        """Whether this merge takes rows from the handle's row cache: not a
+        handle's first merge under the feed (a one-off merge reads what it
+        did), and not with the caches off."""
+        cache = rowcache.of(self.session)
+        if not cache.enabled:
+            return False
+        warm, cache.warm = cache.warm, True
+        return warm
+
+    def _fetch_held(self, snap: Snapshot, hits: pa.Table, columns: list[str]) -> pa.Table:
+        """What :meth:`_fetch` returns, taken from the handle's
+        :mod:`row cache <castsql.embedded.rowcache>`: a file it lacks is read
+        whole into it once; one past its budget is fetched by position."""
+        cache = rowcache.of(self.session)
+        views = self.session.views
+        keys = hits.column(FILE_COL).to_numpy(zero_copy_only=False)
+        pos = hits.column(POS_COL).to_numpy(zero_copy_only=False).astype(np.int64)
+        files = snap.resolved(sorted(set(keys.tolist())))
+        names = snap.schema.names
+        parts: list[pa.Table] = []
+        order: list[np.ndarray] = []
+        for group, members in views._groups(files):
+            proj = views._projection(snap, group, members[0])
+            for f in members:
+                idx = np.flatnonzero(keys == f.key)
+                got = cache.take(f.uri, proj, pos[idx])
+                if got is None and cache.fits(_in_memory(f, len(names))):
+                    cache.put(f.uri, proj, self._read_whole(f, proj, names))
+                    got = cache.take(f.uri, proj, pos[idx])
+                if got is None:  # past the budget: this file's rows by position
+                    got = self._fetch(snap, hits.take(pa.array(idx)), columns).select(columns)
+                parts.append(got.select(columns))
+                order.append(idx)
+        table = pa.concat_tables(parts)
+        back = np.empty(hits.num_rows, dtype=np.int64)
+        back[np.concatenate(order)] = np.arange(hits.num_rows)
+        table = table.take(pa.array(back))
+        for c in columns:
+            hits = hits.append_column(c, table.column(c))
+        return hits
+
+    def _read_whole(self, f: ResolvedFile, proj: str, names: list[str]) -> pa.Table:
+        """Every row of ``f`` through ``proj`` (the columns of ``names``), in row order."""
+        cols = ", ".join(f"p.{ident(c)}" for c in names)
+        got = self.con.sql(
+            f"SELECT {cols}, p.{_POS} AS {_POS} FROM (SELECT {proj}, file_row_number AS {_POS} "
+            f"FROM {parquet_files([f.uri])}) p"
+        ).to_arrow_table()
+        pos = got.column(_POS).to_numpy(zero_copy_only=False)
+        if len(pos) != f.total_rows:
+            raise FormatError(f"{f.uri}: holds {len(pos)} rows, the manifest says {f.total_rows}")
+        if len(pos) > 1 and not (np.diff(pos) == 1).all():
+            got = got.take(pa.array(np.argsort(pos, kind="stable")))
+        return got.select(names)
+
     def _fetch(self, snap: Snapshot, hits: pa.Table, columns: list[str]) -> pa.Table:
         """``hits`` with ``columns`` of those rows, read from their files by position."""
         views = self.session.views
@@ -963,6 +1019,7 @@ class _Found:
     ) -> None:
         self.writer, self.snap, self.counts = writer, snap, counts
         self.held = held
+        self.written: pa.Table | None = None
         self.gone, self.new, self.inserted, self.op = gone, new, inserted, op
         self.lossy, self.rows = lossy or [], rows
         self.multiple = False
@@ -1012,7 +1069,11 @@ class _Found:
             return []
         schema = self.snap.schema
         where = f"table {self.writer.table}: {self.op}"
-        return self.writer.write_files(conform(self.new, schema, where), schema)
+        self.written = conform(self.new, schema, where)
+        return self.writer.write_files(self.written, schema)
+
+    def written_rows(self) -> pa.Table | None:
+        return self.written
 
     def close(self) -> None:
         return None
@@ -1035,6 +1096,13 @@ def _cacheable_keys(src: pa.Table, k: str, t: pa.DataType) -> pa.Array | pa.Chun
         return wanted.cast(t)
     except pa.ArrowInvalid:  # a source key past the column's range
         return None
+
+
+def _in_memory(f: ResolvedFile, columns: int) -> int:
+    """A guess, before reading it, of the bytes file ``f``'s rows take in
+    memory: its Parquet bytes inflated, at least 8 bytes a value (past the
+    row cache's budget, the file is not read whole)."""
+    return max(4 * f.entry.size_bytes, 8 * columns * f.total_rows)
 
 
 def _distinct_rows(t: pa.Table) -> pa.Table:

@@ -933,6 +933,10 @@ class _SparkFound:
         """None: the rows stay in Spark's executors; the change-data file reads them from the files."""
         return None
 
+    def written_rows(self) -> pa.Table | None:
+        """None: the rows were written by Spark's executors; the change file reads them back."""
+        return None
+
     def write(self) -> list[DataFile]:
         e = self.engine
         if self.out is None:

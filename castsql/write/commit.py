@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -56,14 +58,15 @@ def commit_dml(
     insert_key_span: tuple[str | None, Any, Any] | None = None,
     schema: Schema | None = None,
     new_schema: Schema | None = None,
-    change_data: ChangeData | None = None,
+    change_data: ChangeData | Callable[[], ChangeData | None] | None = None,
     cdc_order: tuple[tuple[str, ...], tuple[str, ...]] | None = None,
     markers: pa.Table | None = None,
 ) -> Manifest:
     """Write one tombstone file holding ``records`` (if any) and commit it with
     the data files ``files`` as one version planned from ``read_version``
     (and ``change_data``: the written change-data file of the rows ``records``
-    delete, with the keys the write changed). A sequenced CDC batch gives
+    delete, with the keys the write changed, or the function that writes it,
+    run beside the tombstone file's write). A sequenced CDC batch gives
     ``cdc_order`` (its key and sequence columns) and ``markers``: the key and
     sequence of each delete it applied (FORMAT.md §3.7), written as one
     markers object.
@@ -78,9 +81,15 @@ def commit_dml(
     where = f"{log.storage.root}: {operation.lower()}"
     targets: set[str] = set()
     tombstones: tuple[str, ...] = ()
-    if records:
-        targets = log.validate_tombstones(records, log.manifest(read_version), where=where)
-        tombstones = (log.write_tombstone(records),)
+    # A change file still to write is written while the tombstone file is:
+    # each waits on its own sync (the feed's cost on a commit, FORMAT.md §3.5).
+    with ThreadPoolExecutor(1) if callable(change_data) else nullcontext() as pool:
+        pending = pool.submit(change_data) if pool is not None and callable(change_data) else None
+        if records:
+            targets = log.validate_tombstones(records, log.manifest(read_version), where=where)
+            tombstones = (log.write_tombstone(records),)
+        written = pending.result() if pending is not None else change_data
+    assert not callable(written)
     added_markers = stamp(markers) if markers is not None and markers.num_rows else None
     full = {
         **added_summary(files),
@@ -99,7 +108,7 @@ def commit_dml(
         new_schema=new_schema,  # schema evolution in the same version (FORMAT.md §3.4)
         read_version=read_version,
         summary=full,
-        change_data=change_data,
+        change_data=written,
         cdc_order=cdc_order,
         add_markers=added_markers,
     )

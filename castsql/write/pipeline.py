@@ -36,7 +36,7 @@ Example (the embedded engine; ``castsql.Table`` calls these)::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -133,6 +133,13 @@ class Found(Protocol):
 
     def write(self) -> list[DataFile]:
         """Write the updated and inserted rows as data files (not committed)."""
+        ...
+
+    def written_rows(self) -> pa.Table | None:
+        """After :meth:`write`: the rows it wrote, in the snapshot's schema, in
+        the order of its files and of their rows (the change file takes its
+        inserted rows from here instead of reading the files back); None when
+        the engine does not hold them."""
         ...
 
     def close(self) -> None: ...
@@ -270,13 +277,19 @@ def delete(engine: Engine, where: str, *, attempts: int = ATTEMPTS) -> Manifest 
     return with_retries(f"table {engine.table}: delete", attempts, attempt)
 
 
-def _change_data(engine: Engine, snap: Snapshot, found: Found, files: Sequence[DataFile]) -> ChangeData | None:
-    """The change file of the rows ``found``'s tombstones delete and the
-    written ``files`` hold, with their keys, under ``castsql.changeDataFeed``
-    (FORMAT.md §3.5); None without it."""
+def _change_data(
+    engine: Engine, snap: Snapshot, found: Found, files: Sequence[DataFile]
+) -> Callable[[], ChangeData | None] | None:
+    """What writes the change file of the rows ``found``'s tombstones delete
+    and the written ``files`` hold, with their keys, under
+    ``castsql.changeDataFeed`` (FORMAT.md §3.5; :func:`commit_dml` runs it
+    beside the tombstone file's write); None without it. What it needs of
+    ``found`` is taken here, in the caller's thread."""
     if not change_data_feed(snap.manifest.properties):
         return None
-    return write_change_file(engine.log.storage, snap, found.deleted_positions(), files, held=found.held_rows())
+    storage, gone, held = engine.log.storage, found.deleted_positions(), found.held_rows()
+    written = found.written_rows() if files else None
+    return lambda: write_change_file(storage, snap, gone, files, held=held, written=written)
 
 
 def _planned(log: TableLog, i: int) -> Snapshot:

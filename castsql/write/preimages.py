@@ -49,6 +49,7 @@ from pyroaring import BitMap
 
 from castsql.errors import FormatError
 from castsql.format import DataFile
+from castsql.format.changeblocks import remember
 from castsql.format.datafiles import conform, write_file
 from castsql.format.manifest import KEYS_MAX, ChangeData, json_stat
 from castsql.storage.ranged import open_ranged
@@ -58,6 +59,7 @@ from castsql.write.records import FILE_COL, POS_COL, key_range_type
 CHANGE_TYPE_COL = "_change_type"  # a change file's Delta change type of each row (FORMAT.md §3.5)
 
 if TYPE_CHECKING:
+    from castsql.format.schema import Schema
     from castsql.snapshot import ResolvedFile, Snapshot
     from castsql.storage import Storage
 
@@ -94,6 +96,7 @@ def write_change_file(
     gone: Mapping[str, BitMap],
     added: Sequence[DataFile] = (),
     held: pa.Table | None = None,
+    written: pa.Table | None = None,
 ) -> ChangeData | None:
     """Write the change file of a version that deletes the rows at ``gone``'s
     positions of ``snap``'s files and adds the ``added`` data files (FORMAT.md
@@ -102,21 +105,17 @@ def write_change_file(
     key both deleted and inserted is ``update_preimage`` and
     ``update_postimage``, the rule audits pair updates by), ``_castsql_file``
     and ``_castsql_pos`` (the row's data file and position: where it was,
-    where it is). ``held`` as :func:`write_preimages`. None when no row is
-    deleted (the version's new files are then its whole change)."""
+    where it is). ``held`` as :func:`write_preimages`; ``written``: the
+    rows of the ``added`` files in their order, as the engine wrote them (not
+    read back when it has exactly their rows). None when no row is deleted
+    (the version's new files are then its whole change)."""
     keys = sorted(k for k, bm in gone.items() if bm)
     if not keys:
         return None
     schema = snap.schema
     where = f"table {storage.root}: change file"
     old = _deleted_rows(storage, snap, gone, keys, held, where)
-    parts = [old]
-    for f in added:
-        t = pq.ParquetFile(open_ranged(storage, f.path, f.size_bytes)).read()
-        t = conform(t.select([n for n in schema.names if n in t.column_names]), schema, where, fill_missing=True)
-        t = t.append_column(FILE_COL, pa.array([f.path] * t.num_rows, pa.string()))
-        parts.append(t.append_column(POS_COL, pa.array(np.arange(t.num_rows, dtype=np.int64))))
-    new = pa.concat_tables(parts[1:]).cast(old.schema) if len(parts) > 1 else old.schema.empty_table()
+    new = _inserted_rows(storage, schema, added, written, where).cast(old.schema) if added else old.schema.empty_table()
     pk = snap.primary_key
     gone_type = pa.array(["delete"] * old.num_rows, pa.string())
     new_type = pa.array(["insert"] * new.num_rows, pa.string())
@@ -130,6 +129,27 @@ def write_change_file(
     table = pa.concat_tables([old, new]).append_column(CHANGE_TYPE_COL, types)
     cd = _write(storage, snap, table, (), keys_of=table)
     return replace(cd, typed=True)
+
+
+def _inserted_rows(
+    storage: Storage, schema: Schema, added: Sequence[DataFile], written: pa.Table | None, where: str
+) -> pa.Table:
+    """Every row of the ``added`` files, in ``schema`` plus ``_castsql_file``
+    and ``_castsql_pos``: from ``written`` when it holds exactly their rows in
+    their order, else read back from the files."""
+    if written is not None and written.num_rows == sum(f.total_rows for f in added):
+        t = conform(written.select([n for n in schema.names if n in written.column_names]), schema, where,
+                    fill_missing=True)  # fmt: skip
+        paths = np.repeat(np.array([f.path for f in added], dtype=object), [f.total_rows for f in added])
+        pos = np.concatenate([np.arange(f.total_rows, dtype=np.int64) for f in added])
+        return t.append_column(FILE_COL, pa.array(paths, pa.string())).append_column(POS_COL, pa.array(pos))
+    parts = []
+    for f in added:
+        t = pq.ParquetFile(open_ranged(storage, f.path, f.size_bytes)).read()
+        t = conform(t.select([n for n in schema.names if n in t.column_names]), schema, where, fill_missing=True)
+        t = t.append_column(FILE_COL, pa.array([f.path] * t.num_rows, pa.string()))
+        parts.append(t.append_column(POS_COL, pa.array(np.arange(t.num_rows, dtype=np.int64))))
+    return pa.concat_tables(parts)
 
 
 def _chunks(a: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
@@ -187,6 +207,8 @@ def _write(
     table's columns only), with the keys of ``keys_of`` (default: ``table``)
     and of the ``added`` files' rows."""
     entry = write_file(storage, table)
+    if table.schema.get_field_index(CHANGE_TYPE_COL) >= 0:
+        remember(storage, entry.path, table)  # its change block takes it from here
     own = (FILE_COL, POS_COL, CHANGE_TYPE_COL)  # statistics of the table's columns only: nobody prunes by these
     entry = replace(
         entry,
