@@ -3,7 +3,7 @@
 - S3: httpfs, with CastSQL's secret (:func:`castsql.engine.duckdb.duck.configure_s3`).
 - GCS and Azure: an fsspec filesystem registered on the connection, which
   reads through CastSQL's own storage (the same credentials, timeouts and
-  errors): :class:`castsql.engine.duckdb.objectfs.StorageFileSystem`. Measured
+  errors): :class:`castsql.storage.objectfs.StorageFileSystem`. Measured
   against the alternatives (``bench/requests_bench.py``, 20 ms per request):
   DuckDB's ``azure`` extension opened the one data file of a selective query
   16 times (29 requests before the column reads, against 5 here, and 1.6x
@@ -27,7 +27,7 @@ from castsql.storage import S3Config, Storage
 from castsql.storage.uris import AZURE, GCS, S3, canonical_scheme
 
 if TYPE_CHECKING:
-    from castsql.engine.duckdb.objectfs import StorageFileSystem
+    from castsql.storage.objectfs import StorageFileSystem
 
 # The stores DuckDB reads through a registered filesystem, by canonical scheme.
 _REGISTERED = (GCS.name, AZURE.name)
@@ -51,7 +51,7 @@ def make_readable(con: duckdb.DuckDBPyConnection, storage: Storage, s3: S3Config
 
 def register(con: duckdb.DuckDBPyConnection, scheme: str, storage: Storage) -> None:
     """Read the store's URLs (``gs://``, ``az://``) on ``con`` through CastSQL's storage."""
-    from castsql.engine.duckdb.objectfs import StorageFileSystem
+    from castsql.storage.objectfs import StorageFileSystem
 
     fs = _FILESYSTEMS.get(scheme)
     if fs is None or fs.config != storage.config:  # type: ignore[attr-defined]
