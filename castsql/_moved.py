@@ -56,7 +56,7 @@ MOVED: dict[str, str] = {
     "castsql.engine.lake": "castsql.engine.duckdb.lake",
     "castsql.engine.threads": "castsql.engine.duckdb.threads",
     "castsql.engine.stores": "castsql.engine.duckdb.stores",
-    "castsql.engine.objectfs": "castsql.engine.duckdb.objectfs",
+    "castsql.engine.objectfs": "castsql.storage.objectfs",
     # history and audits
     "castsql.engine.audit": "castsql.engine.audits.audit",
     "castsql.engine.changes": "castsql.engine.audits.changes",
@@ -69,6 +69,8 @@ MOVED: dict[str, str] = {
     "castsql.spark.merger": "castsql.spark.engine",
     "castsql.spark.writer": "castsql.spark.appends",
     "castsql.format.writer": "castsql.format.datafiles",
+    # storage owns its fsspec adapter
+    "castsql.engine.duckdb.objectfs": "castsql.storage.objectfs",
 }
 
 

@@ -234,7 +234,7 @@ def test_a_first_query_asks_the_store_nothing_it_was_told_already(cloud, request
 @pytest.mark.parametrize("cloud", CLOUDS)
 def test_a_warm_query_reads_no_data_file_again(cloud, request, monkeypatch):
     """Data files never change: their bytes, once read, are kept by the
-    process (castsql.engine.duckdb.objectfs.Blocks), so a query asked again, or
+    process (castsql.storage.objectfs.Blocks), so a query asked again, or
     another of the same columns, makes only the freshness check's requests;
     a new version's new file is read, its old ones are not."""
     uri = f"{request.getfixturevalue(f'{cloud}_root')}/t"

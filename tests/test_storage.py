@@ -3,6 +3,7 @@ rely on (round trips, conditional writes, listing, races)."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import multiprocessing
 import os
@@ -10,12 +11,15 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from stores import every_store  # noqa: F401 - on every store: local, S3, GCS, Azure
 
+import castsql
 from castsql.storage import ObjectNotFound, PreconditionFailed, S3Config, StorageError, open_storage
 from castsql.storage.local import LocalStorage
+from castsql.storage.uris import OBJECT_STORE_SCHEMES, SCHEMES, canonical_uri, scheme_of
 
 # -- basics ------------------------------------------------------------------
 
@@ -397,6 +401,68 @@ def test_file_uris_in_every_spelling_are_the_local_path(tmp_path):
     for uri in (f"file:{root}", f"file://{root}", f"file://localhost{root}"):
         assert open_storage(uri).root == root
         assert open_storage(uri).get("k") == b"v"
+
+
+@pytest.mark.parametrize(
+    ("uri", "canonical"),
+    [
+        ("s3a://b/t/data/a.parquet", "s3://b/t/data/a.parquet"),
+        ("S3A://b/t", "s3://b/t"),
+        ("gcs://b/t", "gs://b/t"),
+        ("azure://c/t", "az://c/t"),
+        ("abfs://c/t", "az://c/t"),
+        ("abfss://c@acct.dfs.core.windows.net/t/x", "az://c/t/x"),
+        ("abfss://c@acct.dfs.core.windows.net", "az://c"),
+        # canonical spellings, local paths and other schemes are left as written
+        ("s3://b/t", "s3://b/t"),
+        ("S3://b/t", "S3://b/t"),
+        ("az://c@x/t", "az://c@x/t"),
+        ("/tmp/t", "/tmp/t"),
+        ("file:///tmp/t", "file:///tmp/t"),
+        ("http://h/t", "http://h/t"),
+    ],
+)
+def test_every_spelling_of_a_store_has_one_canonical_uri(uri, canonical):
+    """Manifests and mirrors hold canonical URIs: these forms are on disk
+    already, so the table that makes them must not change them."""
+    assert canonical_uri(uri) == canonical
+
+
+def test_every_spelling_of_a_store_opens_its_backend():
+    for scheme in SCHEMES:
+        for prefix in scheme.prefixes:
+            assert scheme_of(prefix + "bucket/t") is scheme
+    assert scheme_of("/tmp/t") is None and scheme_of("file:///t") is None and scheme_of("http://h/t") is None
+    assert open_storage("s3a://bucket/t", s3=S3Config(endpoint_url="http://127.0.0.1:1")).root == "s3://bucket/t"
+    with pytest.raises(StorageError, match=r"ftp://h/t: unsupported URI scheme \(use a local path, s3://bucket/prefix"):
+        open_storage("ftp://h/t")
+
+
+def test_only_storage_spells_a_uri_scheme():
+    """Every other layer asks castsql.storage.uris (issue 55): a scheme spelt
+    elsewhere is a second table that drifts from this one."""
+    root = Path(castsql.__file__).parent
+    spelt = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] == "storage":
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        spelt += [
+            f"{path.relative_to(root)}:{node.lineno} {node.value[:40]!r}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and node.value.startswith(OBJECT_STORE_SCHEMES)
+        ]
+    assert spelt == []
 
 
 def test_a_local_key_cannot_leave_the_root_through_a_symbolic_link(tmp_path):

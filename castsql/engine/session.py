@@ -57,6 +57,7 @@ from castsql.engine.writing import intercept
 from castsql.format import TableLog
 from castsql.snapshot import Predicate, Snapshot
 from castsql.storage import S3Config, Storage, open_storage
+from castsql.storage.uris import S3, is_object_store
 
 if TYPE_CHECKING:
     from castsql.engine.audits.audit import Audits, Version
@@ -165,7 +166,7 @@ class Session:
         """Let DuckDB read ``storage``'s objects (S3 credentials in its secret
         manager, GCS and Azure through CastSQL's file systems)."""
         self.executor.finish_streams()
-        if storage.root.startswith("s3://"):
+        if storage.root.startswith(S3.prefix):
             if not self._s3_ready:
                 configure_s3(self.con, self.s3_config(storage))  # credentials in the secret manager only
                 # httpfs HEADs a file each time a query opens it (4 times in a
@@ -175,9 +176,9 @@ class Session:
                 # user's own S3 objects read through the same session.
                 self.con.execute("SET enable_http_metadata_cache = true")
                 self._s3_ready = self.executor.httpfs = True
-        elif "://" in storage.root:
+        elif is_object_store(storage.root):
             make_readable(self.con, storage)  # GCS, Azure: castsql.engine.duckdb.stores
-        if storage.root.startswith("s3://") and not self._threads_set and not self.executor.user_threads:
+        if storage.root.startswith(S3.prefix) and not self._threads_set and not self.executor.user_threads:
             # DuckDB 1.5 reads a remote file on the thread that scans it, so
             # its threads are its requests in flight: a cold many-file read (an
             # audit's new files, a stream's small files) runs on at least

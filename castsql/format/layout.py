@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from castsql.errors import FormatError
 from castsql.storage.base import is_normal_key, key_problem
+from castsql.storage.uris import canonical_uri  # storage owns it; importable here too for the old path
 
 POINTER_KEY = "_latest_manifest"
 MANIFEST_DIR = "manifest"
@@ -84,27 +85,6 @@ def new_markers_key(now: datetime | None = None) -> str:
 def new_meta_key(kind: str, now: datetime | None = None) -> str:
     """``meta/YYYY/MM/DD/HH/<uuid>.files.parquet`` (or ``.deletes.parquet``)."""
     return f"{META_DIR}/{_hour_dir(now)}/{time_ordered_id()}.{kind}.parquet"
-
-
-_SCHEME_SPELLINGS = {"s3a://": "s3://", "gcs://": "gs://", "azure://": "az://", "abfs://": "az://", "abfss://": "az://"}
-
-
-def canonical_uri(uri: str) -> str:
-    """``uri`` under the one scheme CastSQL spells each store with: ``s3a://``
-    is ``s3://``, ``gcs://`` is ``gs://``, ``azure://`` and ADLS Gen2's
-    ``abfss://container@account.dfs.core.windows.net/`` are ``az://container/``.
-
-    >>> canonical_uri("abfss://c@acct.dfs.core.windows.net/t/x"), canonical_uri("gcs://b/t")
-    ('az://c/t/x', 'gs://b/t')
-    """
-    scheme_part, sep, after = uri.partition("://")
-    lowered = scheme_part.lower() + sep
-    for spelling, scheme in _SCHEME_SPELLINGS.items():
-        if sep and lowered == spelling:
-            rest = after
-            container, slash, tail = rest.partition("/")
-            return scheme + container.split("@", 1)[0] + slash + tail
-    return uri
 
 
 def to_table_key(path: str, table_root: str, *, what: str) -> str:

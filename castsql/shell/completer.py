@@ -30,6 +30,7 @@ from prompt_toolkit.document import Document
 
 from castsql.shell.catalog import Catalog, quote_ident
 from castsql.shell.statements import BLOCK_COMMENT, DQUOTE, LINE_COMMENT, SQUOTE, current_statement_start, scan
+from castsql.storage.uris import S3
 
 _TOKEN_RE = re.compile(
     r"""(?P<ws>\s+)|(?P<comment>--[^\n]*|/\*.*?(?:\*/|\Z))|(?P<str>'(?:[^']|'')*'?)|(?P<qid>"(?:[^"]|"")*"?)"""
@@ -370,7 +371,7 @@ class SQLCompleter(Completer):
             for c in sorted(COMMANDS):
                 if c.startswith(partial if partial.startswith(".") else "." + partial):
                     yield Completion(c, -len(partial))
-        elif kind in ("path", "uri") and not partial.startswith("s3://"):
+        elif kind in ("path", "uri") and not partial.startswith(S3.prefix):
             yield from self._paths.get_completions(Document(partial), CompleteEvent())
 
 

@@ -204,16 +204,14 @@ def commit_unique(
 
 
 def written_keys(log: TableLog, files: list[DataFile], pk: str, schema: Schema) -> pa.Array:
-    from concurrent.futures import ThreadPoolExecutor
-
     from castsql.spark.tasks import open_parquet
+    from castsql.storage.base import overlapped
 
     def one(f: DataFile) -> pa.ChunkedArray:
         key = to_table_key(f.path, log.storage.root, what="data file")
         return open_parquet(log.storage, key, f.size_bytes).read(columns=[pk]).column(0)
 
-    with ThreadPoolExecutor(min(8, len(files))) as pool:
-        parts = list(pool.map(one, files))
+    parts = overlapped(one, files)  # each file's keys are ranged reads: they overlap
     want = schema.to_arrow().field(pk).type
     return pa.chunked_array([c for p in parts for c in p.chunks], want).combine_chunks()
 

@@ -45,7 +45,6 @@ caller then reads through the Python workers (:mod:`castsql.spark.reader`):
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -59,6 +58,7 @@ from castsql.format.tombstone import key_bound
 from castsql.snapshot import ResolvedFile, Snapshot
 from castsql.spark.types import quote, spark_schema, spark_type
 from castsql.storage import Storage
+from castsql.storage.base import overlapped
 from castsql.storage.local import LocalStorage
 
 if TYPE_CHECKING:
@@ -116,11 +116,8 @@ def why_not(storage: Storage, snap: Snapshot, names: list[str], spark: SparkSess
         if "://" in f.uri or _GLOB & set(f.uri) or f.uri.rsplit("/", 1)[-1].startswith(("_", ".")):
             # Spark skips files named _x or .x without a word.
             return f"data file {f.key} is not a plain local path Spark would read"
-    with ThreadPoolExecutor(8) as pool:  # footers: pyarrow releases the GIL
-        for why in pool.map(lambda f: _file_why_not(f, want), snap.files):
-            if why:
-                return why
-    return None
+    # footers, on the process's I/O threads: pyarrow releases the GIL
+    return next((why for why in overlapped(lambda f: _file_why_not(f, want), snap.files) if why), None)
 
 
 def _key_ranges_why_not(snap: Snapshot, want: dict[str, pa.DataType]) -> str | None:

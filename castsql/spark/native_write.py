@@ -36,7 +36,6 @@ import os
 import shutil
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -51,6 +50,7 @@ from castsql.format.schema import json_ordered, type_from_name
 from castsql.spark.native_read import parquet_is_v1
 from castsql.spark.types import arrow_for_spark, quote, spark_type
 from castsql.storage import Storage
+from castsql.storage.base import overlapped
 from castsql.storage.local import LocalStorage
 
 if TYPE_CHECKING:
@@ -158,8 +158,8 @@ def write_native(
             writer.parquet(where)
         names = sorted(n for n in os.listdir(where) if n.endswith(".parquet") and not n.startswith(("_", ".")))
         arrow = schema.to_arrow()
-        with ThreadPoolExecutor(8) as pool:  # footers: pyarrow releases the GIL
-            files = list(pool.map(lambda n: file_entry(f"{stage}/{n}", f"{where}/{n}", arrow), names))
+        # footers, on the process's I/O threads: pyarrow releases the GIL
+        files = overlapped(lambda n: file_entry(f"{stage}/{n}", f"{where}/{n}", arrow), names)
     except BaseException:
         shutil.rmtree(where, ignore_errors=True)  # nothing names them yet
         raise

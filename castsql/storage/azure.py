@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 from castsql.storage.base import StorageError, check_bucket_name, split_bucket_uri
 from castsql.storage.config import env_number
 from castsql.storage.obstore_base import ObstoreStorage, retry_config
+from castsql.storage.uris import AZURE
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig
 
-_SCHEMES = ("az://", "azure://", "abfss://", "abfs://")
 # Azure's rule for container names, and its special containers ($root, $web, $logs).
 _CONTAINER_NAME = (r"\$?[a-z0-9-]{1,63}", "up to 63 lowercase letters, digits or '-'")
 
@@ -44,13 +44,13 @@ def parse_azure_uri(uri: str) -> tuple[str, str, str | None]:
     >>> parse_azure_uri("az://c/x/y/")
     ('c', 'x/y', None)
     """
-    container, prefix = split_bucket_uri(uri, _SCHEMES, "az://container/prefix")
+    container, prefix = split_bucket_uri(uri, AZURE.prefixes, AZURE.example)
     account = None
     if "@" in container:
         container, _, host = container.partition("@")
         account = host.split(".", 1)[0] or None
     if not container:
-        raise StorageError(f"{uri}: no container in the URI (use az://container/prefix)")
+        raise StorageError(f"{uri}: no container in the URI (use {AZURE.example})")
     check_bucket_name(uri, container, "container", _CONTAINER_NAME)
     return container, prefix, account
 
@@ -164,7 +164,9 @@ class AzureStorage(ObstoreStorage):
         self.container, self.prefix, account = parse_azure_uri(uri)
         self.bucket = self.container
         self.config = config.with_account(account)
-        self.root = f"az://{self.container}/{self.prefix}" if self.prefix else f"az://{self.container}"
+        self.root = (
+            f"{AZURE.prefix}{self.container}/{self.prefix}" if self.prefix else f"{AZURE.prefix}{self.container}"
+        )
         try:
             self._store = _store if _store is not None else _make_store(self.container, self.config)
         except Exception as e:  # a malformed setting: obstore says which

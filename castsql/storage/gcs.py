@@ -52,8 +52,8 @@ from castsql.storage.base import (
     waits_cancelled,
 )
 from castsql.storage.config import env_number
+from castsql.storage.uris import GCS
 
-_SCHEMES = ("gs://", "gcs://")
 _BUCKET_NAME = (r"[a-z0-9_.-]{1,222}", "up to 222 lowercase letters, digits, '.', '-' or '_'")
 _NO_BUCKET = b"bucket does not exist"
 _SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
@@ -65,7 +65,7 @@ def parse_gcs_uri(uri: str) -> tuple[str, str]:
     >>> parse_gcs_uri("gcs://b/x/y/")
     ('b', 'x/y')
     """
-    return split_bucket_uri(uri, _SCHEMES, "gs://bucket/prefix", _BUCKET_NAME)
+    return split_bucket_uri(uri, GCS.prefixes, GCS.example, _BUCKET_NAME)
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class GCSStorage(ObjectStore):
 
     def __init__(self, uri: str, config: GCSConfig, *, _http: urllib3.PoolManager | None = None) -> None:
         self.bucket, self.prefix = parse_gcs_uri(uri)
-        self.root = f"gs://{self.bucket}/{self.prefix}" if self.prefix else f"gs://{self.bucket}"
+        self.root = f"{GCS.prefix}{self.bucket}/{self.prefix}" if self.prefix else f"{GCS.prefix}{self.bucket}"
         self.config = config
         self._base = config.endpoint_url or "https://storage.googleapis.com"
         self._owns_http = _http is None

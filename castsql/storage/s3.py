@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 from castsql.storage.base import StorageError, split_bucket_uri
 from castsql.storage.config import S3Config
 from castsql.storage.obstore_base import ObstoreStorage, retry_config
+from castsql.storage.uris import S3
 
 if TYPE_CHECKING:
     from obstore.store import ClientConfig
 
-_SCHEMES = ("s3://", "s3a://")
 # Any S3 bucket name, legacy ones (uppercase, underscores, up to 255) included.
 _BUCKET_NAME = (r"[A-Za-z0-9._-]{1,255}", "up to 255 letters, digits, '.', '-' or '_'")
 
@@ -44,7 +44,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     >>> parse_s3_uri("s3a://b/x/y/")
     ('b', 'x/y')
     """
-    return split_bucket_uri(uri, _SCHEMES, "s3://bucket/prefix", _BUCKET_NAME)
+    return split_bucket_uri(uri, S3.prefixes, S3.example, _BUCKET_NAME)
 
 
 def _make_store(bucket: str, config: S3Config) -> Any:
@@ -85,7 +85,7 @@ class S3Storage(ObstoreStorage):
 
     def __init__(self, uri: str, config: S3Config, *, _store: Any = None) -> None:
         self.bucket, self.prefix = parse_s3_uri(uri)
-        self.root = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+        self.root = f"{S3.prefix}{self.bucket}/{self.prefix}" if self.prefix else f"{S3.prefix}{self.bucket}"
         self.config = config
         try:
             self._store = _store if _store is not None else _make_store(self.bucket, config)

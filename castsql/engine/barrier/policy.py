@@ -49,7 +49,7 @@ from castsql.engine.barrier.guard import ATTACH_WHY, OWN_DATABASES, ForbiddenSta
 from castsql.engine.barrier.safety import SafeModeError, check_select
 from castsql.engine.sql import names
 from castsql.engine.sql.literals import literal_at
-from castsql.format.layout import canonical_uri
+from castsql.storage.uris import SCHEMES, canonical_uri
 
 ST = duckdb.StatementType
 
@@ -437,7 +437,8 @@ _HANDLERS[ST.PREPARE] = _prepare
 # ---------------------------------------------------------------- paths written to
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
-_OBJECT_STORES = frozenset({"s3", "s3a", "s3n", "r2", "gcs", "gs", "az", "azure", "abfs", "abfss"})
+# Every store CastSQL serves, and the S3 spellings only DuckDB's httpfs reads.
+_OBJECT_STORES = frozenset({n for s in SCHEMES for n in s.names} | {"s3n", "r2"})
 
 
 def check_write_target(path: str, scope: Scope, what: str) -> None:

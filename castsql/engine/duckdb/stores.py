@@ -3,7 +3,7 @@
 - S3: httpfs, with CastSQL's secret (:func:`castsql.engine.duckdb.duck.configure_s3`).
 - GCS and Azure: an fsspec filesystem registered on the connection, which
   reads through CastSQL's own storage (the same credentials, timeouts and
-  errors): :class:`castsql.engine.duckdb.objectfs.StorageFileSystem`. Measured
+  errors): :class:`castsql.storage.objectfs.StorageFileSystem`. Measured
   against the alternatives (``bench/requests_bench.py``, 20 ms per request):
   DuckDB's ``azure`` extension opened the one data file of a selective query
   16 times (29 requests before the column reads, against 5 here, and 1.6x
@@ -23,20 +23,14 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
-from castsql.format.layout import canonical_uri
 from castsql.storage import S3Config, Storage
+from castsql.storage.uris import AZURE, GCS, S3, canonical_scheme
 
 if TYPE_CHECKING:
-    from castsql.engine.duckdb.objectfs import StorageFileSystem
+    from castsql.storage.objectfs import StorageFileSystem
 
 # The stores DuckDB reads through a registered filesystem, by canonical scheme.
-_REGISTERED = ("gs", "az")
-
-
-def _scheme(uri: str) -> str:
-    """The canonical scheme of ``uri`` (``gcs`` is ``gs``, ``abfss`` is ``az``: :func:`canonical_uri`)."""
-    scheme, sep, _ = uri.partition("://")
-    return canonical_uri(scheme + sep).partition("://")[0] if sep else ""
+_REGISTERED = (GCS.name, AZURE.name)
 
 
 # One filesystem per store and process: what it caches (the sizes of immutable
@@ -47,17 +41,17 @@ _FILESYSTEMS: dict[str, StorageFileSystem] = {}
 def make_readable(con: duckdb.DuckDBPyConnection, storage: Storage, s3: S3Config | None = None) -> None:
     """Let ``con`` read the objects of ``storage`` (idempotent)."""
     root = storage.root
-    if root.startswith("s3://"):
+    if root.startswith(S3.prefix):
         from castsql.engine.duckdb.duck import configure_s3
 
         configure_s3(con, getattr(storage, "config", None) or s3 or S3Config.from_env())
-    elif (scheme := _scheme(root)) in _REGISTERED:
+    elif (scheme := canonical_scheme(root)) in _REGISTERED:
         register(con, scheme, storage)
 
 
 def register(con: duckdb.DuckDBPyConnection, scheme: str, storage: Storage) -> None:
     """Read the store's URLs (``gs://``, ``az://``) on ``con`` through CastSQL's storage."""
-    from castsql.engine.duckdb.objectfs import StorageFileSystem
+    from castsql.storage.objectfs import StorageFileSystem
 
     fs = _FILESYSTEMS.get(scheme)
     if fs is None or fs.config != storage.config:  # type: ignore[attr-defined]
@@ -77,7 +71,7 @@ def know_sizes(files: Iterable[tuple[str, int]]) -> None:
     >>> know_sizes([("/tmp/t/data/a.parquet", 10)])  # a local file: nothing to tell
     """
     for uri, size in files:
-        fs = _FILESYSTEMS.get(_scheme(uri))
+        fs = _FILESYSTEMS.get(canonical_scheme(uri))
         if fs is None:
             return  # a view's files are on one store: none registered, nothing to tell
         fs.know_size(uri, size)

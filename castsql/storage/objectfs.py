@@ -15,10 +15,10 @@ from typing import Any
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 
 from castsql.errors import CastSQLError
-from castsql.format.layout import canonical_uri
 from castsql.storage import Storage
 from castsql.storage.azure import AzureStorage
 from castsql.storage.gcs import GCSStorage
+from castsql.storage.uris import AZURE, GCS, canonical_uri
 
 # The objects under a table root that are overwritten in place: the pointer,
 # and the mirrors' hints (FORMAT.md §10). Everything else there is immutable.
@@ -115,7 +115,7 @@ class StorageFileSystem(AbstractFileSystem):
     def __init__(self, scheme: str, storage: Storage, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.scheme = scheme
-        self.protocol = ("gs", "gcs") if scheme == "gs" else ("az", "azure", "abfss", "abfs")
+        self.protocol = GCS.names if scheme == GCS.name else AZURE.names
         self.config = storage.config  # type: ignore[attr-defined]
         self._base = storage
         self._buckets: dict[str, Storage] = {}
@@ -192,9 +192,9 @@ class StorageFileSystem(AbstractFileSystem):
 def _sibling(storage: Storage, bucket: str) -> Storage:
     """A storage rooted at ``bucket`` with ``storage``'s settings and connections."""
     if isinstance(storage, GCSStorage):
-        return GCSStorage(f"gs://{bucket}", storage.config, _http=storage._http)
+        return GCSStorage(f"{GCS.prefix}{bucket}", storage.config, _http=storage._http)
     if isinstance(storage, AzureStorage):
         if bucket == storage.container:
-            return AzureStorage(f"az://{bucket}", storage.config, _store=storage._store)
-        return AzureStorage(f"az://{bucket}", storage.config)
+            return AzureStorage(f"{AZURE.prefix}{bucket}", storage.config, _store=storage._store)
+        return AzureStorage(f"{AZURE.prefix}{bucket}", storage.config)
     raise TypeError(storage)
