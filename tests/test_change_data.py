@@ -12,6 +12,7 @@ from datetime import timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from change_rows import added_rows, by_place
 from pyroaring import BitMap
 from stores import every_store  # noqa: F401 - on every store: local, S3, GCS, Azure
 
@@ -343,20 +344,6 @@ def _change_part(log: TableLog, v: int, types: tuple[str, str]) -> pa.Table:
     return t.filter(pc.is_in(t.column("_change_type"), pa.array(types))).drop_columns(["_change_type"])
 
 
-def _added_rows(log: TableLog, v: int) -> pa.Table:
-    """The rows of the data files version ``v`` added, with their file and position."""
-    parts = []
-    for f in log.manifest(v).change.added_files:
-        t = read_preimages(log.storage, f)
-        t = t.append_column("_castsql_file", pa.array([f.path] * t.num_rows))
-        parts.append(t.append_column("_castsql_pos", pa.array(range(t.num_rows), pa.int64())))
-    return pa.concat_tables(parts)
-
-
-def _by_place(t: pa.Table) -> list[dict]:
-    return sorted(t.to_pylist(), key=lambda r: (r["_castsql_file"], r["_castsql_pos"]))
-
-
 def test_a_merge_writes_the_rows_it_matched_as_the_files_hold_them(tmp_path):
     """A keyed merge writes its change-data file from the target rows it read
     to match (no second read of their row groups): every version's file holds
@@ -410,9 +397,9 @@ def test_a_merge_writes_the_rows_it_matched_as_the_files_hold_them(tmp_path):
         recorded = [v for v in range(3, last + 1) if log.manifest(v).change.change_file is not None]
         assert len(recorded) >= 8
         for v in recorded:
-            assert _by_place(_change_part(log, v, DELETED)) == _by_place(_file_preimages(log, v)), v
+            assert by_place(_change_part(log, v, DELETED)) == by_place(_file_preimages(log, v)), v
             if log.manifest(v).change.added_files:
-                assert _by_place(_change_part(log, v, INSERTED)) == _by_place(_added_rows(log, v)), v
+                assert by_place(_change_part(log, v, INSERTED)) == by_place(added_rows(log, v)), v
         assert any("note" in log.manifest(v).schema.names for v in recorded)
         for a, b in [(3, 3), (3, last), (8, 8), (9, 9), (last - 3, last)]:
             assert changes(fed, a, b) == changes(plain, a, b), (a, b)

@@ -11,6 +11,7 @@ import random
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from change_rows import added_rows, by_place
 from pyroaring import BitMap
 
 import castsql
@@ -104,19 +105,6 @@ def _from_files(log: TableLog, v: int) -> pa.Table:
     return read_preimages(log.storage, cd.file)
 
 
-def _added(log: TableLog, v: int) -> pa.Table:
-    parts = []
-    for f in log.manifest(v).change.added_files:
-        t = read_preimages(log.storage, f)
-        t = t.append_column("_castsql_file", pa.array([f.path] * t.num_rows))
-        parts.append(t.append_column("_castsql_pos", pa.array(range(t.num_rows), pa.int64())))
-    return pa.concat_tables(parts)
-
-
-def _by_place(t: pa.Table) -> list[dict]:
-    return sorted(t.to_pylist(), key=lambda r: (r["_castsql_file"], r["_castsql_pos"]))
-
-
 def _changes(root: str, a: int, b: int) -> list[str]:
     with castsql.open(root) as t:
         return sorted(map(str, t.changes(a, b).drop_columns(["_commit_timestamp"]).to_pylist()))
@@ -141,9 +129,9 @@ def test_change_files_hold_what_the_files_hold_and_audits_agree_with_content(tmp
     recorded = [v for v in range(3, last + 1) if log.manifest(v).change.change_file is not None]
     assert len(recorded) >= 10
     for v in recorded:
-        assert _by_place(_part(log, v, DELETED)) == _by_place(_from_files(log, v)), v
+        assert by_place(_part(log, v, DELETED)) == by_place(_from_files(log, v)), v
         if log.manifest(v).change.added_files:
-            assert _by_place(_part(log, v, INSERTED)) == _by_place(_added(log, v)), v
+            assert by_place(_part(log, v, INSERTED)) == by_place(added_rows(log, v)), v
     for a, b in [(3, last), (3, 3), (4, 4), (5, 9), (last - 4, last)]:
         assert _changes(fed, a, b) == _changes(plain, a, b), (a, b)
 
@@ -163,7 +151,7 @@ def test_a_schema_change_makes_new_rows_not_wrong_ones(tmp_path):
         t.merge(wide, on="id", merge_schema=True).when_matched_update_all().execute()
         t.merge(src([1700, 8], 60), on="id").when_matched_update(set={"name": "source.name"}).execute()
     v = log.latest().version
-    got = _by_place(_part(log, v, DELETED))
-    assert got == _by_place(_from_files(log, v))
+    got = by_place(_part(log, v, DELETED))
+    assert got == by_place(_from_files(log, v))
     assert [(r["id"], r["score"], r["note"]) for r in got] == [(8, 8, None), (1700, 1750, "b")]
     assert _part(log, v, DELETED).schema.field("score").type == pa.int64()
