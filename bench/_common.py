@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent.parent / "tests"
+TESTS = Path(__file__).resolve().parent.parent / "tests" / "support"  # the test servers (s3server, cloudservers)
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 

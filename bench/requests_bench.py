@@ -6,7 +6,7 @@ GCS and Azure alike.
 
 Each store's test server on 127.0.0.1 (the tests' own: SeaweedFS,
 fake-gcs-server, Azurite) holds a table of ``--rows`` rows in one data file; a
-proxy in front of it (tests/faultproxy.py, no faults) adds ``--delay`` seconds
+proxy in front of it (tests/support/faultproxy.py, no faults) adds ``--delay`` seconds
 to every request, about an object store's first-byte latency, and logs each
 one. Measured through the proxy:
 

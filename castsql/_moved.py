@@ -6,7 +6,7 @@ this one table rather than a stub file per module.
 ``castsql.engine.barrier.guard``: the same module object, so a monkeypatch
 through either name patches both, and a class is the same class. Each old
 name warns once per process (:class:`DeprecationWarning`) with its new path.
-CastSQL itself never imports an old name (``tests/test_moved_modules.py``).
+CastSQL itself never imports an old name (``tests/project/test_moved_modules.py``).
 
 The finder goes first on ``sys.meta_path`` (installed by
 ``castsql/__init__.py``), so that the old names of a moved package's

@@ -175,7 +175,7 @@ class SQLRewriteError(CastSQLError):
 # live in those layers, each derived from CastSQLError (docs/DESIGN.md §6).
 # Their names stay importable from here for code written before they moved:
 # looked up on first use, so this leaf imports no layer above it, and no
-# CastSQL module uses these names (tests/test_imports.py checks).
+# CastSQL module uses these names (tests/project/test_imports.py checks).
 MOVED = {
     "ShellError": "castsql.shell.errors",
     "UsageError": "castsql.cli.common",

@@ -3,12 +3,12 @@
 * ``s3_server`` - one SeaweedFS S3 server for the whole run, started on first use.
 * ``s3_root`` - a fresh ``s3://bucket/prefix`` URI per test (unique prefix in a shared bucket).
 * ``gcs_server`` / ``azure_server`` - fake-gcs-server and Azurite, one each for
-  the whole run, started on first use (tests/cloudservers.py); they put the
+  the whole run, started on first use (tests/support/cloudservers.py); they put the
   cloud's usual variables in this process's environment, as a user's shell would.
 * ``storage`` - a :class:`Storage` per backend: runs the test once on a local
   directory and once on S3 (the S3 run is marked ``s3``; deselect with ``-m "not s3"``).
   A module that proves a property on every store (local, S3, GCS, Azure)
-  imports ``every_store`` from tests/stores.py, which overrides ``backend``.
+  imports ``every_store`` from tests/support/stores.py, which overrides ``backend``.
 """
 
 from __future__ import annotations

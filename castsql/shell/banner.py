@@ -1,6 +1,6 @@
 """The start-up banner: what is open, the latest versions, and a first query that works.
 
-Example (the tables of ``tests/tables.py``)::
+Example (the tables of ``tests/support/tables.py``)::
 
     CastSQL (DuckDB 1.5.5): /data/warehouse
     Tables: events v6, users v1

@@ -101,7 +101,7 @@ REFUSED = {
 }
 
 # Settings no statement may change, in any mode, and why. Reviewed against
-# DuckDB 1.5.5's duckdb_settings() (tests/test_barriers.py fails when a new
+# DuckDB 1.5.5's duckdb_settings() (tests/engine/test_barriers.py fails when a new
 # setting that names a file or loosens a limit appears).
 _PATH = "names a file or directory DuckDB writes to"
 _LIMIT = "would loosen the limits CastSQL sets on DuckDB"
