@@ -69,6 +69,9 @@ MOVED: dict[str, str] = {
     "castsql.spark.merger": "castsql.spark.engine",
     "castsql.spark.writer": "castsql.spark.appends",
     "castsql.format.writer": "castsql.format.datafiles",
+    # one command-line package
+    "castsql.spark.cli": "castsql.cli.spark",
+    "castsql.demo": "castsql.cli.demo",
     # storage owns its fsspec adapter
     "castsql.engine.duckdb.objectfs": "castsql.storage.objectfs",
 }

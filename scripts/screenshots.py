@@ -9,7 +9,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from castsql.demo import build_demo
+from castsql.cli.demo import build_demo
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 # (file, path, what to wait for, SQL to run first)

@@ -21,7 +21,7 @@ The commands are the registry's (:mod:`castsql.cli.registry`), one small
 module per group beside it: :mod:`castsql.cli.writes` (the ones with
 ``--engine``), :mod:`castsql.cli.tables` (the manifest commands),
 :mod:`castsql.cli.common` (what they share); ``demo`` and ``ui`` are
-:mod:`castsql.demo`'s and :mod:`castsql.ui.cli`'s.
+:mod:`castsql.cli.demo`'s and :mod:`castsql.ui.cli`'s.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ class Command:
 
 
 def _demo(argv: list[str]) -> int:
-    from castsql.demo import main
+    from castsql.cli.demo import main
 
     return main(argv)
 

@@ -1,6 +1,6 @@
 """The commands that write rows: ``append``, ``delete``, ``update``, ``merge``,
 ``compact``, each run by either engine (``--engine duckdb``, the default, in
-this process; ``--engine spark``, :mod:`castsql.spark.cli`), each ending with
+this process; ``--engine spark``, :mod:`castsql.cli.spark`), each ending with
 one summary line whichever engine wrote.
 
 Each command's arguments are added by the function beside it; they share one
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> str:
     if getattr(args, "engine", "spark") == "duckdb":
         result = _embedded_command(args)
     else:
-        from castsql.spark.cli import run
+        from castsql.cli.spark import run
 
         result = run(args, _clauses)
     # One summary line, whichever engine wrote.

@@ -127,7 +127,7 @@ def _not_run(line: str) -> str | None:
 
 def build_demo_warehouse(root: Path) -> None:
     """``castsql demo``'s warehouse, written in this process: the same tables,
-    columns, keys and versions (castsql/demo.py's table: events v0-v7 from
+    columns, keys and versions (castsql/cli/demo.py's table: events v0-v7 from
     appends and its four deletes, users v0-v1), committed at 2026-11-21 09:05
     and five minutes apart, the times README's time travel names."""
     from datetime import UTC, datetime, timedelta
@@ -136,7 +136,7 @@ def build_demo_warehouse(root: Path) -> None:
     import pyarrow as pa
 
     import castsql
-    from castsql.demo import EVENT_DELETES, T0_SECONDS
+    from castsql.cli.demo import EVENT_DELETES, T0_SECONDS
     from castsql.format import log as log_module
 
     clock = iter(datetime(2026, 11, 21, 9, 0, tzinfo=UTC) + timedelta(minutes=5 * i) for i in range(1000))

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from castsql.demo import build_demo, main
+from castsql.cli.demo import build_demo, main
 from castsql.engine.session import Session
 from castsql.format import KeyRangeDelete, PositionDelete, RowGroupDelete, TableLog
 from castsql.spark import read
