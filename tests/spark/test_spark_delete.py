@@ -21,7 +21,7 @@ from castsql.storage import open_storage
 
 pytestmark = pytest.mark.spark
 
-TESTS = SUPPORT.parent  # conftest.py, which the writer processes import
+TESTS = SUPPORT.parent  # conftest.py, which the writer processes import (it imports support's modules)
 
 
 def _kind(i: int) -> str:
@@ -120,7 +120,7 @@ def _append_in_another_process(uri: str, ids: range, env: dict[str, str]) -> int
     """A real concurrent writer: another process appends ``ids`` and prints the version."""
     code = f"""
 import sys
-sys.path.insert(0, {str(TESTS)!r})
+sys.path[:0] = {[str(TESTS), str(SUPPORT)]!r}
 from conftest import events_rows
 from castsql.format import TableLog, write_data_files
 from castsql.storage import open_storage

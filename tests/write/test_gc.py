@@ -21,7 +21,7 @@ from castsql.snapshot import resolve
 from castsql.spark import append, compact, delete, gc
 from castsql.storage import open_storage
 
-TESTS = SUPPORT.parent  # conftest.py, which the writer processes import
+TESTS = SUPPORT.parent  # conftest.py, which the writer processes import (it imports support's modules)
 LATER = timedelta(days=8)  # past the default grace of 7 days
 NOW = timedelta(0)  # grace when no writer is in flight: collect everything the rules allow at once
 HOUR = timedelta(hours=1)
@@ -275,7 +275,7 @@ def test_a_dry_run_held_back_by_the_grace_period_says_so(tmp_path):
 
 WRITER = """
 import random, sys, time
-sys.path.insert(0, {tests!r})
+sys.path[:0] = {paths!r}
 from conftest import events_rows
 from pyroaring import BitMap
 import pyarrow.parquet as pq
@@ -317,7 +317,7 @@ for i in range(n):
 def test_gc_never_removes_what_a_kept_version_needs_while_writers_commit(spark, events_df, check_version, tmp_path):
     uri = str(tmp_path / "events")
     append(spark, uri, events_df(range(100)), primary_key="id", row_group_size=50)
-    code = WRITER.format(tests=str(TESTS), uri=uri)
+    code = WRITER.format(paths=[str(TESTS), str(SUPPORT)], uri=uri)
     procs = [
         subprocess.Popen([sys.executable, "-c", code, role, str(n), str(base)], stdout=subprocess.PIPE, text=True)
         for role, n, base in (("append", 12, 10_000), ("append", 12, 20_000), ("delete", 25, 1))
