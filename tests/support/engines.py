@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 import castsql
+from castsql.engine.sql.quoting import ident, sql_str
 from castsql.write.merge import Clause, MergeBuilder
 
 Clauses = Sequence[tuple[str, str | None, dict[str, str] | None]]
@@ -101,12 +102,8 @@ def _literal(v: Any) -> str:
     if v is None:
         return "NULL"
     if isinstance(v, str):
-        return "'" + v.replace("'", "''") + "'"
+        return sql_str(v)
     return repr(v)
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def values_query(rows: pa.Table) -> str:
@@ -115,7 +112,7 @@ def values_query(rows: pa.Table) -> str:
     from castsql.engine.physical import duck_type
 
     casts = [duck_type(str(f.type)) for f in rows.schema]
-    names = ", ".join(_ident(n) for n in rows.column_names)
+    names = ", ".join(ident(n) for n in rows.column_names)
     data = rows.to_pylist() or [dict.fromkeys(rows.column_names)]
     tuples = [
         "(" + ", ".join(f"CAST({_literal(r[n])} AS {t})" for n, t in zip(rows.column_names, casts, strict=True)) + ")"
@@ -150,11 +147,11 @@ class SQL:
         return self._run(f"DELETE FROM {self.table} WHERE {where}")
 
     def update(self, set: dict[str, str], where: str | None = None) -> int | None:
-        sets = ", ".join(f"{_ident(c)} = {e}" for c, e in set.items())
+        sets = ", ".join(f"{ident(c)} = {e}" for c, e in set.items())
         return self._run(f"UPDATE {self.table} SET {sets}" + (f" WHERE {where}" if where else ""))
 
     def merge(self, source: pa.Table, on: str | list[str], clauses: Clauses) -> int | None:
-        cond = on if "=" in on else f"target.{_ident(on)} = source.{_ident(on)}"  # type: ignore[operator]
+        cond = on if "=" in on else f"target.{ident(on)} = source.{ident(on)}"  # type: ignore[operator]
         whens = [_when(kind, condition, values) for kind, condition, values in clauses]
         return self._run(
             f"MERGE INTO {self.table} AS target USING ({values_query(source)}) AS source ON {cond} " + " ".join(whens)
@@ -168,9 +165,9 @@ def _when(kind: str, condition: str | None, values: dict[str, str] | None) -> st
     if action == "delete":
         return f"WHEN {head}{cond} THEN DELETE"
     if action == "update":
-        sets = "SET *" if values is None else "SET " + ", ".join(f"{_ident(c)} = {e}" for c, e in values.items())
+        sets = "SET *" if values is None else "SET " + ", ".join(f"{ident(c)} = {e}" for c, e in values.items())
         return f"WHEN {head}{cond} THEN UPDATE {sets}"
     if values is None:
         return f"WHEN {head}{cond} THEN INSERT *"
-    cols = ", ".join(_ident(c) for c in values)
+    cols = ", ".join(ident(c) for c in values)
     return f"WHEN {head}{cond} THEN INSERT ({cols}) VALUES ({', '.join(values.values())})"
