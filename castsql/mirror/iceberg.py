@@ -762,7 +762,9 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
         out.latest = v
         prev = snap
     out.bytes_written += sum(files.written)
-    storage.put(HINT_KEY, str(out.latest).encode())  # a hint, like Iceberg's Hadoop tables: readers may list instead
+    # A hint, like Iceberg's Hadoop tables': readers may list instead, so it
+    # costs the commit no durable round of its own (FORMAT.md §10).
+    storage.put_hint(HINT_KEY, str(out.latest).encode())
     _HELD.put(storage.root, state)
     return out
 

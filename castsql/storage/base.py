@@ -238,6 +238,18 @@ class Storage(abc.ABC):
         """
         return write(key, data)
 
+    def put_hint(self, key: str, data: bytes) -> None:
+        """Unconditional put of an object readers take only as a hint, one
+        they can do without (Iceberg's ``version-hint.text``: a reader that
+        cannot use it lists the versions): visible to every reader at once,
+        but not made durable on its own. After a power loss it may hold what
+        it held before. On an object store every put is durable anyway; a
+        local directory skips the fsync, as Iceberg's Hadoop tables do.
+
+        >>> storage.put_hint("_iceberg/metadata/version-hint.text", b"7")  # doctest: +SKIP
+        """
+        self.put(key, data)
+
     def put_new(self, key: str, data: bytes) -> None:
         """Create-only put of an object with a unique (uuid) name.
 

@@ -237,7 +237,7 @@ class LocalStorage(Storage):
         except OSError as e:
             raise self._failed(key, "read", e) from None
 
-    def _write_tmp(self, path: Path, data: bytes) -> Path:
+    def _write_tmp(self, path: Path, data: bytes, durable: bool = True) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f"{_TMP_PREFIX}{path.name}.{uuid.uuid4().hex}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -245,7 +245,8 @@ class LocalStorage(Storage):
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
-                os.fsync(f.fileno())
+                if durable:
+                    os.fsync(f.fileno())
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -256,6 +257,14 @@ class LocalStorage(Storage):
             path = self._path(key)
             tmp = self._write_tmp(path, data)
             os.replace(tmp, path)
+        except OSError as e:
+            raise self._failed(key, "write", e) from None
+
+    def put_hint(self, key: str, data: bytes) -> None:
+        # Renamed over, so a reader sees the old bytes or the new, never a part.
+        try:
+            path = self._path(key)
+            os.replace(self._write_tmp(path, data, durable=False), path)
         except OSError as e:
             raise self._failed(key, "write", e) from None
 

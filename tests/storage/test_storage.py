@@ -34,6 +34,15 @@ def test_round_trip(storage):
     assert etag and '"' not in etag
 
 
+def test_a_hint_is_replaced_whole_and_seen_at_once(storage):
+    storage.put_hint("meta/version-hint.text", b"1")
+    storage.put_hint("meta/version-hint.text", b"12")
+    assert storage.get("meta/version-hint.text") == b"12"
+    assert [o.key for o in storage.list("meta/")] == ["meta/version-hint.text"]
+    if isinstance(storage, LocalStorage):  # renamed over: no temporary left beside it
+        assert os.listdir(Path(storage.root) / "meta") == ["version-hint.text"]
+
+
 def test_empty_object(storage):
     etag = storage.put_if_absent("empty", b"")
     assert storage.get_with_etag("empty") == (b"", etag)
