@@ -55,6 +55,7 @@ SORT_BY = "castsql.compact.sortBy"
 MIRROR_DELTA = "castsql.mirror.delta"  # every commit also writes its Delta mirror version
 MIRROR_ICEBERG = "castsql.mirror.iceberg"  # ... and its Iceberg one
 ICEBERG_FORMAT_VERSION = "castsql.mirror.iceberg.formatVersion"  # 2 or 3 (FORMAT.md §10.2)
+MIRROR_ASYNC = "castsql.mirror.async"  # mirrors written after the commit returns (FORMAT.md §10)
 CHANGE_DATA_FEED = "castsql.changeDataFeed"  # deletes write their rows' preimages (FORMAT.md §3.5)
 DELETE_RETENTION = "castsql.cdc.deleteRetention"  # how long CDC delete markers are kept (FORMAT.md §3.7)
 # Longer than Kafka's default retention (7 days), as Delta's log retention:
@@ -109,6 +110,7 @@ _KNOWN: dict[str, Callable[[str], object]] = {
     MIRROR_DELTA: _bool,
     MIRROR_ICEBERG: _bool,
     ICEBERG_FORMAT_VERSION: _iceberg_version,
+    MIRROR_ASYNC: _bool,
     CHANGE_DATA_FEED: _bool,
     DELETE_RETENTION: _duration,
 }
@@ -134,6 +136,13 @@ def mirrors(props: Mapping[str, str]) -> list[str]:
     return [
         name for name, key in (("delta", MIRROR_DELTA), ("iceberg", MIRROR_ICEBERG)) if _bool(props.get(key, "false"))
     ]
+
+
+def mirrors_async(props: Mapping[str, str]) -> bool:
+    """Whether a commit returns before its mirrors are written (``castsql.mirror.async``):
+    a thread of the committing process writes them, as Delta's UniForm writes
+    its Iceberg metadata after the Delta commit."""
+    return _bool(props.get(MIRROR_ASYNC, "false"))
 
 
 def iceberg_format_version(props: Mapping[str, str]) -> int:

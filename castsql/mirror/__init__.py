@@ -2,7 +2,8 @@
 Delta log (:mod:`castsql.mirror.delta`) and Iceberg metadata
 (:mod:`castsql.mirror.iceberg`), written on demand or after every commit
 (:func:`keep_in_step`, which the after-commit point, :mod:`castsql.commits`,
-runs and nothing else does)."""
+runs and nothing else does; with ``castsql.mirror.async`` after the commit
+returns, :mod:`castsql.mirror.background`)."""
 
 from __future__ import annotations
 
@@ -32,11 +33,27 @@ def exporter(name: str) -> Callable[[TableLog, int | None], Any]:
 def keep_in_step(log: TableLog, version: int) -> list[str]:
     """What follows every commit of ``version`` (:mod:`castsql.commits`): each mirror the
     table's properties ask for (``castsql.mirror.delta``,
-    ``castsql.mirror.iceberg``) is written up to it. The write has committed
-    whatever happens here: a mirror that cannot be written (a racing
-    exporter, a type the format lacks, a store error, PyIceberg missing) is
-    logged and left to the next write or ``castsql export``, which write
-    every version still missing. Returns the mirrors brought up to date."""
+    ``castsql.mirror.iceberg``) is written up to it, before the commit
+    returns, or after it by a thread of this process when
+    ``castsql.mirror.async`` is set (:mod:`castsql.mirror.background`). The
+    write has committed whatever happens here: a mirror that cannot be
+    written (a racing exporter, a type the format lacks, a store error,
+    PyIceberg missing) is logged and left to the next write or ``castsql
+    export``, which write every version still missing. Returns the mirrors
+    brought up to date (none yet when they are left to the thread)."""
+    from castsql.format.properties import mirrors_async
+
+    if mirrors_async(log.manifest(version).properties):
+        from castsql.mirror.background import schedule
+
+        schedule(log, version)
+        return []
+    return write_mirrors(log, version)
+
+
+def write_mirrors(log: TableLog, version: int) -> list[str]:
+    """Each mirror ``version``'s properties ask for written up to it, now;
+    the names of those written (a failure is logged, as :func:`keep_in_step` says)."""
     from castsql.format.properties import mirrors
     from castsql.storage.base import in_background
 
@@ -44,12 +61,12 @@ def keep_in_step(log: TableLog, version: int) -> list[str]:
     names = list(mirrors(m.properties))
     # Both mirrors at once: each waits on its own writes (a few small objects
     # in turn), so the commit waits on the slower, not on the two in a row.
-    others = {name: in_background(_write, log, name, version) for name in names[1:]}
-    done = [name for name in names[:1] if _write(log, name, version)]
+    others = {name: in_background(write_one, log, name, version) for name in names[1:]}
+    done = [name for name in names[:1] if write_one(log, name, version)]
     return done + [name for name, f in others.items() if f.result()]
 
 
-def _write(log: TableLog, name: str, version: int) -> bool:
+def write_one(log: TableLog, name: str, version: int) -> bool:
     """Mirror ``name`` written up to ``version``; False (logged) when it could not be."""
     try:
         exporter(name)(log, version)

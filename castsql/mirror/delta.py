@@ -46,6 +46,7 @@ from pyroaring import BitMap
 from castsql.errors import VersionNotFound
 from castsql.format import Manifest, Schema, TableLog
 from castsql.mirror import checkpoint as checkpoints
+from castsql.mirror.background import before_export
 from castsql.mirror.deletion_vectors import VectorFile
 from castsql.mirror.source import (
     Held,
@@ -339,6 +340,7 @@ def export_delta(log: TableLog, version: int | None = None) -> DeltaExport:
     a refused version is written: its vectors land before its commit file,
     and a vector file no commit names is inert.
     """
+    before_export(log.storage.root)
     storage = log.storage
     target = log.latest().version if version is None else log.manifest(version).version
     done, verified = _known_versions(storage)

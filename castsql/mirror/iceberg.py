@@ -65,6 +65,7 @@ from castsql.format import Manifest, Schema, TableLog
 from castsql.format.layout import manifest_key, to_table_key
 from castsql.format.properties import iceberg_format_version
 from castsql.mirror import iceberg_avro as avro
+from castsql.mirror.background import before_export
 from castsql.mirror.deletion_vectors import blob as vector_blob
 from castsql.mirror.source import (
     Held,
@@ -697,6 +698,7 @@ def export_iceberg(log: TableLog, version: int | None = None) -> IcebergExport:
     it again). A version's metadata file is written last and create-only:
     until it exists, nothing of that version is visible to any reader.
     """
+    before_export(log.storage.root)
     storage = log.storage
     target = log.latest().version if version is None else log.manifest(version).version
     held = _HELD.take(storage.root)
