@@ -43,7 +43,7 @@ from castsql.engine.arrow_tables import temp_table
 from castsql.engine.barrier import policy
 from castsql.engine.barrier.safety import SafeModeError, lock_down
 from castsql.engine.catalog import Catalog
-from castsql.engine.duckdb.duck import configure_s3, load_httpfs, new_connection
+from castsql.engine.duckdb.duck import configure_s3, hide_credentials, load_httpfs, new_connection
 from castsql.engine.duckdb.stores import make_readable
 from castsql.engine.duckdb.threads import RemoteThreads
 from castsql.engine.executor import Executor
@@ -133,6 +133,8 @@ class Session:
         if self.views.threads is not None:
             self.views.threads.fix()  # settings cannot change once locked: cold reads' threads, as before
         temp = f"{self._workdir}/duckdb-tmp"
+        # Credentials out of readable settings while settings can still change.
+        hide_credentials(self.con)
         lock_down(self.con, [*self.uris, self._workdir], temp)
         self.executor.safe = True
 

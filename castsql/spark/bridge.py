@@ -12,7 +12,7 @@ the format:
   one directory per write whose failed attempts Spark's committer discards)
   or, where that cannot write the table, CastSQL's Python workers; then one
   commit on this driver with exactly the files written
-  (:func:`castsql.spark.datasource.commit_files`: keys, overwrite, schema);
+  (:func:`castsql.spark.datasource_write.commit_files`: keys, overwrite, schema);
 - a micro-batch is the same write, recorded with its query and batch id, and
   skipped when the table already holds that batch.
 
@@ -38,27 +38,29 @@ import pyarrow as pa
 
 from castsql.errors import CastSQLError
 from castsql.format import TableLog
-from castsql.spark.datasource import (
-    BadOption,
+from castsql.spark.datasource_options import (
+    check_known,
+    get_option,
+    int_option,
+    option_spelling,
+    s3_config,
+    table_path,
+)
+from castsql.spark.datasource_read import resolve_read
+from castsql.spark.datasource_write import (
     FilesWritten,
     WritePlan,
-    _check_known,
-    _get,
-    _int_option,
-    _path,
-    _plan_write,
     commit_files,
     commit_write,
-    last_batch,
-    option_spelling,
-    resolve_read,
-    s3_config,
+    plan_write,
     write_attempt,
 )
+from castsql.spark.errors import BadOption
 from castsql.spark.jvm.loader import load_jar
 from castsql.spark.types import spark_schema
 from castsql.storage import open_storage
 from castsql.storage.local import LocalStorage
+from castsql.write.pipeline import last_batch
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -188,11 +190,11 @@ def _frame(jsession: Any, jdata: Any) -> DataFrame:
 
 def _open(spark: SparkSession, options: dict[str, str]) -> Any:
 
-    _check_known(options)
-    storage = open_storage(_path(options), s3=s3_config(options))
-    when = _get(options, "timestampAsOf")
+    check_known(options)
+    storage = open_storage(table_path(options), s3=s3_config(options))
+    when = get_option(options, "timestampAsOf")
     at = None if when is None else _in_zone(when, spark.conf.get("spark.sql.session.timeZone", "UTC") or "UTC")
-    snap = resolve_read(TableLog(storage), _int_option(options, "versionAsOf"), at, storage.root)
+    snap = resolve_read(TableLog(storage), int_option(options, "versionAsOf"), at, storage.root)
     jvm: Any = _active_context()._jvm  # py4j: untyped
     pinned = jvm.java.util.HashMap()
     for k, v in options.items():
@@ -221,12 +223,12 @@ def _scan(spark: SparkSession, options: dict[str, str], columns: list[str], jfil
     the pinned version whose manifest statistics may match Spark's pushed
     filters (:meth:`castsql.snapshot.Snapshot.prune`): the others are never
     opened. Spark applies every filter to the rows above this scan."""
-    from castsql.spark.datasource import predicates
+    from castsql.spark.datasource_read import predicates
     from castsql.spark.reader import read_resolved
 
     # register() pointed this SparkContext's Python workers at castsql already (prepare_workers).
-    log = TableLog(open_storage(_path(options), s3=s3_config(options)))
-    snap = resolve_read(log, _int_option(options, "versionAsOf"), None, log.storage.root)
+    log = TableLog(open_storage(table_path(options), s3=s3_config(options)))
+    snap = resolve_read(log, int_option(options, "versionAsOf"), None, log.storage.root)
     preds = predicates(snap.schema, [f for f in map(python_filter, jfilters) if f is not None])
     if preds:
         snap = snap.prune(preds)
@@ -236,7 +238,7 @@ def _scan(spark: SparkSession, options: dict[str, str], columns: list[str], jfil
 def python_filter(jfilter: Any) -> Any:
     """A JVM ``org.apache.spark.sql.sources.Filter`` as the
     ``pyspark.sql.datasource`` filter of the same meaning (what
-    :func:`castsql.spark.datasource.predicates` prunes by), or None for one
+    :func:`castsql.spark.datasource_read.predicates` prunes by), or None for one
     it does not use or a value it cannot take over exactly."""
     from pyspark.sql import datasource as ds
 
@@ -291,13 +293,13 @@ def _write(df: DataFrame, mode: str, options: dict[str, str]) -> None:
     """``df.write.format("castsql").mode(mode)``: one new version, as Delta's
     save modes: append adds, overwrite replaces, ``errorifexists`` (Spark's
     default) creates or refuses, ``ignore`` creates or does nothing."""
-    _check_known(options)
-    parts = json.loads(_get(options, "__partition_columns") or "[]")
+    check_known(options)
+    parts = json.loads(get_option(options, "__partition_columns") or "[]")
     if parts:
         raise BadOption(f"format('castsql'): CastSQL tables are not partitioned; drop partitionBy({', '.join(parts)})")
     if mode not in ("Append", "Overwrite", "ErrorIfExists", "Ignore"):
         raise BadOption(f"format('castsql'): save mode {mode!r} is not supported")
-    storage = open_storage(_path(options), s3=s3_config(options))
+    storage = open_storage(table_path(options), s3=s3_config(options))
     names = _table_names(storage)
     if names is not None and mode == "Ignore":
         return None
@@ -307,7 +309,7 @@ def _write(df: DataFrame, mode: str, options: dict[str, str]) -> None:
             "tables: use .mode('append') or .mode('overwrite')"
         )
     df = _table_case(df, names)
-    plan = _plan_write(options, df.schema, overwrite=mode == "Overwrite")
+    plan = plan_write(options, df.schema, overwrite=mode == "Overwrite")
     if plan.replayed:
         return None  # txnAppId/txnVersion the table holds already: nothing to write
     commit_write(plan, [FilesWritten(_write_files(df, plan, options))])
@@ -338,9 +340,9 @@ def _table_case(df: DataFrame, names: list[str] | None) -> DataFrame:
 def _write_batch(df: DataFrame, batch_id: int, complete: bool, options: dict[str, str]) -> None:
     # The queryId option, else Spark's query id (kept in the checkpoint): never the
     # checkpoint's path, which a new query may reuse (or share, under a session-wide root).
-    query = _get(options, "queryId") or _get(options, "__streamQueryId") or _path(options)
-    df = _table_case(df, _table_names(open_storage(_path(options), s3=s3_config(options))))
-    plan = _plan_write(options, df.schema, overwrite=complete)
+    query = get_option(options, "queryId") or get_option(options, "__streamQueryId") or table_path(options)
+    df = _table_case(df, _table_names(open_storage(table_path(options), s3=s3_config(options))))
+    plan = plan_write(options, df.schema, overwrite=complete)
     storage = plan.ref.storage()
     if plan.exists and last_batch(TableLog(storage), query) >= batch_id:
         return None  # a restart replaying a batch the table already holds
@@ -357,7 +359,7 @@ def _write_files(df: DataFrame, plan: WritePlan, options: dict[str, str]) -> lis
     storage = plan.ref.storage()
     spark = df.sparkSession
     schema = plan.ref.schema
-    if _get(options, "targetFileBytes") is None and why_not(storage, schema, spark) is None:
+    if get_option(options, "targetFileBytes") is None and why_not(storage, schema, spark) is None:
         assert isinstance(storage, LocalStorage)  # why_not() refuses every other store
         files = write_native(spark, storage, df, schema, plan.row_group_size)
         return [json.dumps(f.to_json()) for f in files]

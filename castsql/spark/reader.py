@@ -116,7 +116,7 @@ def read(
         >>> read(spark, "/data/events", timestamp="2025-06-01T00:00:00Z", columns=["id"]).count()  # doctest: +SKIP
         1204
     """
-    from castsql.spark.datasource import resolve_read
+    from castsql.spark.datasource_read import resolve_read
     from castsql.spark.workers import prepare_workers
 
     prepare_workers(spark)

@@ -117,7 +117,7 @@ def register(spark: SparkSession) -> SparkSession:
     Parquet reader and writer, filters pruning files and row groups), or,
     where the jar is not built, the Python data source
     (:mod:`castsql.spark.datasource`), whose pushed filters prune nothing
-    (see :data:`castsql.spark.datasource.PRUNE_PUSHED_FILTERS`).
+    (see :data:`castsql.spark.datasource_read.PRUNE_PUSHED_FILTERS`).
 
     Example::
 

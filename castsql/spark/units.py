@@ -2,7 +2,7 @@
 one per file (what the reader, the data source and the compactor hand Spark).
 
 Its own module so that the reader (:mod:`castsql.spark.reader`) and the data
-source (:mod:`castsql.spark.datasource`) both use it without importing each other.
+source (:mod:`castsql.spark.datasource_read`) both use it without importing each other.
 """
 
 from __future__ import annotations

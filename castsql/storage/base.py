@@ -26,7 +26,7 @@ import concurrent.futures
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -126,6 +126,14 @@ def _forget_pool() -> None:
 os.register_at_fork(after_in_child=_forget_pool)
 
 
+def _shared_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="castsql-io", initializer=_mark_worker)
+        return _pool
+
+
 def overlapped(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     """``fn`` of each item, in order, up to 16 at a time when there are
     several: on an object store each is a round trip, and they overlap.
@@ -136,14 +144,36 @@ def overlapped(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
     >>> overlapped(lambda v: v * 2, [1, 2, 3])
     [2, 4, 6]
     """
-    global _pool
     if len(items) <= 1 or getattr(_worker, "active", False):
         return [fn(x) for x in items]
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="castsql-io", initializer=_mark_worker)
-        pool = _pool
-    return list(pool.map(fn, items))
+    return list(_shared_pool().map(fn, items))
+
+
+def overlapped_iter(fn: Callable[[T], R], items: Sequence[T]) -> Generator[R, None, None]:
+    """:func:`overlapped` for a caller that may stop early: ``fn`` of each
+    item, in order, as each is ready, on the same threads. Closing the
+    iterator (``with contextlib.closing(…)``, or an error) cancels the items
+    not started and waits for those running, so none still reads after the
+    caller has gone on (a key check stops at its limit, not after every
+    file). Made from one of the threads, it runs its items in turn, one per
+    ``next``.
+
+    >>> import contextlib
+    >>> with contextlib.closing(overlapped_iter(lambda v: v * 2, [1, 2, 3, 4])) as doubled:
+    ...     [next(doubled), next(doubled)]
+    [2, 4]
+    """
+    if len(items) <= 1 or getattr(_worker, "active", False):
+        yield from map(fn, items)  # lazily: what the caller never asks for is never run
+        return
+    pool = _shared_pool()
+    futures = [pool.submit(fn, x) for x in items]
+    try:
+        for f in futures:
+            yield f.result()
+    finally:
+        running = [f for f in futures if not f.cancel()]  # a finished or running one cannot be cancelled
+        concurrent.futures.wait(running)
 
 
 def in_background(fn: Any, *args: Any, **kwargs: Any) -> concurrent.futures.Future:

@@ -29,8 +29,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import contextlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,6 +39,7 @@ import pyarrow.compute as pc
 
 from castsql.errors import DuplicateKey, NullKey
 from castsql.format.tombstone import key_bound_scalar
+from castsql.storage.base import overlapped_iter
 
 if TYPE_CHECKING:
     from castsql.snapshot import ResolvedFile, Snapshot
@@ -161,21 +162,12 @@ def existing_keys(
         return _file_hits(storage, f, pk, want, probe, lo, hi, integer)
 
     found: list = []
-    workers = min(8, len(files))
-    parts: Iterator[list[Any]]
-    if workers <= 1:
-        parts = map(one, files)
-    else:
-        pool = ThreadPoolExecutor(workers)
-        parts = pool.map(one, files)
-    try:
+    # Files on storage's I/O threads; at the limit the files not yet read are cancelled.
+    with contextlib.closing(overlapped_iter(one, files)) as parts:
         for part in parts:
             found += part
             if len(found) >= limit:
                 break
-    finally:
-        if workers > 1:
-            pool.shutdown(wait=True, cancel_futures=True)
     return found[:limit]
 
 

@@ -37,7 +37,6 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +51,7 @@ from castsql.format import DataFile
 from castsql.format.changeblocks import remember
 from castsql.format.datafiles import conform, write_file
 from castsql.format.manifest import KEYS_MAX, ChangeData, json_stat
+from castsql.storage.base import overlapped
 from castsql.storage.ranged import open_ranged
 from castsql.write.keys import open_data_file
 from castsql.write.records import FILE_COL, POS_COL, key_range_type
@@ -62,8 +62,6 @@ if TYPE_CHECKING:
     from castsql.format.schema import Schema
     from castsql.snapshot import ResolvedFile, Snapshot
     from castsql.storage import Storage
-
-_WORKERS = 8  # files read at once (object stores: their round trips overlap)
 
 
 def write_preimages(
@@ -175,8 +173,7 @@ def _deleted_rows(
 
     if len(files) == 1:
         return rows(files[0])
-    with ThreadPoolExecutor(min(_WORKERS, len(files))) as pool:
-        return pa.concat_tables(list(pool.map(rows, files)))
+    return pa.concat_tables(overlapped(rows, files))  # storage's I/O threads: the files' round trips overlap
 
 
 def _taken(held: pa.Table, gone: Mapping[str, BitMap], keys: list[str], names: list[str]) -> pa.Table | None:

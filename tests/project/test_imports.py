@@ -1,5 +1,6 @@
 """No import circles in castsql/, in any layer, and layers import only downwards:
-the layers of docs/DESIGN.md §2, read from its table, every module in one.
+the layers of docs/DESIGN.md §2, read from its table, every module in one; and
+inside the engine's layer, its rooms in the order of §2.1's table.
 
 The graph is built from the source (``ast``), not by importing it: every
 ``import`` counts, at module level or inside a function (an import moved into
@@ -320,28 +321,119 @@ def test_castsql_spark_names_are_the_functions_whatever_was_imported_first():
     assert out.stdout.strip() == "[]"
 
 
+ROOMS_SECTION = "### 2.1 The engine's wings"  # docs/DESIGN.md §2.1: the engine's rooms this test enforces
+ENGINE = "castsql.engine"
+
+
+@dataclass(frozen=True)
+class Room:
+    name: str
+    wing: str | None  # a sub-package holding the whole room (``castsql.engine.sql``)
+    modules: frozenset[str]  # modules named one by one (the query path's, the session's)
+    may: tuple[str, ...]  # the rooms it may import, as its row names them
+
+
+def design_rooms() -> list[Room]:
+    """docs/DESIGN.md §2.1 read, in the table's order. A row's modules are a
+    wing (``engine/sql/``: the sub-package, and the modules after it lie in
+    it) or modules of ``castsql/engine/`` by their last name (``session``), or
+    a full name (``castsql.engine``, the package itself)."""
+    text = DESIGN.read_text()
+    assert ROOMS_SECTION in text, f"{DESIGN}: no section {ROOMS_SECTION!r}"
+    section = text.split(ROOMS_SECTION, 1)[1].split("\n### ", 1)[0]
+    known = _modules()
+    rooms: list[Room] = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not cells[1].startswith("`"):
+            continue
+        name, modules, _, may = cells
+        named = re.findall(r"`([a-z_./]+)`", modules)
+        wing = None
+        if named[0].startswith("engine/"):
+            wing = ENGINE + "." + named[0].removeprefix("engine/").rstrip("/").replace("/", ".")
+            listed = {f"{wing}.{m.rstrip('/')}" for m in named[1:]}
+        else:
+            listed = {m if m.startswith("castsql") else f"{ENGINE}.{m}" for m in named}
+        missing = sorted(m for m in listed | ({wing} if wing else set()) if m not in known)
+        assert not missing, f"DESIGN.md §2.1 ({name}) names modules that do not exist: {missing}"
+        rooms.append(
+            Room(
+                name,
+                wing,
+                frozenset(() if wing else listed),
+                () if may in ("—", "-", "") else tuple(w.strip() for w in may.split(",")),
+            )
+        )
+    return rooms
+
+
+def room_of(module: str, rooms: list[Room]) -> str | None:
+    """The room of an engine module: named one by one, or inside a wing."""
+    for room in rooms:
+        if module in room.modules or (room.wing and _within(module, room.wing)):
+            return room.name
+    return None
+
+
 def _within(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def test_the_engines_text_rooms_stand_alone():
-    """docs/DESIGN.md §2.1: SQL text (``castsql.engine.sql``) imports no other
-    room of the engine, and SQL that writes (``castsql.engine.writing``) only
-    SQL text: both are read, and tested, without a DuckDB session."""
-    may = {
-        "castsql.engine.sql": {"castsql.engine.sql"},
-        "castsql.engine.writing": {"castsql.engine.writing", "castsql.engine.sql"},
-    }
-    wrong = [
-        f"{e.source} (line {e.line}) imports {e.target}"
-        for e in import_graph()
-        for room, allowed in may.items()
-        if _within(e.source, room)
-        and _within(e.target, "castsql.engine")
-        and e.target != "castsql.engine"
-        and not any(_within(e.target, a) for a in allowed)
-    ]
+def test_the_engines_rooms_are_ordered():
+    """Each room of DESIGN.md §2.1 may import only rooms in rows before its
+    own: the rooms are in an order, and no two can import each other."""
+    rooms = design_rooms()
+    names = [r.name for r in rooms]
+    assert len(set(names)) == len(names), f"DESIGN.md §2.1 names a room twice: {names}"
+    wrong = []
+    for i, room in enumerate(rooms):
+        for other in room.may:
+            if other not in names:
+                wrong.append(f"{room.name} may import {other!r}, which is no room")
+            elif names.index(other) >= i:
+                wrong.append(f"{room.name} may import {other}, which comes after it")
+    assert not wrong, "DESIGN.md §2.1:\n" + "\n".join(wrong)
+
+
+def test_every_engine_module_is_in_a_room():
+    rooms = design_rooms()
+    homeless = sorted(m for m in _modules() if _within(m, ENGINE) and room_of(m, rooms) is None)
+    assert not homeless, "modules of castsql/engine/ no room of docs/DESIGN.md §2.1 holds: " + ", ".join(homeless)
+    doubled = [m for m in _modules() if sum(room_of(m, [r]) is not None for r in rooms) > 1]
+    assert not doubled, f"modules in two rooms of docs/DESIGN.md §2.1: {doubled}"
+
+
+def test_the_engines_rooms_import_only_the_rooms_before_them():
+    """docs/DESIGN.md §2.1, import by import. Importing any engine module runs
+    the package ``castsql.engine`` first; that edge does not count: the
+    package loads nothing until its ``Session`` is asked for."""
+    rooms = design_rooms()
+    may = {r.name: set(r.may) for r in rooms}
+    wrong = []
+    for e in import_graph():
+        if e.target == ENGINE:
+            continue
+        src, dst = room_of(e.source, rooms), room_of(e.target, rooms)
+        if src is None or dst is None or src == dst:
+            continue
+        if dst not in may[src]:
+            wrong.append(f"{e.source} (line {e.line}, {src}) imports {e.target} ({dst})")
     assert not wrong, "against the engine's rooms (docs/DESIGN.md §2.1):\n" + "\n".join(wrong)
+
+
+def test_the_design_orders_the_engines_rooms():
+    """What §2.1 says of the rooms, pinned: SQL text imports no other room and
+    SQL that writes only SQL text (both are read without a DuckDB session);
+    the barrier and DuckDB wiring do not import each other."""
+    rooms = {r.name: r for r in design_rooms()}
+    assert rooms["SQL text"].may == ()
+    assert rooms["SQL that writes"].may == ("SQL text",)
+    assert "DuckDB wiring" not in rooms["the statement barrier"].may
+    assert "the statement barrier" not in rooms["DuckDB wiring"].may
+    assert rooms["SQL text"].wing == "castsql.engine.sql"
+    assert room_of("castsql.engine.duckdb.native.build", list(rooms.values())) == "DuckDB wiring"
+    assert room_of(ENGINE, list(rooms.values())) == "the session"
 
 
 def test_import_castsql_loads_no_duckdb_until_a_session_needs_it():

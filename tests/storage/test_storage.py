@@ -613,6 +613,52 @@ def test_overlapped_requests_nest_without_waiting_on_each_other():
     assert overlapped(lambda i: i, list(range(5))) == list(range(5))  # the pool survives an error
 
 
+def test_overlapped_iter_stops_where_its_caller_stops():
+    """A caller that stops early (a key check at its limit) on the shared
+    request threads: the items it never reached are never started, and none
+    still runs once it has gone on; results keep their order, and an error
+    reaches the caller the same way."""
+    import contextlib
+    import threading
+
+    from castsql.storage.base import overlapped, overlapped_iter
+
+    lock = threading.Lock()
+    started: list[int] = []
+    finished: list[int] = []
+
+    def item(i: int) -> int:
+        with lock:
+            started.append(i)
+        time.sleep(0.01)
+        with lock:
+            finished.append(i)
+        return i
+
+    with contextlib.closing(overlapped_iter(item, list(range(2000)))) as results:
+        assert [next(results), next(results), next(results)] == [0, 1, 2]
+    with lock:
+        assert sorted(started) == sorted(finished)  # nothing left running
+        ran = len(started)
+    assert ran < 2000
+    time.sleep(0.05)
+    assert len(started) == ran  # and nothing started after
+
+    def boom(i: int) -> int:
+        if i == 3:
+            raise ValueError("item 3")
+        return item(i)
+
+    started.clear()
+    finished.clear()
+    with pytest.raises(ValueError, match="item 3"):
+        list(overlapped_iter(boom, list(range(2000))))
+    with lock:
+        assert sorted(started) == sorted(finished) and len(started) < 1999
+    assert list(overlapped_iter(lambda i: i * 2, [1, 2, 3])) == [2, 4, 6]
+    assert overlapped(lambda i: [*overlapped_iter(lambda j: i + j, [0, 1])], [10, 20]) == [[10, 11], [20, 21]]
+
+
 def test_every_local_file_system_error_is_a_storage_error_naming_the_object(tmp_path):
     """The local store mapped only a missing file; a name too long for the
     file system (what a 400-digit version asks for) came out as a raw

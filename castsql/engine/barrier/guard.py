@@ -35,12 +35,12 @@ import re
 from collections.abc import Sequence
 
 from castsql.engine.sql.literals import literal_at
-from castsql.engine.sql.names import PREFIX
+from castsql.engine.sql.names import LAKE_CATALOG, LAKE_METADATA, PREFIX
 from castsql.engine.sql.tokens import Token, tokenize
 from castsql.errors import CastSQLError, ForbiddenStatement
 
-INTERNAL_CATALOG = "castsql_lake"
-INTERNAL_NAMES = frozenset({INTERNAL_CATALOG, f"__ducklake_metadata_{INTERNAL_CATALOG}"})
+INTERNAL_CATALOG = LAKE_CATALOG  # its old name here, before SQL text's names held it
+INTERNAL_NAMES = frozenset({LAKE_CATALOG, LAKE_METADATA})
 # Table functions that run SQL text assembled while the query runs.
 DYNAMIC_SQL = frozenset({"query", "query_table", "json_execute_serialized_sql", "sqlite_query"})
 # Table functions that read Python objects by raw memory address.

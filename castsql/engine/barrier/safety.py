@@ -9,9 +9,10 @@ holds what safe mode adds:
   with ``enable_external_access = false``): no other local file, no URL, no
   extension install or load, no ATTACH. DuckDB also lets a query read its
   temporary directory (``.tmp/`` under the current directory by default): it
-  is moved into the work directory. The S3 credential settings DuckDB copies
-  from ``AWS_*`` variables are blanked (the credentials live in DuckDB's
-  secret manager, which redacts them), then the configuration is locked;
+  is moved into the work directory. Then the configuration is locked, after
+  the session has blanked the S3 credential settings DuckDB copies from
+  ``AWS_*`` variables (the credentials live in DuckDB's secret manager,
+  which redacts them);
 - checks of a SELECT's parse tree (:func:`check_select`): the arguments of
   table functions (``read_parquet(…)``, ``read_text(…)``) must be literals,
   so every path a query names is written in it; every URL literal must lie
@@ -40,10 +41,12 @@ from castsql.errors import SafeModeError
 
 def lock_down(con: duckdb.DuckDBPyConnection, allowed: list[str], temp_directory: str) -> None:
     """Restrict ``con`` to the ``allowed`` directory prefixes (local paths or s3:// URIs);
-    ``temp_directory`` (inside one of them) replaces DuckDB's default ``.tmp``."""
-    from castsql.engine.duckdb.duck import hide_credentials
+    ``temp_directory`` (inside one of them) replaces DuckDB's default ``.tmp``.
 
-    hide_credentials(con)
+    The S3 credential settings must be blank already: once the configuration
+    is locked nothing can blank them. The session does that first, with
+    DuckDB wiring's :func:`castsql.engine.duckdb.duck.hide_credentials` (the
+    barrier and the wiring are rooms that do not import each other)."""
     dirs = sorted({a.rstrip("/") + "/" for a in allowed})
     con.execute("SET temp_directory = ?", [temp_directory])
     con.execute("SET allowed_directories = ?", [dirs])

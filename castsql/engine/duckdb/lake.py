@@ -51,7 +51,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyroaring import AbstractBitMap
 
-from castsql.engine.barrier.guard import INTERNAL_CATALOG
 from castsql.engine.duckdb import native
 from castsql.engine.duckdb.duck import load_extension
 from castsql.engine.sql import names
@@ -59,9 +58,9 @@ from castsql.engine.sql.quoting import ident as _ident
 from castsql.engine.sql.quoting import sql_str as _q
 from castsql.engine.sql.quoting import sql_value
 
-CATALOG = INTERNAL_CATALOG
+CATALOG = names.LAKE_CATALOG
 KEEP_VERSIONS = 16  # versions of a table remembered beyond those a view shows (``Lake.trim``)
-_META = f"__ducklake_metadata_{CATALOG}"
+_META = names.LAKE_METADATA
 
 
 class Lake:

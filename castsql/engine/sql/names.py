@@ -10,6 +10,11 @@ quotes). The table a name belongs to is always its last component.
 ``castsql/p/<seq>/<version|latest>/<table>``  a file set pruned from one for a query
 ``castsql/<kind>/<…>/<view>``              what a view owns (anti-join positions …)
 
+The session's DuckLake catalog (:mod:`castsql.engine.duckdb.lake`) cannot
+have a ``/`` in its name: it is :data:`LAKE_CATALOG`, and DuckDB attaches its
+metadata as :data:`LAKE_METADATA`. DuckDB wiring makes them; the barrier
+refuses every statement that names them (:mod:`castsql.engine.barrier.guard`).
+
 :func:`user_spelling` rewrites them in a message to what the user typed
 (``events AS OF VERSION 1``), so no internal name reaches the user.
 
@@ -27,6 +32,8 @@ import re
 
 PREFIX = "castsql/"
 TABLES = "castsql/tables"  # SHOW TABLES' answer
+LAKE_CATALOG = "castsql_lake"
+LAKE_METADATA = f"__ducklake_metadata_{LAKE_CATALOG}"  # the name DuckLake gives its metadata database
 
 
 def internal(kind: str, *parts: object, owner: str) -> str:
