@@ -45,6 +45,7 @@ _cond = threading.Condition()
 _queued: dict[str, tuple[TableLog, int]] = {}  # root -> (log, version to reach), oldest request first
 _busy: set[str] = set()
 _worker: threading.Thread | None = None
+_LOGS_KEPT = 16  # tables whose log (and its cached manifests) the thread keeps
 
 
 def schedule(log: TableLog, version: int) -> None:
@@ -95,6 +96,7 @@ def _run() -> None:
     from castsql.format import TableLog
     from castsql.format.properties import mirrors
 
+    logs: dict[str, TableLog] = {}
     while True:
         with _cond:
             while not _queued:
@@ -103,11 +105,16 @@ def _run() -> None:
             log, version = _queued.pop(root)
             _busy.add(root)
         try:
-            # A log of its own: the committing thread goes on with its own
-            # log's caches while this one reads the (immutable) manifests.
-            # One mirror after the other, on this thread: an export on any
-            # other thread waits for this one (before_export).
-            own = TableLog(log.storage)
+            # A log of its own per table, kept between requests: the
+            # committing thread goes on with its log's caches while this one
+            # reads the (immutable) manifests, each once. One mirror after the
+            # other, on this thread: an export on any other thread waits for
+            # this one (before_export).
+            own = logs.get(root)
+            if own is None or own.storage is not log.storage:
+                own = logs[root] = TableLog(log.storage)
+                if len(logs) > _LOGS_KEPT:
+                    del logs[next(iter(logs))]
             for name in mirrors(own.manifest(version).properties):
                 mirror.write_one(own, name, version)
         except Exception:  # write_one logs a mirror's own error; this is anything else
