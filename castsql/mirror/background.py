@@ -33,6 +33,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -124,6 +125,17 @@ def _run() -> None:
                 _busy.discard(root)
                 _cond.notify_all()
 
+
+def _forked() -> None:
+    # A forked child has none of the parent's threads: the parent writes what
+    # it queued, and the child's exit must not wait for work no thread will do.
+    global _cond, _worker
+    _cond, _worker = threading.Condition(), None
+    _queued.clear()
+    _busy.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 # Before the interpreter's own exit work: threading's exit hooks run before
 # the atexit module's, and one of them (concurrent.futures') stops the

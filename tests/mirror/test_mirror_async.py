@@ -102,3 +102,28 @@ def test_a_process_that_commits_and_ends_leaves_its_mirrors_written(tmp_path):
     t = castsql.open(uri)
     DeltaReaders(uri).check(t, [version])
     IcebergReaders(uri).check(t, [version])
+
+
+def test_a_forked_child_exits_without_waiting_for_its_parents_queue(tmp_path, monkeypatch):
+    import os
+
+    uri = str(tmp_path / "t")
+    t = _table(uri)
+    settle(uri, timeout=60)
+    release, real = threading.Event(), castsql.mirror.write_one
+
+    def held(log, name, version):
+        release.wait(60)
+        return real(log, name, version)
+
+    monkeypatch.setattr(castsql.mirror, "write_one", held)
+    _upsert(t, [3], "f")  # queued in the parent, held there
+    pid = os.fork()
+    if pid == 0:  # the child: exit through the interpreter's exit work, which waits for queues
+        code = 0 if settle(timeout=5) else 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    release.set()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert settle(uri, timeout=60)
+    assert delta.mirrored_versions(open_storage(uri))[-1] == t.version
